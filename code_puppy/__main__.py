@@ -1,0 +1,3 @@
+from code_puppy.main import cli
+
+cli()

@@ -1,0 +1,1 @@
+"""Agent assembly: the capabilities list, instructions, permissions and history custody."""

@@ -1,0 +1,89 @@
+"""`build_pydantic_agent`: the one place where code-puppy's agent is assembled from capabilities."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic_ai import Agent
+from pydantic_ai.capabilities import HandleDeferredToolCalls, LocalWorkspace
+from pydantic_ai.models import Model
+from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, RunContext, ToolDenied
+from pydantic_ai_harness.filesystem import FileSystem
+from pydantic_ai_harness.repair_tool_arguments import RepairToolArguments
+from pydantic_ai_harness.repo_context import RepoContext
+from pydantic_ai_harness.shell import LLM_API_KEY_ENV_PATTERNS, MAX_FOREGROUND_WAIT, Shell
+from pydantic_ai_harness.subagents import SubAgents
+from pydantic_ai_harness.tool_output_limits import Band, ToolOutputLimits, Truncate
+
+from code_puppy.agents.instructions import build_instructions
+from code_puppy.agents.permissions import PermissionPolicy
+from code_puppy.config import PermissionMode, Settings
+
+FILE_TOOLS = ("read_file", "write_file", "edit_file", "create_directory", "list_files", "grep")
+"""The harness file tools offered; `create_directory` is included because `write_file` needs an existing parent."""
+MAX_READ_CHARS = 60_000
+"""Characters of complete lines per `read_file`, under `MAX_OUTPUT_CHARS` so the output cap never cuts a read."""
+MAX_OUTPUT_CHARS = 64_000
+"""Characters kept from any tool result."""
+
+
+def build_pydantic_agent(
+    settings: Settings,
+    *,
+    model: Model | str,
+    project_root: Path,
+    permission_mode: PermissionMode | None = None,
+    allow: tuple[str, ...] = (),
+    interactive: bool = False,
+    shell_env: Mapping[str, str] | None = None,
+) -> Agent[None, str]:
+    """Assemble the agent: one capabilities list, outermost first.
+
+    `permission_mode` and `allow` extend the config's `[permissions]`; `shell_env` is the environment the shell
+    tool starts commands with (secrets are stripped from it either way).
+    """
+    root = project_root.resolve()
+    policy = PermissionPolicy(
+        root,
+        mode=permission_mode or settings.permissions.mode,
+        allow=(*settings.permissions.allow, *allow),
+        interactive=interactive,
+    )
+    secret_variables = [endpoint.api_key_env for endpoint in settings.models.values() if endpoint.api_key_env]
+    return Agent(
+        model,
+        instructions=build_instructions(root),
+        capabilities=[
+            LocalWorkspace(root),
+            policy,
+            FileSystem(root_dir=root, content_hashes=False, max_read_chars=MAX_READ_CHARS, tools=FILE_TOOLS),
+            Shell(
+                cwd=root,
+                denied_commands=[],
+                default_timeout=MAX_FOREGROUND_WAIT,
+                allow_interactive=True,
+                env=dict(shell_env if shell_env is not None else os.environ),
+                denied_env_patterns=[*LLM_API_KEY_ENV_PATTERNS, *secret_variables],
+                tools=["shell"],
+            ),
+            RepoContext(workspace_dir=root, expose_inventory_tool=False),
+            SubAgents(include_self=True, agent_folders=None),
+            ToolOutputLimits(bands=[Band(over=MAX_OUTPUT_CHARS, action=Truncate(max_chars=MAX_OUTPUT_CHARS))]),
+            RepairToolArguments(),
+            # Innermost safety net: a deferral nobody answers (headless, or a tool that defers by itself) is
+            # denied with a reason instead of ending the run with DeferredToolRequests output.
+            HandleDeferredToolCalls(handler=_deny_unanswered),
+        ],
+        defer_model_check=True,
+    )
+
+
+def _deny_unanswered(ctx: RunContext[Any], requests: DeferredToolRequests) -> DeferredToolResults:
+    reason = ToolDenied("Nobody can approve this call in a non-interactive run; it was denied. Do not retry it.")
+    return requests.build_results(
+        approvals={call.tool_call_id: reason for call in requests.approvals},
+        calls={call.tool_call_id: reason for call in requests.calls},
+    )

@@ -1,0 +1,153 @@
+"""The permission policy over the coding tools (DESIGN §3 "Permissions")."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Sequence
+from dataclasses import KW_ONLY, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic_ai import RunContext, ToolDefinition
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.exceptions import ApprovalRequired, SkipToolExecution
+from pydantic_ai.messages import ToolCallPart
+from pydantic_ai.tools import ToolDenied
+from pydantic_ai_harness.filesystem._toolset import READ_ONLY_TOOL_NAMES
+
+from code_puppy.config import PermissionMode
+
+EDIT_TOOL_NAMES = frozenset({"write_file", "edit_file", "create_directory"})
+"""File tools that change the project."""
+SHELL_TOOL_NAMES = frozenset({"shell", "run_command", "start_command"})
+"""Tools that run a command string."""
+ALWAYS_ALLOWED_TOOL_NAMES = frozenset({*READ_ONLY_TOOL_NAMES, "check_command", "stop_command", "delegate_task"})
+"""Tools that change nothing by themselves (a delegate's own calls pass through this policy too)."""
+
+Decision = Literal["allow", "ask", "deny"]
+
+_UNSAFE_SHELL = re.compile(r"[<>`\n\r]|\$\(|(?<![&|])&(?![&|])|[()]")
+"""Redirection, command substitution, background jobs and subshells: never matched by an allow-list entry."""
+_SEGMENT_SPLIT = re.compile(r"&&|\|\||;|\|")
+
+
+def allowed_by_list(command: str, allow: Sequence[str]) -> bool:
+    """Whether every segment of `command` matches an allow-list entry (`ls && rm -rf x` is not `ls`)."""
+    if not allow or _UNSAFE_SHELL.search(command):
+        return False
+    segments = [" ".join(segment.split()) for segment in _SEGMENT_SPLIT.split(command)]
+    return all(segment and any(fnmatch.fnmatchcase(segment, pattern) for pattern in allow) for segment in segments)
+
+
+@dataclass
+class PermissionPolicy(AbstractCapability[Any]):
+    """Decides before each tool call whether it runs, asks the user, or is denied with a reason for the model.
+
+    Bound on the agent (not per run) so that delegated sub-agent runs are gated the same way.
+    Denials reach the model as a `ToolDenied` tool result, never as a retry that could abort the run.
+    """
+
+    project_root: Path
+    """File tools never touch paths outside it."""
+    _: KW_ONLY
+    mode: PermissionMode = "ask"
+    """ask | accept-edits | yolo | read-only; switch it on the live object to change the mode mid-session."""
+    allow: Sequence[str] = ()
+    """Shell commands that run without asking (every segment of a compound command must match)."""
+    interactive: bool = False
+    """Whether a person can answer; headless runs deny what would ask."""
+    session_allowed: set[str] = field(default_factory=set[str])
+    """Approval scopes the user allowed "always for this session"."""
+
+    @classmethod
+    def get_serialization_name(cls) -> str | None:
+        return None
+
+    def get_instructions(self) -> Any:
+        return self._mode_instructions
+
+    def _mode_instructions(self, ctx: RunContext[Any]) -> str:
+        if self.mode == "read-only":
+            return "Permission mode: read-only. You can read and search files but not change anything or run commands."
+        if self.mode == "yolo":
+            return "Permission mode: yolo. File changes and commands run without asking."
+        if self.mode == "accept-edits":
+            return "Permission mode: accept-edits. File changes inside the project run; commands run only if allow-listed."
+        if self.interactive:
+            return "Permission mode: ask. File changes and commands outside the allow-list ask the user first."
+        return (
+            "Permission mode: ask, non-interactive. Nobody can approve tool calls, so file changes and commands "
+            "outside the allow-list are denied. If you need one, say what you would do instead of retrying."
+        )
+
+    async def prepare_tools(self, ctx: RunContext[Any], tool_defs: list[ToolDefinition]) -> list[ToolDefinition]:
+        if self.mode != "read-only":
+            return tool_defs
+        return [tool_def for tool_def in tool_defs if tool_def.name in ALWAYS_ALLOWED_TOOL_NAMES]
+
+    async def before_tool_execute(
+        self, ctx: RunContext[Any], *, call: ToolCallPart, tool_def: ToolDefinition, args: dict[str, Any]
+    ) -> dict[str, Any]:
+        if ctx.tool_call_approved:
+            return args
+        decision, reason = self.decide(call.tool_name, args)
+        if decision == "allow":
+            return args
+        if decision == "ask" and self.interactive:
+            scope = self.scope(call.tool_name, args)
+            if scope in self.session_allowed:
+                return args
+            raise ApprovalRequired(metadata={"scope": scope, "summary": self.summary(call.tool_name, args)})
+        if decision == "ask":
+            reason = (
+                f"`{call.tool_name}` needs the user's approval in '{self.mode}' mode and this run is non-interactive, "
+                "so it was denied. Do not retry it; say what you would have done, or the user can re-run with "
+                "--permission-mode accept-edits, --allow PATTERN or --permission-mode yolo."
+            )
+        raise SkipToolExecution(ToolDenied(reason))
+
+    def decide(self, tool_name: str, args: dict[str, Any]) -> tuple[Decision, str]:
+        """The policy's verdict for one call, and the reason the model is told when it is denied."""
+        if tool_name in ALWAYS_ALLOWED_TOOL_NAMES:
+            return "allow", ""
+        if self.mode == "read-only":
+            return "deny", f"`{tool_name}` is not available in read-only mode."
+        if tool_name in EDIT_TOOL_NAMES and not self._inside_project(args.get("path")):
+            return "deny", f"`{args.get('path')}` is outside the project ({self.project_root}); it cannot be changed."
+        if self.mode == "yolo":
+            return "allow", ""
+        if tool_name in SHELL_TOOL_NAMES:
+            if allowed_by_list(str(args.get("command", "")), self.allow):
+                return "allow", ""
+            if self.mode == "accept-edits":
+                return "deny", (
+                    f"`{args.get('command')}` is not on the shell allow-list, and accept-edits mode only runs "
+                    "allow-listed commands. Do not retry it."
+                )
+            return "ask", ""
+        if tool_name in EDIT_TOOL_NAMES and self.mode == "accept-edits":
+            return "allow", ""
+        if self.mode == "accept-edits":
+            return "deny", f"`{tool_name}` is not a file edit, and accept-edits mode only allows edits. Do not retry it."
+        return "ask", ""
+
+    def scope(self, tool_name: str, args: dict[str, Any]) -> str:
+        """What "always allow for this session" covers: one exact command, or one tool for edits."""
+        if tool_name in SHELL_TOOL_NAMES:
+            return f"shell:{' '.join(str(args.get('command', '')).split())}"
+        return f"tool:{tool_name}"
+
+    def summary(self, tool_name: str, args: dict[str, Any]) -> str:
+        """One line naming what the call would do, for the approval prompt."""
+        if tool_name in SHELL_TOOL_NAMES:
+            return f"run `{args.get('command')}`"
+        if tool_name in EDIT_TOOL_NAMES:
+            return f"{tool_name.replace('_', ' ')} {args.get('path')}"
+        return f"call {tool_name}"
+
+    def _inside_project(self, path: object) -> bool:
+        if not isinstance(path, str) or not path:
+            return True  # the tool itself rejects a missing path
+        target = (self.project_root / Path(path).expanduser()).resolve()
+        return target == self.project_root or self.project_root in target.parents

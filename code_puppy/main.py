@@ -1,0 +1,133 @@
+"""The `code-puppy` command: options and dispatch only. Heavy imports happen after parsing, never for --help."""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+import click
+
+from code_puppy import __version__
+
+EXIT_USAGE = 2
+
+
+def fail(message: str, *, code: int = EXIT_USAGE) -> NoReturn:
+    """One line on stderr and the exit code; the traceback only with --debug."""
+    if _debug_requested():
+        import traceback
+
+        if sys.exc_info()[0] is not None:
+            traceback.print_exc()
+    click.echo(f"code-puppy: error: {message}", err=True)
+    sys.exit(code)
+
+
+def _debug_requested() -> bool:
+    return "--debug" in sys.argv or bool(os.environ.get("CODE_PUPPY_DEBUG"))
+
+
+def _piped_stdin() -> str | None:
+    """Stdin's text when it is a pipe or a file; never blocks on a terminal or an inherited tty."""
+    try:
+        mode = os.fstat(sys.stdin.fileno()).st_mode
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not (stat.S_ISFIFO(mode) or stat.S_ISREG(mode)):
+        return None
+    return sys.stdin.read()
+
+
+def _headless_prompt(prompt: str | None) -> str | None:
+    """`-p TEXT`, `-p -` (stdin is the prompt), piped stdin alone, or `-p TEXT` with piped context appended."""
+    if prompt == "-":
+        text = _piped_stdin() if not sys.stdin.isatty() else None
+        if not text or not text.strip():
+            fail("-p - reads the prompt from stdin, but stdin is empty")
+        return text.strip()
+    piped = _piped_stdin()
+    if prompt is None:
+        return piped.strip() if piped and piped.strip() else None
+    if not prompt.strip():
+        fail("the prompt is empty")
+    if piped and piped.strip():
+        return f"{prompt}\n\n<stdin>\n{piped.rstrip()}\n</stdin>"
+    return prompt
+
+
+def ensure_own_scripts_on_path() -> None:
+    """Let the harness find the `rg` installed next to us when our environment is not activated (pipx, venv/bin/...)."""
+    import shutil
+    import sysconfig
+
+    if shutil.which("rg"):
+        return
+    scripts = sysconfig.get_path("scripts")
+    # Appended, not prepended: the user's own tools (python, pytest, ...) keep precedence in the shell tool.
+    os.environ["PATH"] = os.pathsep.join(filter(None, (os.environ.get("PATH"), scripts)))
+
+
+@click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-p", "--prompt", metavar="PROMPT", help="Run once headless with PROMPT ('-' reads it from stdin).")
+@click.option("-m", "--model", metavar="MODEL", help="A model string (openai:gpt-5.1) or a name from [models].")
+@click.option(
+    "--output-format",
+    type=click.Choice(["text", "json", "stream-json"]),
+    default="text",
+    show_default=True,
+    help="Headless output: the answer, one JSON object, or JSON lines.",
+)
+@click.option(
+    "--permission-mode",
+    type=click.Choice(["ask", "accept-edits", "yolo", "read-only"]),
+    help="What tools may do without asking (default from config: ask).",
+)
+@click.option("--allow", "allow", multiple=True, metavar="PATTERN", help="Allow a shell command pattern (repeatable).")
+@click.option("--max-requests", type=click.IntRange(min=1), metavar="N", help="Stop after N model requests (exit 3).")
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+@click.version_option(__version__, "--version", prog_name="code-puppy")
+@click.pass_context
+def cli(
+    ctx: click.Context,
+    *,
+    prompt: str | None,
+    model: str | None,
+    output_format: str,
+    permission_mode: str | None,
+    allow: tuple[str, ...],
+    max_requests: int | None,
+    debug: bool,
+) -> None:
+    """code-puppy: a coding agent for the terminal.
+
+    Run it in a project for an interactive chat, or with -p for one headless run.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    text = _headless_prompt(prompt)
+    if text is None:
+        fail("the interactive chat is not built yet; run headless with -p PROMPT")
+    ensure_own_scripts_on_path()
+    from code_puppy.config import ConfigError, find_project_root
+
+    try:
+        from code_puppy.cli_runner import HeadlessOptions, run_headless
+
+        options = HeadlessOptions(
+            project_root=find_project_root(Path.cwd()),
+            prompt=text,
+            model=model,
+            output_format=output_format,
+            permission_mode=permission_mode,  # type: ignore[arg-type]  # click.Choice guarantees the literal
+            allow=allow,
+            max_requests=max_requests,
+        )
+        code = run_headless(options)
+    except ConfigError as exc:
+        fail(str(exc))
+    except Exception as exc:  # the last line of defence: one line, never a traceback without --debug
+        fail(f"internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)", code=1)
+    sys.exit(code)

@@ -1,0 +1,121 @@
+"""Model choice: a pydantic-ai model string or a `[models.NAME]` endpoint, to a pydantic-ai `Model`."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from code_puppy.config import ConfigError, ModelEndpoint, Settings
+
+if TYPE_CHECKING:
+    from pydantic_ai.models import Model
+
+KNOWN_PROVIDERS: tuple[str, ...] = (
+    "anthropic",
+    "openai",
+    "openai-chat",
+    "openai-responses",
+    "google",
+    "google-cloud",
+    "ollama",
+    "openrouter",
+    "deepseek",
+    "groq",
+    "mistral",
+    "cohere",
+    "bedrock",
+    "azure",
+    "fireworks",
+    "together",
+    "vllm",
+    "litellm",
+    "cerebras",
+    "huggingface",
+    "moonshotai",
+    "nebius",
+    "github",
+    "heroku",
+    "vercel",
+    "xai",
+)
+"""Providers shown when a model string names an unknown one (pydantic-ai knows a few more)."""
+
+_ALIASES = {"google-gla": "google", "google-vertex": "google-cloud"}
+"""Provider names from older pydantic-ai releases that users still write."""
+
+PLACEHOLDER_API_KEY = "not-needed"
+"""Sent to named endpoints without `api_key_env`; local servers ignore the key."""
+
+
+def choose_model_name(settings: Settings, flag: str | None) -> str:
+    """The model the user chose: `-m`, then `CODE_PUPPY_MODEL`, then the config's `model`."""
+    name = flag or os.environ.get("CODE_PUPPY_MODEL") or settings.model
+    if not name:
+        raise ConfigError(
+            "no model chosen: pass -m MODEL (e.g. -m anthropic:claude-sonnet-4-5), "
+            "set CODE_PUPPY_MODEL, or set model = \"...\" in config.toml"
+        )
+    return name
+
+
+def resolve_model(settings: Settings, name: str) -> Model:
+    """Build the pydantic-ai model for `name`, turning provider set-up errors into `ConfigError`."""
+    if endpoint := settings.models.get(name):
+        return _endpoint_model(name, endpoint)
+    provider, sep, model_name = name.partition(":")
+    if not sep or not model_name:
+        known = ", ".join(sorted(settings.models)) or "none configured"
+        raise ConfigError(
+            f"unknown model '{name}': use PROVIDER:MODEL (e.g. openai:gpt-5.1) or a name from [models] ({known})"
+        )
+    provider = _ALIASES.get(provider, provider)
+    from pydantic_ai.exceptions import UserError
+    from pydantic_ai.models import infer_model
+    from pydantic_ai.providers import infer_provider_class
+
+    try:
+        infer_provider_class(provider)
+    except ValueError:
+        raise ConfigError(f"unknown provider '{provider}' in '{name}'; known: {', '.join(KNOWN_PROVIDERS)}") from None
+    except ImportError:
+        raise ConfigError(_missing_extra(provider)) from None
+    try:
+        return infer_model(f"{provider}:{model_name}")
+    except UserError as exc:
+        raise ConfigError(_credential_message(str(exc), name)) from None
+    except ImportError:
+        raise ConfigError(_missing_extra(provider)) from None
+
+
+def _endpoint_model(name: str, endpoint: ModelEndpoint) -> Model:
+    api_key = PLACEHOLDER_API_KEY
+    if endpoint.api_key_env:
+        api_key = os.environ.get(endpoint.api_key_env, "")
+        if not api_key:
+            raise ConfigError(f"model '{name}' needs an API key: set {endpoint.api_key_env}")
+    profile = {"context_window": endpoint.context_window} if endpoint.context_window else None
+    if endpoint.provider == "anthropic":
+        from pydantic_ai.models.anthropic import AnthropicModel
+        from pydantic_ai.providers.anthropic import AnthropicProvider
+
+        return AnthropicModel(
+            endpoint.name, provider=AnthropicProvider(api_key=api_key, base_url=endpoint.base_url), profile=profile
+        )
+    from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    provider = OpenAIProvider(base_url=endpoint.base_url, api_key=api_key)
+    model_class = OpenAIChatModel if endpoint.provider == "openai-chat" else OpenAIResponsesModel
+    return model_class(endpoint.name, provider=provider, profile=profile)
+
+
+def _credential_message(error: str, name: str) -> str:
+    """pydantic-ai says "Set the `X` environment variable or pass it via ..."; keep the variable, drop the rest."""
+    if "`" in error and "environment variable" in error:
+        variable = error.split("`")[1]
+        return f"model '{name}' needs credentials: set {variable}"
+    return f"model '{name}': {error.split('. ')[0]}"
+
+
+def _missing_extra(provider: str) -> str:
+    return f"provider '{provider}' needs an extra package: pip install 'pydantic-ai-slim[{provider}]'"

@@ -1,0 +1,151 @@
+"""Headless event sinks: `text` (answer on stdout, progress on stderr), `json` and `stream-json`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict, dataclass
+from typing import Any, Literal, Protocol, TextIO
+
+from pydantic_ai.messages import (
+    AgentStreamEvent,
+    FunctionToolCallEvent,
+    FunctionToolResultEvent,
+    PartDeltaEvent,
+    PartStartEvent,
+    TextPart,
+    TextPartDelta,
+    ThinkingPart,
+    ThinkingPartDelta,
+)
+
+Status = Literal["success", "error", "limit", "interrupted", "terminated"]
+
+
+@dataclass(frozen=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    requests: int = 0
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """How one headless invocation ended: what `json` prints and `stream-json` ends with."""
+
+    session_id: str
+    output: str | None
+    status: Status
+    usage: Usage
+    duration_ms: int
+    error: str | None = None
+
+
+class EventSink(Protocol):
+    """Receives what one invocation produces, in order: start, events, finish."""
+
+    def start(self, session_id: str) -> None: ...
+
+    def event(self, event: AgentStreamEvent) -> None: ...
+
+    def finish(self, outcome: RunOutcome) -> None: ...
+
+
+def tool_call_line(name: str, args: dict[str, Any]) -> str:
+    """`name(first-arg)` cut to one short line, e.g. `read_file(src/app.py)` or `shell(pytest -q)`."""
+    shown = next((str(value) for value in args.values()), "") if args else ""
+    shown = " ".join(shown.split())
+    return f"{name}({shown[:77] + '…' if len(shown) > 80 else shown})"
+
+
+def tool_result_line(event: FunctionToolResultEvent) -> str:
+    """The first line of a tool result, short; denials and failures say so."""
+    text = event.part.model_response_str() if hasattr(event.part, "model_response_str") else str(event.part.content)
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    outcome = getattr(event.part, "outcome", "success")
+    prefix = "" if outcome == "success" else f"{outcome}: "
+    return prefix + (first[:97] + "…" if len(first) > 100 else first)
+
+
+class TextSink:
+    """Only the final answer on stdout; one progress line per tool call on stderr."""
+
+    def __init__(self, out: TextIO | None = None, err: TextIO | None = None) -> None:
+        self._out = out or sys.stdout
+        self._err = err or sys.stderr
+
+    def start(self, session_id: str) -> None:
+        pass
+
+    def event(self, event: AgentStreamEvent) -> None:
+        if isinstance(event, FunctionToolCallEvent):
+            print(f"⚙ {tool_call_line(event.part.tool_name, event.part.args_as_dict())}", file=self._err, flush=True)
+        elif isinstance(event, FunctionToolResultEvent):
+            print(f"  ↳ {tool_result_line(event)}", file=self._err, flush=True)
+
+    def finish(self, outcome: RunOutcome) -> None:
+        if outcome.output is not None:
+            print(outcome.output, file=self._out, flush=True)
+        if outcome.error:
+            print(f"code-puppy: {outcome.error}", file=self._err, flush=True)
+
+
+class JsonSink:
+    """One JSON object on stdout when the invocation ends."""
+
+    def __init__(self, out: TextIO | None = None) -> None:
+        self._out = out or sys.stdout
+
+    def start(self, session_id: str) -> None:
+        pass
+
+    def event(self, event: AgentStreamEvent) -> None:
+        pass
+
+    def finish(self, outcome: RunOutcome) -> None:
+        print(json.dumps(asdict(outcome)), file=self._out, flush=True)
+
+
+class StreamJsonSink:
+    """One JSON object per line: `session` first, then events, then `result` with the keys of `json`."""
+
+    def __init__(self, out: TextIO | None = None) -> None:
+        self._out = out or sys.stdout
+
+    def _emit(self, **fields: Any) -> None:
+        print(json.dumps(fields, default=str), file=self._out, flush=True)
+
+    def start(self, session_id: str) -> None:
+        self._emit(type="session", session_id=session_id)
+
+    def event(self, event: AgentStreamEvent) -> None:
+        if isinstance(event, PartStartEvent) and isinstance(event.part, TextPart) and event.part.content:
+            self._emit(type="text_delta", text=event.part.content)
+        elif isinstance(event, PartDeltaEvent) and isinstance(event.delta, TextPartDelta):
+            self._emit(type="text_delta", text=event.delta.content_delta)
+        elif isinstance(event, PartStartEvent) and isinstance(event.part, ThinkingPart) and event.part.content:
+            self._emit(type="thinking_delta", text=event.part.content)
+        elif isinstance(event, PartDeltaEvent) and isinstance(event.delta, ThinkingPartDelta):
+            if event.delta.content_delta:
+                self._emit(type="thinking_delta", text=event.delta.content_delta)
+        elif isinstance(event, FunctionToolCallEvent):
+            self._emit(
+                type="tool_call",
+                tool_name=event.part.tool_name,
+                tool_call_id=event.part.tool_call_id,
+                args=event.part.args_as_dict(),
+            )
+        elif isinstance(event, FunctionToolResultEvent):
+            self._emit(
+                type="tool_result",
+                tool_name=event.part.tool_name,
+                tool_call_id=event.part.tool_call_id,
+                outcome=getattr(event.part, "outcome", "success"),
+                content=event.part.model_response_str(),
+            )
+
+    def finish(self, outcome: RunOutcome) -> None:
+        self._emit(type="result", **asdict(outcome))
+
+
+SINKS = {"text": TextSink, "json": JsonSink, "stream-json": StreamJsonSink}
