@@ -71,14 +71,24 @@ def build_pydantic_agent(
             ),
             RepoContext(workspace_dir=root, expose_inventory_tool=False),
             SubAgents(include_self=True, agent_folders=None),
-            ToolOutputLimits(bands=[Band(over=MAX_OUTPUT_CHARS, action=Truncate(max_chars=MAX_OUTPUT_CHARS))]),
+            TruncatedToolOutputs(bands=[Band(over=MAX_OUTPUT_CHARS, action=Truncate(max_chars=MAX_OUTPUT_CHARS))]),
             RepairToolArguments(),
             # Innermost safety net: a deferral nobody answers (headless, or a tool that defers by itself) is
             # denied with a reason instead of ending the run with DeferredToolRequests output.
             HandleDeferredToolCalls(handler=_deny_unanswered),
         ],
+        # A coding model often misses a path or an edit anchor twice in a row; pydantic-ai's default of one
+        # retry would end the whole run there.
+        retries={"tools": 3},
         defer_model_check=True,
     )
+
+
+class TruncatedToolOutputs(ToolOutputLimits[Any]):
+    """Tool-output limits that only truncate, so no `read_tool_result` spill tool is offered."""
+
+    def get_toolset(self) -> None:
+        return None
 
 
 def _deny_unanswered(ctx: RunContext[Any], requests: DeferredToolRequests) -> DeferredToolResults:

@@ -1,0 +1,181 @@
+"""The sessions database: one SQLite connection, its pragmas, and the migrations applied when it opens."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+
+__all__ = ("MIGRATIONS", "Database", "Migration", "delete_conversation", "migrate", "timestamp")
+
+Migration = Callable[[sqlite3.Connection], None]
+"""A schema change, recorded in `schema_migrations` under its function's name once applied."""
+
+
+def m001_conversations(db: sqlite3.Connection) -> None:
+    # `family` groups a conversation with its forks: the only records whose histories can reach its entries.
+    db.execute(
+        """
+        CREATE TABLE entries (
+            seq INTEGER PRIMARY KEY,
+            id TEXT NOT NULL UNIQUE,
+            parent_id TEXT REFERENCES entries (id),
+            family TEXT NOT NULL,
+            depth INTEGER NOT NULL,
+            message TEXT NOT NULL
+        )
+        """
+    )
+    db.execute("CREATE INDEX entries_parent ON entries (parent_id)")
+    db.execute("CREATE INDEX entries_family ON entries (family)")
+    db.execute(
+        """
+        CREATE TABLE conversations (
+            id TEXT PRIMARY KEY,
+            head_id TEXT REFERENCES entries (id),
+            family TEXT NOT NULL,
+            scope TEXT,
+            revision TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            record TEXT NOT NULL
+        )
+        """
+    )
+    db.execute("CREATE INDEX conversations_updated ON conversations (updated_at)")
+    db.execute("CREATE INDEX conversations_family ON conversations (family)")
+
+
+def m002_sessions(db: sqlite3.Connection) -> None:
+    db.execute(
+        """
+        CREATE TABLE sessions (
+            id TEXT PRIMARY KEY,
+            project_dir TEXT NOT NULL,
+            title TEXT NOT NULL DEFAULT '',
+            model TEXT,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            input_tokens INTEGER NOT NULL DEFAULT 0,
+            output_tokens INTEGER NOT NULL DEFAULT 0,
+            requests INTEGER NOT NULL DEFAULT 0,
+            message_count INTEGER NOT NULL DEFAULT 0,
+            cache_epoch INTEGER NOT NULL DEFAULT 0,
+            history_version INTEGER NOT NULL DEFAULT 0
+        )
+        """
+    )
+    db.execute("CREATE INDEX sessions_project ON sessions (project_dir, updated_at)")
+
+
+MIGRATIONS: list[Migration] = [m001_conversations, m002_sessions]
+"""Applied in order; append new ones, never edit or reorder applied ones."""
+
+
+def migrate(db: sqlite3.Connection, migrations: Sequence[Migration] = MIGRATIONS) -> list[str]:
+    """Apply the migrations `db` hasn't had yet, all in one transaction; return their names."""
+    db.execute("CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)")
+
+    def pending() -> list[Migration]:
+        applied = {name for (name,) in db.execute("SELECT name FROM schema_migrations")}
+        return [migration for migration in migrations if migration.__name__ not in applied]
+
+    if not pending():
+        return []
+    with _transaction(db):
+        # Checked again under the write lock: another process may have migrated meanwhile.
+        todo = pending()
+        for migration in todo:
+            migration(db)
+            db.execute(
+                "INSERT INTO schema_migrations (name, applied_at) VALUES (?, ?)",
+                (migration.__name__, timestamp(datetime.now(UTC))),
+            )
+    return [migration.__name__ for migration in todo]
+
+
+def timestamp(moment: datetime) -> str:
+    """`moment` in UTC, in a fixed-width ISO 8601 form that sorts as text."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@contextmanager
+def _transaction(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    # IMMEDIATE takes the write lock up front, so a check made inside holds until the commit, across processes.
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield db
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
+
+
+class Database:
+    """A connection to a sessions database, migrated when opened, shared by the store and the session catalog.
+
+    Writes run in `BEGIN IMMEDIATE` transactions; a lock keeps threads of one process from interleaving them.
+    """
+
+    def __init__(self, path: Path, *, busy_timeout_ms: int = 5000) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._lock = threading.RLock()
+        self._connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        try:
+            self._connection.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+            self._connection.execute("PRAGMA journal_mode = WAL")
+            # NORMAL in WAL mode survives a killed process; only a power cut can lose the last commits.
+            self._connection.execute("PRAGMA synchronous = NORMAL")
+            self._connection.execute("PRAGMA foreign_keys = ON")
+            migrate(self._connection)
+        except BaseException:
+            self._connection.close()
+            raise
+
+    @contextmanager
+    def read(self) -> Iterator[sqlite3.Connection]:
+        """The connection, for statements that only read."""
+        with self._lock:
+            yield self._connection
+
+    @contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        """The connection inside a write transaction, committed on exit and rolled back on an exception."""
+        with self._lock, _transaction(self._connection) as db:
+            yield db
+
+    def close(self) -> None:
+        with self._lock:
+            self._connection.close()
+
+
+def delete_conversation(db: sqlite3.Connection, conversation_id: str) -> bool:
+    """Delete a conversation's record, its session row, and the entries no remaining record reaches.
+
+    Call it inside a write transaction. Returns whether there was a record or a session row to delete.
+    """
+    row = db.execute("DELETE FROM conversations WHERE id = ? RETURNING family", (conversation_id,)).fetchone()
+    deleted = row is not None
+    deleted |= db.execute("DELETE FROM sessions WHERE id = ?", (conversation_id,)).rowcount > 0
+    if row is not None:
+        db.execute(
+            """
+            WITH RECURSIVE live (id) AS (
+                SELECT tip FROM (
+                    SELECT head_id AS tip FROM conversations WHERE family = :family
+                    UNION
+                    SELECT branch.value FROM conversations, json_each(conversations.record, '$.branches') AS branch
+                    WHERE conversations.family = :family
+                ) WHERE tip IS NOT NULL
+                UNION
+                SELECT entries.parent_id FROM entries JOIN live ON entries.id = live.id
+                WHERE entries.parent_id IS NOT NULL
+            )
+            DELETE FROM entries WHERE family = :family AND id NOT IN live
+            """,
+            {"family": row[0]},
+        )
+    return deleted

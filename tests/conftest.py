@@ -1,0 +1,66 @@
+"""Every test gets its own CODE_PUPPY_HOME and no provider credentials; real model requests are off."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import pytest
+from pydantic_ai import models
+
+models.ALLOW_MODEL_REQUESTS = False
+
+CODE_PUPPY = Path(sys.executable).parent / "code-puppy"
+"""The installed console script of the environment running the tests."""
+
+_PROVIDER_VARIABLES = ("OPENAI_", "ANTHROPIC_", "GEMINI_", "GOOGLE_", "OLLAMA_", "OPENROUTER_", "CODE_PUPPY_")
+
+
+@pytest.fixture(autouse=True)
+def code_puppy_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path_factory.mktemp("home")
+    for name in list(os.environ):
+        if name.startswith(_PROVIDER_VARIABLES):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("CODE_PUPPY_HOME", str(home))
+    return home
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    """An empty git-less project directory with one file."""
+    root = tmp_path / "project"
+    root.mkdir()
+    (root / "README.md").write_text("# demo project\n")
+    return root
+
+
+def run_cli(
+    *args: str,
+    cwd: Path,
+    env: Mapping[str, str] | None = None,
+    input: str | None = None,
+    timeout: float = 60,
+) -> subprocess.CompletedProcess[str]:
+    """Run the installed `code-puppy` in a subprocess, with the test's environment plus `env`."""
+    return subprocess.run(
+        [str(CODE_PUPPY), *args],
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        input=input,
+        stdin=None if input is not None else subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture
+def fake_llm() -> Iterator[object]:
+    from tests.fake_llm import FakeLLMServer
+
+    with FakeLLMServer() as server:
+        yield server

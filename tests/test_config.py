@@ -1,0 +1,91 @@
+"""Config: locations, project-over-user merging, and one-line errors naming file, key and expectation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from code_puppy.config import ConfigError, ModelEndpoint, Settings, config_dir, data_dir, find_project_root, load_settings
+from tests.conftest import run_cli
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_code_puppy_home_holds_everything(code_puppy_home: Path) -> None:
+    assert (config_dir(), data_dir()) == (code_puppy_home, code_puppy_home)
+
+
+def test_platformdirs_when_home_is_unset(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("CODE_PUPPY_HOME")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    assert (config_dir(), data_dir()) == (tmp_path / "cfg" / "code-puppy", tmp_path / "data" / "code-puppy")
+
+
+def test_no_files_gives_defaults(project: Path) -> None:
+    assert load_settings(project) == Settings()
+
+
+def test_project_overrides_user_key_by_key_with_tables_merged(code_puppy_home: Path, project: Path) -> None:
+    write(
+        code_puppy_home / "config.toml",
+        'model = "anthropic:claude-sonnet-4-5"\n[permissions]\nmode = "accept-edits"\nallow = ["pytest*"]\n'
+        '[models.local]\nname = "qwen3-coder"\nbase_url = "http://127.0.0.1:11434/v1"\n',
+    )
+    write(project / ".code-puppy" / "config.toml", '[permissions]\nallow = ["make test"]\n')
+    settings = load_settings(project)
+    assert settings.model == "anthropic:claude-sonnet-4-5"
+    assert (settings.permissions.mode, settings.permissions.allow) == ("accept-edits", ("make test",))
+    assert settings.models == {"local": ModelEndpoint(name="qwen3-coder", base_url="http://127.0.0.1:11434/v1")}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("model = [1", "invalid TOML"),
+        ("modle = 'x'\n", "unknown key 'modle'"),
+        ("[permissions]\nmode = 'sometimes'\n", "'permissions.mode': input should be 'ask', 'accept-edits', 'yolo'"),
+        ("[plugins]\nmax_continuations = 'many'\n", "'plugins.max_continuations': input should be a valid integer"),
+        ("[models.local]\nbase_url = 'http://x'\n", "missing key 'models.local.name'"),
+    ],
+)
+def test_bad_user_file_names_file_key_and_expectation(
+    code_puppy_home: Path, project: Path, text: str, message: str
+) -> None:
+    path = write(code_puppy_home / "config.toml", text)
+    with pytest.raises(ConfigError) as caught:
+        load_settings(project)
+    assert str(caught.value).startswith(f"{path}: ")
+    assert message in str(caught.value)
+
+
+def test_error_names_the_project_file_that_set_the_bad_key(code_puppy_home: Path, project: Path) -> None:
+    write(code_puppy_home / "config.toml", "[permissions]\nmode = 'ask'\n")
+    path = write(project / ".code-puppy" / "config.toml", "[permissions]\nmode = 42\n")
+    with pytest.raises(ConfigError) as caught:
+        load_settings(project)
+    assert str(caught.value) == f"{path}: 'permissions.mode': input should be 'ask', 'accept-edits', 'yolo' or 'read-only', got 42"
+
+
+def test_bad_config_on_the_command_line_is_one_line_exit_2(code_puppy_home: Path, project: Path) -> None:
+    path = write(code_puppy_home / "config.toml", "[history]\ncompaction = 'sometimes'\n")
+    completed = run_cli("-p", "hi", "-m", "openai-chat:x", cwd=project)
+    assert completed.returncode == 2
+    assert completed.stderr == (
+        f"code-puppy: error: {path}: 'history.compaction': input should be 'tiered', 'summarize', 'sliding' "
+        "or 'off', got 'sometimes'\n"
+    )
+    assert completed.stdout == ""
+
+
+def test_project_root_is_the_nearest_marked_ancestor(tmp_path: Path) -> None:
+    (tmp_path / "repo" / ".git").mkdir(parents=True)
+    nested = tmp_path / "repo" / "src" / "pkg"
+    nested.mkdir(parents=True)
+    assert find_project_root(nested) == (tmp_path / "repo").resolve()
+    assert find_project_root(tmp_path) == tmp_path.resolve()

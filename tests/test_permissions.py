@@ -1,0 +1,152 @@
+"""The permission policy over the harness tools, per mode, on a real agent driven by FunctionModel."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic_ai import Agent
+from pydantic_ai.models import Model
+from pydantic_ai.messages import ToolCallPart
+
+from code_puppy.agents.builder import build_pydantic_agent
+from code_puppy.agents.permissions import PermissionPolicy, allowed_by_list
+from code_puppy.config import PermissionMode, Settings
+from tests.scripted_model import scripted, tool_returns
+
+
+@pytest.mark.parametrize(
+    ("command", "allowed"),
+    [
+        ("pytest -q", True),
+        ("git status", True),
+        ("git  status", True),
+        ("git status --short", False),
+        ("git diff --stat", True),
+        ("ls && git status", False),
+        ("pytest -q && git diff", True),
+        ("pytest -q; rm -rf x", False),
+        ("pytest | tee out", False),
+        ("pytest > out.txt", False),
+        ("pytest $(rm -rf x)", False),
+        ("pytest `rm -rf x`", False),
+        ("pytest &", False),
+        ("(pytest)", False),
+        ("pytest\nrm -rf x", False),
+        ("", False),
+    ],
+)
+def test_allow_list_matches_every_segment(command: str, allowed: bool) -> None:
+    assert allowed_by_list(command, ["pytest*", "git status", "git diff*"]) is allowed
+
+
+@pytest.mark.parametrize(
+    ("mode", "interactive", "tool", "args", "decision"),
+    [
+        ("ask", False, "read_file", {"path": "a"}, "allow"),
+        ("ask", False, "write_file", {"path": "a"}, "ask"),
+        ("ask", False, "shell", {"command": "pytest"}, "allow"),
+        ("ask", False, "shell", {"command": "make"}, "ask"),
+        ("ask", True, "some_plugin_tool", {}, "ask"),
+        ("accept-edits", False, "edit_file", {"path": "src/a.py"}, "allow"),
+        ("accept-edits", False, "edit_file", {"path": "../outside.py"}, "deny"),
+        ("accept-edits", False, "write_file", {"path": "/etc/passwd"}, "deny"),
+        ("accept-edits", False, "shell", {"command": "make"}, "deny"),
+        ("accept-edits", False, "shell", {"command": "pytest -x"}, "allow"),
+        ("yolo", False, "shell", {"command": "rm -rf build"}, "allow"),
+        ("yolo", False, "write_file", {"path": "../x"}, "deny"),
+        ("read-only", False, "write_file", {"path": "a"}, "deny"),
+        ("read-only", False, "shell", {"command": "pytest"}, "deny"),
+        ("read-only", False, "grep", {"pattern": "x"}, "allow"),
+    ],
+)
+def test_decision_table(
+    tmp_path: Path, mode: PermissionMode, interactive: bool, tool: str, args: dict[str, Any], decision: str
+) -> None:
+    policy = PermissionPolicy(tmp_path.resolve(), mode=mode, allow=["pytest*"], interactive=interactive)
+    assert policy.decide(tool, args)[0] == decision
+
+
+def agent_for(project: Path, model: Model, mode: PermissionMode, **kwargs: Any) -> Agent[None, str]:
+    return build_pydantic_agent(Settings(), model=model, project_root=project, permission_mode=mode, **kwargs)
+
+
+async def test_headless_ask_denies_edits_and_the_model_is_told_why(project: Path) -> None:
+    script = scripted(
+        [ToolCallPart("write_file", {"path": "new.txt", "content": "x"}, tool_call_id="w1")],
+        [ToolCallPart("write_file", {"path": "new.txt", "content": "x"}, tool_call_id="w2")],
+        "I could not write the file.",
+    )
+    result = await agent_for(project, script.model, "ask").run("write new.txt")
+    returns = tool_returns(result.all_messages())
+    assert [(name, outcome) for name, outcome, _ in returns] == [("write_file", "denied"), ("write_file", "denied")]
+    assert "needs the user's approval in 'ask' mode and this run is non-interactive" in returns[0][2]
+    assert result.output == "I could not write the file."
+    assert not (project / "new.txt").exists()
+
+
+async def test_accept_edits_writes_inside_and_denies_outside(project: Path) -> None:
+    script = scripted(
+        [
+            ToolCallPart("write_file", {"path": "inside.txt", "content": "in"}, tool_call_id="a"),
+            ToolCallPart("write_file", {"path": "../outside.txt", "content": "out"}, tool_call_id="b"),
+            ToolCallPart("shell", {"command": "touch made-by-shell"}, tool_call_id="c"),
+        ],
+        "done",
+    )
+    result = await agent_for(project, script.model, "accept-edits").run("go")
+    outcomes = {name + ":" + outcome for name, outcome, _ in tool_returns(result.all_messages())}
+    assert outcomes == {"write_file:success", "write_file:denied", "shell:denied"}
+    assert (project / "inside.txt").read_text() == "in"
+    assert not (project.parent / "outside.txt").exists()
+    assert not (project / "made-by-shell").exists()
+
+
+async def test_allow_list_lets_a_headless_command_run(project: Path) -> None:
+    script = scripted([ToolCallPart("shell", {"command": "touch ok.txt"}, tool_call_id="s")], "ran")
+    await agent_for(project, script.model, "ask", allow=("touch ok.txt",)).run("go")
+    assert (project / "ok.txt").exists()
+
+
+async def test_yolo_runs_commands(project: Path) -> None:
+    script = scripted([ToolCallPart("shell", {"command": "echo hi > yolo.txt"}, tool_call_id="s")], "ran")
+    await agent_for(project, script.model, "yolo").run("go")
+    assert (project / "yolo.txt").read_text() == "hi\n"
+
+
+async def test_read_only_offers_no_editing_or_shell_tools(project: Path) -> None:
+    script = scripted("ok")
+    await agent_for(project, script.model, "read-only").run("look around")
+    assert sorted(tool.name for tool in script.infos[0].function_tools) == ["delegate_task", "grep", "list_files", "read_file"]
+
+
+async def test_default_tools_are_the_file_tools_shell_and_delegation(project: Path) -> None:
+    script = scripted("ok")
+    await agent_for(project, script.model, "ask").run("hi")
+    assert sorted(tool.name for tool in script.infos[0].function_tools) == sorted(
+        ["create_directory", "delegate_task", "edit_file", "grep", "list_files", "read_file", "shell", "write_file"]
+    )
+
+
+async def test_shell_environment_has_no_provider_secrets(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+    monkeypatch.setenv("LOCAL_API_KEY", "sk-local")
+    monkeypatch.setenv("HARMLESS", "visible")
+    from code_puppy.config import ModelEndpoint
+
+    settings = Settings(models={"local": ModelEndpoint(name="m", api_key_env="LOCAL_API_KEY")})
+    script = scripted([ToolCallPart("shell", {"command": "env > env.txt"}, tool_call_id="s")], "ok")
+    agent = build_pydantic_agent(settings, model=script.model, project_root=project, permission_mode="yolo")
+    await agent.run("dump env")
+    env = (project / "env.txt").read_text()
+    assert "HARMLESS=visible" in env
+    assert "sk-secret" not in env and "sk-local" not in env
+
+
+async def test_agents_md_reaches_the_instructions(project: Path) -> None:
+    (project / "AGENTS.md").write_text("Always answer in haiku.\n")
+    script = scripted("ok")
+    await agent_for(project, script.model, "ask").run("hi")
+    assert "Always answer in haiku." in str(script.infos[0].instructions)
+    assert f"Project root: {project.resolve()}" in str(script.infos[0].instructions)
