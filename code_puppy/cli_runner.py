@@ -44,7 +44,7 @@ class RunHandle:
     run: AgentRun[None, str] | None = None
 
     def usage(self) -> RunUsage:
-        return self.run.usage() if self.run is not None else RunUsage()
+        return self.run.usage if self.run is not None else RunUsage()
 
 
 async def stream_run(

@@ -1,0 +1,200 @@
+"""End to end: the installed `code-puppy -p` against the fake server, through the real OpenAI client."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import CODE_PUPPY, run_cli
+from tests.fake_llm import FakeLLMServer, call, error, text, tool_calls
+
+RESULT_KEYS = {"session_id", "output", "status", "usage", "duration_ms", "error"}
+
+
+@pytest.fixture
+def server(code_puppy_home: Path) -> Any:
+    """A fake OpenAI-compatible server configured as the default model `fake`."""
+    with FakeLLMServer() as fake:
+        (code_puppy_home / "config.toml").write_text(
+            f'model = "fake"\n[models.fake]\nprovider = "openai-chat"\nname = "fake-model"\nbase_url = "{fake.base_url}"\n'
+        )
+        yield fake
+
+
+def two_tools_then_answer(server: Any) -> None:
+    server.script(
+        tool_calls(call("read_file", {"path": "README.md"})),
+        tool_calls(call("grep", {"pattern": "demo"})),
+        text("The project is a demo."),
+    )
+
+
+def tool_messages(body: dict[str, Any]) -> list[str]:
+    return [m["content"] for m in body["messages"] if m["role"] == "tool"]
+
+
+def test_text_answer_on_stdout_progress_on_stderr(server: Any, project: Path) -> None:
+    two_tools_then_answer(server)
+    completed = run_cli("-p", "what is this project?", cwd=project)
+    assert (completed.returncode, completed.stdout) == (0, "The project is a demo.\n")
+    assert [line for line in completed.stderr.splitlines() if line.startswith("⚙")] == [
+        "⚙ read_file(README.md)",
+        "⚙ grep(demo)",
+    ]
+    assert len(server.requests) == 3
+    assert "# demo project" in tool_messages(server.requests[1].body)[0]
+    assert "README.md" in tool_messages(server.requests[2].body)[1]
+
+
+def test_json_output_has_the_documented_keys(server: Any, project: Path) -> None:
+    two_tools_then_answer(server)
+    completed = run_cli("-p", "what is this project?", "--output-format", "json", cwd=project)
+    assert completed.returncode == 0
+    result = json.loads(completed.stdout)
+    assert set(result) == RESULT_KEYS
+    assert (result["output"], result["status"], result["error"]) == ("The project is a demo.", "success", None)
+    assert result["usage"]["requests"] == 3
+    assert result["usage"]["input_tokens"] > 0 and result["usage"]["output_tokens"] > 0
+    assert isinstance(result["duration_ms"], int) and len(result["session_id"]) >= 32
+
+
+def test_stream_json_is_session_events_result(server: Any, project: Path) -> None:
+    two_tools_then_answer(server)
+    completed = run_cli("-p", "what is this project?", "--output-format", "stream-json", cwd=project)
+    assert completed.returncode == 0
+    events = [json.loads(line) for line in completed.stdout.splitlines()]
+    assert events[0]["type"] == "session"
+    assert events[-1]["type"] == "result" and set(events[-1]) == RESULT_KEYS | {"type"}
+    assert events[-1]["session_id"] == events[0]["session_id"]
+    calls = [(e["tool_name"], e["args"]) for e in events if e["type"] == "tool_call"]
+    assert calls == [("read_file", {"path": "README.md"}), ("grep", {"pattern": "demo"})]
+    results = [(e["tool_name"], e["outcome"]) for e in events if e["type"] == "tool_result"]
+    assert results == [("read_file", "success"), ("grep", "success")]
+    assert "".join(e["text"] for e in events if e["type"] == "text_delta") == "The project is a demo."
+    assert events[-1]["output"] == "The project is a demo."
+
+
+def test_prompt_from_stdin_with_dash(server: Any, project: Path) -> None:
+    server.script(text("ok"))
+    completed = run_cli("-p", "-", cwd=project, input="summarise the repo\n")
+    assert completed.returncode == 0
+    assert server.requests[0].body["messages"][-1] == {"role": "user", "content": "summarise the repo"}
+
+
+def test_piped_stdin_alone_is_the_prompt(server: Any, project: Path) -> None:
+    server.script(text("ok"))
+    completed = run_cli(cwd=project, input="what is 2+2?")
+    assert (completed.returncode, completed.stdout) == (0, "ok\n")
+    assert server.requests[0].body["messages"][-1]["content"] == "what is 2+2?"
+
+
+def test_piped_stdin_with_prompt_is_appended_as_context(server: Any, project: Path) -> None:
+    server.script(text("looks fine"))
+    completed = run_cli("-p", "review this diff", cwd=project, input="+added line\n")
+    assert completed.returncode == 0
+    assert server.requests[0].body["messages"][-1]["content"] == "review this diff\n\n<stdin>\n+added line\n</stdin>"
+
+
+def test_empty_prompt_is_a_usage_error(server: Any, project: Path) -> None:
+    completed = run_cli("-p", "  ", cwd=project)
+    assert (completed.returncode, completed.stderr) == (2, "code-puppy: error: the prompt is empty\n")
+    assert server.requests == []
+
+
+def test_provider_error_after_retries_is_one_line_exit_1(server: Any, project: Path) -> None:
+    server.script(*[error(500, "upstream exploded") for _ in range(3)])
+    completed = run_cli("-p", "hi", cwd=project)
+    assert completed.returncode == 1
+    assert completed.stdout == ""
+    assert completed.stderr.startswith("code-puppy: run failed: ")
+    assert "500" in completed.stderr and "upstream exploded" in completed.stderr
+    assert "Traceback" not in completed.stderr and completed.stderr.count("\n") == 1
+    assert len(server.requests) == 3  # the OpenAI client's two retries, then the error
+
+
+def test_connection_refused_is_one_line_exit_1(code_puppy_home: Path, project: Path) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    (code_puppy_home / "config.toml").write_text(
+        f'[models.gone]\nname = "m"\nbase_url = "http://127.0.0.1:{port}/v1"\n'
+    )
+    completed = run_cli("-p", "hi", "-m", "gone", cwd=project)
+    assert completed.returncode == 1
+    assert completed.stderr.startswith("code-puppy: run failed: ") and completed.stderr.count("\n") == 1
+    assert "onnection" in completed.stderr
+
+
+def test_a_tool_that_keeps_failing_ends_the_run_exit_1(server: Any, project: Path) -> None:
+    server.script(*[tool_calls(call("read_file", {"path": "missing.txt"})) for _ in range(4)])
+    completed = run_cli("-p", "read missing.txt", cwd=project)
+    assert completed.returncode == 1
+    assert completed.stderr.splitlines()[-1] == (
+        "code-puppy: run failed: Tool 'read_file' exceeded max retries count of 3. Consider raising the retry "
+        "limit, or see the docs on tool retries: https://pydantic.dev/docs/ai/tools-toolsets/tools-advanced/#tool-retries"
+    )
+
+
+def test_max_requests_stops_with_exit_3(server: Any, project: Path) -> None:
+    server.script(tool_calls(call("read_file", {"path": "README.md"})), text("never reached"))
+    completed = run_cli("-p", "go", "--max-requests", "1", "--output-format", "json", cwd=project)
+    assert completed.returncode == 3
+    result = json.loads(completed.stdout)
+    assert (result["status"], result["output"]) == ("limit", None)
+    assert result["error"].startswith("stopped by a limit: ")
+    assert len(server.requests) == 1
+
+
+def test_openai_base_url_route_with_openai_chat_model_string(code_puppy_home: Path, project: Path) -> None:
+    with FakeLLMServer() as fake:
+        fake.script(text("via env"))
+        completed = run_cli(
+            "-p",
+            "hi",
+            "-m",
+            "openai-chat:fake-model",
+            env={"OPENAI_BASE_URL": fake.base_url, "OPENAI_API_KEY": "sk-test"},
+            cwd=project,
+        )
+    assert (completed.returncode, completed.stdout) == (0, "via env\n")
+
+
+@pytest.mark.parametrize(
+    ("signum", "code", "status"), [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")]
+)
+def test_signals_during_a_run(server: Any, project: Path, signum: int, code: int, status: str) -> None:
+    server.script(text("too late", delay=30))
+    process = subprocess.Popen(
+        [str(CODE_PUPPY), "-p", "hi", "--output-format", "json"],
+        cwd=project,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 20
+    while not server.requests and time.monotonic() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signum)
+    stdout, stderr = process.communicate(timeout=20)
+    assert process.returncode == code, stderr
+    assert json.loads(stdout)["status"] == status
+    assert "Traceback" not in stderr
+
+
+def test_rg_is_found_when_run_by_absolute_path_from_an_inactive_venv(server: Any, project: Path) -> None:
+    server.script(tool_calls(call("list_files", {})), text("listed"))
+    bare_path = os.pathsep.join(p for p in ("/usr/bin", "/bin") if Path(p).is_dir())
+    completed = run_cli("-p", "list files", "--output-format", "stream-json", cwd=project, env={"PATH": bare_path})
+    assert completed.returncode == 0, completed.stderr
+    results = [json.loads(line) for line in completed.stdout.splitlines() if '"tool_result"' in line]
+    assert results[0]["outcome"] == "success"
+    assert "README.md" in results[0]["content"]
