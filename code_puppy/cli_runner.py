@@ -96,7 +96,8 @@ async def _headless(agent: Agent[None, str], prompt: str, sink: EventSink, limit
     run_task = asyncio.create_task(stream_run(agent, prompt, sink, handle=handle, usage_limits=limits))
     stopped_by: list[Status] = []
     loop = asyncio.get_running_loop()
-    for signum, status in ((signal.SIGINT, "interrupted"), (signal.SIGTERM, "terminated")):
+    stops: tuple[tuple[int, Status], ...] = ((signal.SIGINT, "interrupted"), (signal.SIGTERM, "terminated"))
+    for signum, status in stops:
         loop.add_signal_handler(signum, _stop, run_task, stopped_by, status)
     result: AgentRunResult[str] | None = None
     error: BaseException | None = None

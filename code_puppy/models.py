@@ -53,7 +53,7 @@ def choose_model_name(settings: Settings, flag: str | None) -> str:
     if not name:
         raise ConfigError(
             "no model chosen: pass -m MODEL (e.g. -m anthropic:claude-sonnet-4-5), "
-            "set CODE_PUPPY_MODEL, or set model = \"...\" in config.toml"
+            'set CODE_PUPPY_MODEL, or set model = "..." in config.toml'
         )
     return name
 
@@ -88,12 +88,14 @@ def resolve_model(settings: Settings, name: str) -> Model:
 
 
 def _endpoint_model(name: str, endpoint: ModelEndpoint) -> Model:
+    from pydantic_ai.profiles import ModelProfile
+
     api_key = PLACEHOLDER_API_KEY
     if endpoint.api_key_env:
         api_key = os.environ.get(endpoint.api_key_env, "")
         if not api_key:
             raise ConfigError(f"model '{name}' needs an API key: set {endpoint.api_key_env}")
-    profile = {"context_window": endpoint.context_window} if endpoint.context_window else None
+    profile = ModelProfile(context_window=endpoint.context_window) if endpoint.context_window else None
     if endpoint.provider == "anthropic":
         from pydantic_ai.models.anthropic import AnthropicModel
         from pydantic_ai.providers.anthropic import AnthropicProvider

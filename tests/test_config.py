@@ -6,7 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from code_puppy.config import ConfigError, ModelEndpoint, Settings, config_dir, data_dir, find_project_root, load_settings
+from code_puppy.config import (
+    ConfigError,
+    ModelEndpoint,
+    Settings,
+    config_dir,
+    data_dir,
+    find_project_root,
+    load_settings,
+)
 from tests.conftest import run_cli
 
 
@@ -69,7 +77,10 @@ def test_error_names_the_project_file_that_set_the_bad_key(code_puppy_home: Path
     path = write(project / ".code-puppy" / "config.toml", "[permissions]\nmode = 42\n")
     with pytest.raises(ConfigError) as caught:
         load_settings(project)
-    assert str(caught.value) == f"{path}: 'permissions.mode': input should be 'ask', 'accept-edits', 'yolo' or 'read-only', got 42"
+    assert (
+        str(caught.value)
+        == f"{path}: 'permissions.mode': input should be 'ask', 'accept-edits', 'yolo' or 'read-only', got 42"
+    )
 
 
 def test_bad_config_on_the_command_line_is_one_line_exit_2(code_puppy_home: Path, project: Path) -> None:

@@ -24,7 +24,7 @@ def server(code_puppy_home: Path) -> Any:
     """A fake OpenAI-compatible server configured as the default model `fake`."""
     with FakeLLMServer() as fake:
         (code_puppy_home / "config.toml").write_text(
-            f'model = "fake"\n[models.fake]\nprovider = "openai-chat"\nname = "fake-model"\nbase_url = "{fake.base_url}"\n'
+            f'model = "fake"\n[models.fake]\nname = "fake-model"\nbase_url = "{fake.base_url}"\n'
         )
         yield fake
 

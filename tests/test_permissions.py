@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 from pydantic_ai import Agent
-from pydantic_ai.models import Model
 from pydantic_ai.messages import ToolCallPart
+from pydantic_ai.models import Model
 
 from code_puppy.agents.builder import build_pydantic_agent
 from code_puppy.agents.permissions import PermissionPolicy, allowed_by_list
@@ -118,7 +118,12 @@ async def test_yolo_runs_commands(project: Path) -> None:
 async def test_read_only_offers_no_editing_or_shell_tools(project: Path) -> None:
     script = scripted("ok")
     await agent_for(project, script.model, "read-only").run("look around")
-    assert sorted(tool.name for tool in script.infos[0].function_tools) == ["delegate_task", "grep", "list_files", "read_file"]
+    assert sorted(tool.name for tool in script.infos[0].function_tools) == [
+        "delegate_task",
+        "grep",
+        "list_files",
+        "read_file",
+    ]
 
 
 async def test_default_tools_are_the_file_tools_shell_and_delegation(project: Path) -> None:

@@ -73,7 +73,9 @@ class PermissionPolicy(AbstractCapability[Any]):
         if self.mode == "yolo":
             return "Permission mode: yolo. File changes and commands run without asking."
         if self.mode == "accept-edits":
-            return "Permission mode: accept-edits. File changes inside the project run; commands run only if allow-listed."
+            return (
+                "Permission mode: accept-edits. File changes inside the project run; commands run only if allow-listed."
+            )
         if self.interactive:
             return "Permission mode: ask. File changes and commands outside the allow-list ask the user first."
         return (
@@ -129,7 +131,10 @@ class PermissionPolicy(AbstractCapability[Any]):
         if tool_name in EDIT_TOOL_NAMES and self.mode == "accept-edits":
             return "allow", ""
         if self.mode == "accept-edits":
-            return "deny", f"`{tool_name}` is not a file edit, and accept-edits mode only allows edits. Do not retry it."
+            return (
+                "deny",
+                f"`{tool_name}` is not a file edit, and accept-edits mode only allows edits. Do not retry it.",
+            )
         return "ask", ""
 
     def scope(self, tool_name: str, args: dict[str, Any]) -> str:
