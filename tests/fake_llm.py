@@ -18,7 +18,6 @@ import itertools
 import json
 import math
 import re
-import socket
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -101,7 +100,7 @@ def step_from_json(data: dict[str, Any]) -> Step:
         case {"tool_calls": list(calls)}:
             return ToolCalls(tuple(ToolCall(c["name"], c.get("args", {}), c.get("id")) for c in calls), **timing)
         case {"error": int(status)}:
-            return Error(status, data.get("message", "fake server error"), **timing)
+            return Error(status, data.get("message", "fake server error"), data.get("delay", 0.0))
     raise ValueError(f"unknown script step: {data!r}")
 
 
@@ -118,20 +117,22 @@ class RecordedRequest:
 
 @dataclass
 class _Turn:
-    """One scripted reply to render: the step plus what the protocol needs from the request."""
+    """A scripted answer to one request: text, or tool calls with their ids settled."""
 
-    step: Text | ToolCalls
-    request: RecordedRequest
     index: int
+    request: RecordedRequest
+    text: str | None
+    calls: list[ToolCall]
+
+    @classmethod
+    def of(cls, index: int, request: RecordedRequest, step: Text | ToolCalls) -> _Turn:
+        if isinstance(step, Text):
+            return cls(index, request, step.content, [])
+        return cls(index, request, None, [replace(c, id=c.id or f"call_{index}_{i}") for i, c in enumerate(step.calls)])
 
     @property
     def model(self) -> str:
         return self.request.body.get("model", "fake-model")
-
-    @property
-    def calls(self) -> list[ToolCall]:
-        assert isinstance(self.step, ToolCalls)
-        return [replace(c, id=c.id or f"call_{self.index}_{i}") for i, c in enumerate(self.step.calls)]
 
 
 def _output_tokens(step: Text | ToolCalls) -> int:
@@ -173,45 +174,34 @@ def _chat_usage(turn: _Turn) -> dict[str, int]:
 
 
 def _chat_response(turn: _Turn) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": None}
-    if isinstance(turn.step, Text):
-        message["content"] = turn.step.content
-    else:
+    message: dict[str, Any] = {"role": "assistant", "content": turn.text}
+    if turn.calls:
         message["tool_calls"] = [
             {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.args)}}
             for c in turn.calls
         ]
-    finish_reason = "stop" if isinstance(turn.step, Text) else "tool_calls"
-    choice = {"index": 0, "message": message, "finish_reason": finish_reason, "logprobs": None}
-    return {
-        "id": f"chatcmpl-{turn.index}",
-        "object": "chat.completion",
-        "created": CREATED,
-        "model": turn.model,
-        "choices": [choice],
-        "usage": _chat_usage(turn),
-    }
+    choice = dict(index=0, message=message, finish_reason="tool_calls" if turn.calls else "stop", logprobs=None)
+    base = dict(id=f"chatcmpl-{turn.index}", object="chat.completion", created=CREATED, model=turn.model)
+    return base | {"choices": [choice], "usage": _chat_usage(turn)}
 
 
 def _chat_events(turn: _Turn) -> Iterator[bytes]:
-    base = {"id": f"chatcmpl-{turn.index}", "object": "chat.completion.chunk", "created": CREATED, "model": turn.model}
+    base = dict(id=f"chatcmpl-{turn.index}", object="chat.completion.chunk", created=CREATED, model=turn.model)
 
     def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
-        return _sse({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}]})
+        return _sse(base | {"choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}]})
 
     yield chunk({"role": "assistant", "content": ""})
-    if isinstance(turn.step, Text):
-        for piece in _pieces(turn.step.content):
-            yield chunk({"content": piece})
-    else:
-        for i, c in enumerate(turn.calls):
-            function = {"name": c.name, "arguments": ""}
-            yield chunk({"tool_calls": [{"index": i, "id": c.id, "type": "function", "function": function}]})
-            for piece in _pieces(json.dumps(c.args)):
-                yield chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]})
-    yield chunk({}, "stop" if isinstance(turn.step, Text) else "tool_calls")
+    for piece in _pieces(turn.text or ""):
+        yield chunk({"content": piece})
+    for i, c in enumerate(turn.calls):
+        function = {"name": c.name, "arguments": ""}
+        yield chunk({"tool_calls": [{"index": i, "id": c.id, "type": "function", "function": function}]})
+        for piece in _pieces(json.dumps(c.args)):
+            yield chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]})
+    yield chunk({}, "tool_calls" if turn.calls else "stop")
     if (turn.request.body.get("stream_options") or {}).get("include_usage"):
-        yield _sse({**base, "choices": [], "usage": _chat_usage(turn)})
+        yield _sse(base | {"choices": [], "usage": _chat_usage(turn)})
     yield _sse("[DONE]")
 
 
@@ -219,11 +209,11 @@ def _chat_events(turn: _Turn) -> Iterator[bytes]:
 
 
 def _responses_output(turn: _Turn) -> list[dict[str, Any]]:
-    if isinstance(turn.step, Text):
-        content = {"type": "output_text", "text": turn.step.content, "annotations": [], "logprobs": []}
-        return [{"type": "message", "id": f"msg_{turn.index}", "role": "assistant", "status": "completed", "content": [content]}]
+    if turn.text is not None:
+        content = dict(type="output_text", text=turn.text, annotations=[], logprobs=[])
+        return [dict(type="message", id=f"msg_{turn.index}", role="assistant", status="completed", content=[content])]
     return [
-        {"type": "function_call", "id": f"fc_{c.id}", "call_id": c.id, "name": c.name, "arguments": json.dumps(c.args)}
+        dict(type="function_call", id=f"fc_{c.id}", call_id=c.id, name=c.name, arguments=json.dumps(c.args))
         | {"status": "completed"}
         for c in turn.calls
     ]
@@ -231,27 +221,27 @@ def _responses_output(turn: _Turn) -> list[dict[str, Any]]:
 
 def _responses_response(turn: _Turn, *, done: bool = True) -> dict[str, Any]:
     i, o = turn.request.input_tokens, turn.request.output_tokens
-    usage = {
-        "input_tokens": i,
-        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
-        "output_tokens": o,
-        "output_tokens_details": {"reasoning_tokens": 0},
-        "total_tokens": i + o,
-    }
-    return {
-        "id": f"resp_{turn.index}",
-        "object": "response",
-        "created_at": CREATED,
-        "status": "completed" if done else "in_progress",
-        "model": turn.model,
-        "output": _responses_output(turn) if done else [],
-        "parallel_tool_calls": True,
-        "tool_choice": "auto",
-        "tools": [],
-        "error": None,
-        "incomplete_details": None,
-        "usage": usage if done else None,
-    }
+    usage = dict(
+        input_tokens=i,
+        input_tokens_details={"cached_tokens": 0, "cache_write_tokens": 0},
+        output_tokens=o,
+        output_tokens_details={"reasoning_tokens": 0},
+        total_tokens=i + o,
+    )
+    return dict(
+        id=f"resp_{turn.index}",
+        object="response",
+        created_at=CREATED,
+        model=turn.model,
+        status="completed" if done else "in_progress",
+        output=_responses_output(turn) if done else [],
+        usage=usage if done else None,
+        parallel_tool_calls=True,
+        tool_choice="auto",
+        tools=[],
+        error=None,
+        incomplete_details=None,
+    )
 
 
 def _responses_events(turn: _Turn) -> Iterator[bytes]:
@@ -262,10 +252,11 @@ def _responses_events(turn: _Turn) -> Iterator[bytes]:
 
     yield event("response.created", response=_responses_response(turn, done=False))
     for index, item in enumerate(_responses_output(turn)):
+        started = item | {"status": "in_progress"}
         if item["type"] == "message":
             part = item["content"][0]
             ids = {"item_id": item["id"], "output_index": index, "content_index": 0}
-            yield event("response.output_item.added", output_index=index, item=item | {"status": "in_progress", "content": []})
+            yield event("response.output_item.added", output_index=index, item=started | {"content": []})
             yield event("response.content_part.added", **ids, part=part | {"text": ""})
             for piece in _pieces(part["text"]):
                 yield event("response.output_text.delta", **ids, delta=piece, logprobs=[])
@@ -273,7 +264,7 @@ def _responses_events(turn: _Turn) -> Iterator[bytes]:
             yield event("response.content_part.done", **ids, part=part)
         else:
             ids = {"item_id": item["id"], "output_index": index}
-            yield event("response.output_item.added", output_index=index, item=item | {"status": "in_progress", "arguments": ""})
+            yield event("response.output_item.added", output_index=index, item=started | {"arguments": ""})
             for piece in _pieces(item["arguments"]):
                 yield event("response.function_call_arguments.delta", **ids, delta=piece)
             yield event("response.function_call_arguments.done", **ids, name=item["name"], arguments=item["arguments"])
@@ -289,20 +280,20 @@ def _anthropic_error(status: int, message: str) -> dict[str, Any]:
 
 
 def _messages_response(turn: _Turn) -> dict[str, Any]:
-    if isinstance(turn.step, Text):
-        content = [{"type": "text", "text": turn.step.content, "citations": None}]
-    else:
-        content = [{"type": "tool_use", "id": c.id, "name": c.name, "input": c.args} for c in turn.calls]
-    return {
-        "id": f"msg_{turn.index}",
-        "type": "message",
-        "role": "assistant",
-        "model": turn.model,
-        "content": content,
-        "stop_reason": "end_turn" if isinstance(turn.step, Text) else "tool_use",
-        "stop_sequence": None,
-        "usage": {"input_tokens": turn.request.input_tokens, "output_tokens": turn.request.output_tokens},
-    }
+    content = [dict(type="tool_use", id=c.id, name=c.name, input=c.args) for c in turn.calls]
+    if turn.text is not None:
+        content = [dict(type="text", text=turn.text, citations=None)]
+    usage = {"input_tokens": turn.request.input_tokens, "output_tokens": turn.request.output_tokens}
+    return dict(
+        id=f"msg_{turn.index}",
+        type="message",
+        role="assistant",
+        model=turn.model,
+        content=content,
+        stop_reason="tool_use" if turn.calls else "end_turn",
+        stop_sequence=None,
+        usage=usage,
+    )
 
 
 def _messages_events(turn: _Turn) -> Iterator[bytes]:
@@ -353,7 +344,6 @@ class FakeLLMServer(ThreadingHTTPServer):
         self._steps = deque(steps)
         self._lock = threading.Lock()
         self._closing = threading.Event()
-        self._connections: set[socket.socket] = set()
 
     @property
     def base_url(self) -> str:
@@ -371,29 +361,14 @@ class FakeLLMServer(ThreadingHTTPServer):
             self._steps.extend(steps)
 
     def __enter__(self) -> Self:
-        threading.Thread(target=self.serve_forever, daemon=True).start()
+        # A short poll interval keeps shutdown, and so each test's teardown, fast.
+        threading.Thread(target=self.serve_forever, args=(0.01,), daemon=True).start()
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self._closing.set()
+        self._closing.set()  # ends delayed and hanging replies
         self.shutdown()
-        # Wakes handler threads blocked on idle keep-alive connections, so none outlive the server.
-        with self._lock:
-            connections = list(self._connections)
-        for connection in connections:
-            with contextlib.suppress(OSError):
-                connection.shutdown(socket.SHUT_RDWR)
         self.server_close()
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        with self._lock:
-            self._connections.add(request)
-        super().process_request(request, client_address)
-
-    def shutdown_request(self, request: Any) -> None:
-        with self._lock:
-            self._connections.discard(request)
-        super().shutdown_request(request)
 
     def _record(self, request: RecordedRequest) -> int:
         with self._lock:
@@ -411,13 +386,13 @@ class FakeLLMServer(ThreadingHTTPServer):
 
     def _pause(self, seconds: float) -> bool:
         """Sleep unless the server is closing; False means abandon the reply."""
-        if seconds <= 0:
-            return not self._closing.is_set()
         return not self._closing.wait(None if math.isinf(seconds) else seconds)
 
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # Without it, delayed ACKs add ~40ms to every request (headers and body are separate writes).
+    disable_nagle_algorithm = True
     server: FakeLLMServer
 
     def log_message(self, format: str, *args: Any) -> None:
@@ -443,7 +418,7 @@ class _Handler(BaseHTTPRequestHandler):
         if isinstance(step, Error):
             return self._send_json(step.status, protocol.error_body(step.status, step.message))
         request.output_tokens = _output_tokens(step)
-        turn = _Turn(step, request, index)
+        turn = _Turn.of(index, request, step)
         if not request.body.get("stream"):
             return self._send_json(200, protocol.response(turn))
         try:
