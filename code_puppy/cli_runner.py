@@ -93,7 +93,7 @@ async def _headless(agent: Agent[None, str], prompt: str, sink: EventSink, limit
     started = time.monotonic()
     sink.start(session_id)
     handle = RunHandle()
-    run_task = asyncio.create_task(stream_run(agent, prompt, sink, handle=handle, usage_limits=limits))
+    run_task = asyncio.create_task(_run_in(agent, prompt, sink, handle, limits))
     stopped_by: list[Status] = []
     loop = asyncio.get_running_loop()
     stops: tuple[tuple[int, Status], ...] = ((signal.SIGINT, "interrupted"), (signal.SIGTERM, "terminated"))
@@ -113,6 +113,13 @@ async def _headless(agent: Agent[None, str], prompt: str, sink: EventSink, limit
     outcome = finish_run(session_id, result, error, stopped_by, started, run_usage=handle.usage())
     sink.finish(outcome)
     return EXIT_CODES[outcome.status]
+
+
+async def _run_in(
+    agent: Agent[None, str], prompt: str, sink: EventSink, handle: RunHandle, limits: UsageLimits
+) -> AgentRunResult[str]:
+    async with agent:  # closes the provider's HTTP client when the run ends
+        return await stream_run(agent, prompt, sink, handle=handle, usage_limits=limits)
 
 
 def _stop(run_task: asyncio.Task[Any], stopped_by: list[Status], status: Status) -> None:

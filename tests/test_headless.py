@@ -198,3 +198,24 @@ def test_rg_is_found_when_run_by_absolute_path_from_an_inactive_venv(server: Any
     results = [json.loads(line) for line in completed.stdout.splitlines() if '"tool_result"' in line]
     assert results[0]["outcome"] == "success"
     assert "README.md" in results[0]["content"]
+
+
+def test_debug_shows_the_traceback_of_a_failed_run(server: Any, project: Path) -> None:
+    completed = run_cli("-p", "hi", "--debug", "-m", "foo:bar", cwd=project)
+    assert completed.returncode == 2
+    assert "Traceback (most recent call last)" in completed.stderr
+    assert completed.stderr.rstrip().splitlines()[-1].startswith("code-puppy: error: unknown provider 'foo'")
+
+
+def test_python_dash_m_runs_the_same_command(server: Any, project: Path) -> None:
+    import sys
+
+    server.script(text("module entry"))
+    completed = subprocess.run(
+        [sys.executable, "-m", "code_puppy", "-p", "hi"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
+    assert (completed.returncode, completed.stdout) == (0, "module entry\n")
