@@ -5,12 +5,17 @@ from __future__ import annotations
 import os
 import stat
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from types import ModuleType
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 
 from code_puppy import __version__
+
+if TYPE_CHECKING:
+    from code_puppy.sessions.store import SqliteConversationStore
 
 EXIT_USAGE = 2
 
@@ -87,6 +92,8 @@ def ensure_own_scripts_on_path() -> None:
 )
 @click.option("--allow", "allow", multiple=True, metavar="PATTERN", help="Allow a shell command pattern (repeatable).")
 @click.option("--max-requests", type=click.IntRange(min=1), metavar="N", help="Stop after N model requests (exit 3).")
+@click.option("-c", "--continue", "continue_last", is_flag=True, help="Continue the latest session of this project.")
+@click.option("-r", "--resume", metavar="ID", help="Resume a session by id or unique prefix.")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @click.version_option(__version__, "--version", prog_name="code-puppy")
 @click.pass_context
@@ -99,6 +106,8 @@ def cli(
     permission_mode: str | None,
     allow: tuple[str, ...],
     max_requests: int | None,
+    continue_last: bool,
+    resume: str | None,
     debug: bool,
 ) -> None:
     """code-puppy: a coding agent for the terminal.
@@ -107,13 +116,15 @@ def cli(
     """
     if ctx.invoked_subcommand is not None:
         return
+    if continue_last and resume:
+        fail("use either -c/--continue or -r/--resume, not both")
     text = _headless_prompt(prompt)
     if text is None:
         fail("the interactive chat is not built yet; run headless with -p PROMPT")
     ensure_own_scripts_on_path()
-    from code_puppy.config import ConfigError, find_project_root
+    from code_puppy.config import find_project_root
 
-    try:
+    def run() -> int:
         from code_puppy.cli_runner import HeadlessOptions, run_headless
 
         options = HeadlessOptions(
@@ -124,10 +135,89 @@ def cli(
             permission_mode=permission_mode,  # type: ignore[arg-type]  # click.Choice guarantees the literal
             allow=allow,
             max_requests=max_requests,
+            continue_last=continue_last,
+            resume=resume,
         )
-        code = run_headless(options)
+        return run_headless(options)
+
+    sys.exit(guarded(run))
+
+
+def guarded(action: Callable[[], int | None]) -> int:
+    """Run a command: a `ConfigError` is one line and exit 2, anything unexpected one line and exit 1."""
+    from code_puppy.config import ConfigError
+
+    try:
+        return action() or 0
     except ConfigError as exc:
         fail(str(exc))
-    except Exception as exc:  # the last line of defence: one line, never a traceback without --debug
+    except Exception as exc:  # the last line of defence: never a traceback without --debug
         fail(f"internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)", code=1)
-    sys.exit(code)
+
+
+@cli.group()
+def sessions() -> None:
+    """List, show, export and delete stored sessions."""
+
+
+@sessions.command("list")
+@click.option("--all", "all_projects", is_flag=True, help="Sessions of every project, not just this one.")
+def sessions_list(*, all_projects: bool) -> None:
+    """Sessions of this project (id, updated, messages, model, title), newest first."""
+
+    from code_puppy.config import find_project_root
+
+    project = None if all_projects else find_project_root(Path.cwd())
+    _with_store(lambda store: _commands().list_sessions(store, project, sys.stdout))
+
+
+@sessions.command("show")
+@click.argument("session_id", metavar="ID")
+def sessions_show(*, session_id: str) -> None:
+    """A readable transcript of a session."""
+    _with_store(lambda store: _commands().show_session(store, session_id, sys.stdout))
+
+
+@sessions.command("export")
+@click.argument("session_id", metavar="ID")
+def sessions_export(*, session_id: str) -> None:
+    """A session as JSON: its metadata and its messages (pydantic-ai's ModelMessagesTypeAdapter form)."""
+    _with_store(lambda store: _commands().export_session(store, session_id, sys.stdout))
+
+
+@sessions.command("delete")
+@click.argument("session_id", metavar="ID")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def sessions_delete(*, session_id: str, yes: bool) -> None:
+    """Delete a session and its messages."""
+
+    def action(store: SqliteConversationStore) -> None:
+        from code_puppy.sessions.session import find_session
+
+        info = find_session(store, session_id)
+        if not yes:
+            if not sys.stdin.isatty():
+                fail(f"not deleting session {info.id} without --yes: nobody can confirm (stdin is not a terminal)")
+            click.confirm(
+                f"Delete session {info.id} ({info.title or 'untitled'}, {info.message_count} messages)?", abort=True
+            )
+        store.sessions.delete(info.id)
+        click.echo(f"deleted session {info.id}")
+
+    _with_store(action)
+
+
+def _with_store(action: Callable[[SqliteConversationStore], object]) -> None:
+    def run() -> None:
+        from code_puppy.cli_runner import open_store
+
+        with open_store() as store:
+            action(store)
+
+    sys.exit(guarded(run))
+
+
+def _commands() -> ModuleType:
+    import code_puppy.sessions.commands
+
+    return code_puppy.sessions.commands

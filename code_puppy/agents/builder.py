@@ -18,9 +18,11 @@ from pydantic_ai_harness.shell import LLM_API_KEY_ENV_PATTERNS, MAX_FOREGROUND_W
 from pydantic_ai_harness.subagents import SubAgents
 from pydantic_ai_harness.tool_output_limits import Band, ToolOutputLimits, Truncate
 
+from code_puppy.agents.history_persistence import DurableHistory, HistoryPersistence
 from code_puppy.agents.instructions import build_instructions
 from code_puppy.agents.permissions import PermissionPolicy
 from code_puppy.config import PermissionMode, Settings
+from code_puppy.sessions.session import Session
 
 FILE_TOOLS = ("read_file", "write_file", "edit_file", "create_directory", "list_files", "grep")
 """The harness file tools offered; `create_directory` is included because `write_file` needs an existing parent."""
@@ -39,11 +41,13 @@ def build_pydantic_agent(
     allow: tuple[str, ...] = (),
     interactive: bool = False,
     shell_env: Mapping[str, str] | None = None,
+    session: DurableHistory | None = None,
 ) -> Agent[None, str]:
     """Assemble the agent: one capabilities list, outermost first.
 
     `permission_mode` and `allow` extend the config's `[permissions]`; `shell_env` is the environment the shell
-    tool starts commands with (secrets are stripped from it either way).
+    tool starts commands with (secrets are stripped from it either way); `session` is the durable history
+    successful runs are absorbed into (an in-memory session when none is given).
     """
     root = project_root.resolve()
     policy = PermissionPolicy(
@@ -76,6 +80,8 @@ def build_pydantic_agent(
             # Innermost safety net: a deferral nobody answers (headless, or a tool that defers by itself) is
             # denied with a reason instead of ending the run with DeferredToolRequests output.
             HandleDeferredToolCalls(handler=_deny_unanswered),
+            # The only after_run implementer, so its position is inert; it sits last as the run's final custodian.
+            HistoryPersistence(session if session is not None else Session.in_memory()),
         ],
         # A coding model often misses a path or an edit anchor twice in a row; pydantic-ai's default of one
         # retry would end the whole run there.

@@ -1,0 +1,92 @@
+"""History custody of the main conversation: `HistoryPersistence` (after_run) and `persist_result_history`.
+
+Every successful run of the main conversation reaches the durable history twice, by design (DESIGN §2):
+1. `HistoryPersistence.after_run`, inside the run, the moment the run commits its result;
+2. `persist_result_history`, called by every loop once the run has ended and `agent_run_end` observers ran.
+Both write `list(result.all_messages())` unconditionally; the store appends only what it lacks, so the second
+write costs a transaction and undoes any history change an observer made in between. Runs that do not succeed
+reach it through `persist_checkpoint`. No other code sets the durable history.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from pydantic_ai import RunContext
+from pydantic_ai.agent import AgentRunResult
+from pydantic_ai.capabilities import AbstractCapability, WrapRunHandler
+from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart, repair_messages
+from pydantic_ai.usage import RunUsage
+
+
+class DurableHistory(Protocol):
+    """The owner of the main conversation's history, which writes it through to storage."""
+
+    @property
+    def messages(self) -> list[ModelMessage]: ...
+
+    async def set_message_history(
+        self, messages: Sequence[ModelMessage], *, run_id: str | None = None, run_usage: RunUsage | None = None
+    ) -> None: ...
+
+
+_run_depth: ContextVar[int] = ContextVar("code_puppy.run_depth", default=0)
+"""How many runs of this agent enclose the current one: 1 for the main conversation, more for delegated runs."""
+
+
+@dataclass
+class HistoryPersistence(AbstractCapability[Any]):
+    """Absorbs each successful main-conversation run's complete transcript into the durable history, in `after_run`.
+
+    The trailing final response never passes through a `before_model_request` hook, so `after_run` is the first
+    moment the whole transcript exists. Runs nested inside the main run (the harness's `delegate_task` runs a fresh
+    run of this same agent) are out of scope: they never write into the main conversation.
+    `for_run` returns `self` because the main loop runs one turn at a time.
+    """
+
+    history: DurableHistory
+    """The durable history it writes to."""
+    last_result: AgentRunResult[Any] | None = field(default=None, init=False, repr=False)
+    """The result it last absorbed: the very object the caller receives."""
+
+    @classmethod
+    def get_serialization_name(cls) -> str | None:
+        return None  # it holds a live reference to the session
+
+    async def wrap_run(self, ctx: RunContext[Any], *, handler: WrapRunHandler) -> AgentRunResult[Any]:
+        token = _run_depth.set(_run_depth.get() + 1)
+        try:
+            return await handler()
+        finally:
+            _run_depth.reset(token)
+
+    async def after_run(self, ctx: RunContext[Any], *, result: AgentRunResult[Any]) -> AgentRunResult[Any]:
+        if _run_depth.get() == 1:
+            self.last_result = result
+            await _write(self.history, result)
+        return result
+
+
+async def persist_result_history(agent: DurableHistory, result: AgentRunResult[Any]) -> None:
+    """The one write-back every loop calls after a successful run: unconditional, and idempotent."""
+    await _write(agent, result)
+
+
+async def persist_checkpoint(
+    agent: DurableHistory, messages: Sequence[ModelMessage], *, prompt: str, run_id: str | None, usage: RunUsage
+) -> None:
+    """Keep what a cancelled or failed run completed, its prompt included, made runnable for the next turn.
+
+    Dangling tool calls get pydantic-ai's synthesized "interrupted" returns, so strict providers accept the
+    history; a run that failed before recording anything still keeps the prompt.
+    """
+    if not messages:
+        messages = [*agent.messages, ModelRequest(parts=[UserPromptPart(prompt)])]
+    await agent.set_message_history(repair_messages(messages), run_id=run_id, run_usage=usage)
+
+
+async def _write(agent: DurableHistory, result: AgentRunResult[Any]) -> None:
+    await agent.set_message_history(list(result.all_messages()), run_id=result.run_id, run_usage=result.usage)

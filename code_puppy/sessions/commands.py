@@ -1,0 +1,94 @@
+"""`code-puppy sessions list|show|export|delete`: what the command line shows of stored sessions."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import TextIO
+
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelResponse,
+    SystemPromptPart,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+
+from .catalog import SessionInfo
+from .session import find_session
+from .store import SqliteConversationStore
+
+
+def list_sessions(store: SqliteConversationStore, project_dir: Path | None, out: TextIO) -> None:
+    """One line per session, newest first: id, updated, messages, model, title."""
+    sessions = store.sessions.recent(project_dir)
+    if not sessions:
+        where = f" in {project_dir}" if project_dir is not None else ""
+        print(f"no sessions{where}", file=out)
+        return
+    print(f"{'ID':<10}{'UPDATED':<18}{'MSGS':>5}  {'MODEL':<28}TITLE", file=out)
+    for info in sessions:
+        updated = info.updated_at.astimezone().strftime("%Y-%m-%d %H:%M")
+        model = (info.model or "-")[:27]
+        print(
+            f"{info.id[:8]:<10}{updated:<18}{info.message_count:>5}  {model:<28}{info.title or '(untitled)'}", file=out
+        )
+
+
+def show_session(store: SqliteConversationStore, id_or_prefix: str, out: TextIO) -> None:
+    """A readable transcript: prompts, answers, and each tool call with the first line of its result."""
+    info = find_session(store, id_or_prefix)
+    conversation = asyncio.run(store.load(info.id))
+    print(f"session {info.id} · {info.project_dir} · {info.model or '-'} · {info.message_count} messages", file=out)
+    for line in transcript(conversation.messages if conversation is not None else []):
+        print(line, file=out)
+
+
+def transcript(messages: Sequence[ModelMessage]) -> list[str]:
+    lines: list[str] = []
+    for message in messages:
+        for part in message.parts:
+            if isinstance(message, ModelRequest) and isinstance(part, UserPromptPart):
+                content = part.content if isinstance(part.content, str) else " ".join(map(str, part.content))
+                lines += ["", "› " + content.replace("\n", "\n  ")]
+            elif isinstance(part, SystemPromptPart):
+                lines.append(f"[system] {part.content[:200]}")
+            elif isinstance(part, ToolReturnPart):
+                first = (part.model_response_str().strip().splitlines() or [""])[0]
+                outcome = "" if part.outcome == "success" else f"{part.outcome}: "
+                lines.append(f"  ↳ {outcome}{first[:120]}")
+            elif isinstance(message, ModelResponse) and isinstance(part, ToolCallPart):
+                lines.append(f"⚙ {part.tool_name}({part.args_as_json_str()[:120]})")
+            elif isinstance(part, TextPart) and part.content.strip():
+                lines += ["", part.content.strip()]
+            elif isinstance(part, ThinkingPart) and part.content.strip():
+                lines.append(f"(thinking) {part.content.strip()[:200]}")
+    return lines
+
+
+def export_session(store: SqliteConversationStore, id_or_prefix: str, out: TextIO) -> None:
+    """JSON: the session's metadata and its messages in pydantic-ai's `ModelMessagesTypeAdapter` form."""
+    info = find_session(store, id_or_prefix)
+    conversation = asyncio.run(store.load(info.id))
+    messages = conversation.messages if conversation is not None else []
+    document = {
+        "session": _metadata(info),
+        "messages": ModelMessagesTypeAdapter.dump_python(messages, mode="json"),
+    }
+    json.dump(document, out, indent=2)
+    out.write("\n")
+
+
+def _metadata(info: SessionInfo) -> dict[str, object]:
+    data = asdict(info)
+    data["created_at"] = info.created_at.isoformat()
+    data["updated_at"] = info.updated_at.isoformat()
+    return data

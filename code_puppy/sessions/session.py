@@ -1,0 +1,135 @@
+"""`Session`: the main conversation's durable history, written through to the store on every change."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from pydantic_ai import Conversation
+from pydantic_ai.conversation_store import ConversationConflict, ConversationStore, InMemoryConversationStore
+from pydantic_ai.messages import ModelMessage
+from pydantic_ai.usage import RunUsage
+
+from code_puppy.config import ConfigError
+
+from .catalog import SessionInfo
+from .store import SqliteConversationStore
+
+
+class SessionNotFound(LookupError):
+    """No session matches an id or prefix, or several do (the message lists them)."""
+
+
+class Session:
+    """One conversation of a project: its messages and usage, saved through a `ConversationStore`.
+
+    Setting the history saves it: the store appends the messages it lacks, and when the history was rewritten
+    (compaction, a history processor) the rewrite branches off and the old branch stays stored. A save that finds
+    the session changed by another process never overwrites it: the history goes to a new session instead, and
+    `notice` says so.
+    """
+
+    def __init__(self, store: ConversationStore, conversation: Conversation, *, model: str | None = None) -> None:
+        self.store = store
+        self.conversation = conversation
+        self.model = model
+        self.notice: str | None = None
+        """A one-line message for the user about the last save, e.g. a conflict that moved the session."""
+        self._stored_usage = conversation.usage
+        self._run_usage: dict[str, RunUsage] = {}
+
+    @property
+    def id(self) -> str:
+        return self.conversation.conversation_id
+
+    @property
+    def messages(self) -> list[ModelMessage]:
+        return list(self.conversation.messages)
+
+    @property
+    def usage(self) -> RunUsage:
+        """Usage over the session's life: what was stored when it was opened plus every run since."""
+        total = self._stored_usage
+        for usage in self._run_usage.values():
+            total = total + usage
+        return total
+
+    @classmethod
+    def in_memory(cls) -> Session:
+        """A session kept only in memory, for agents built without a session store."""
+        return cls(InMemoryConversationStore(), Conversation())
+
+    @classmethod
+    async def start(cls, store: SqliteConversationStore, project_dir: Path, *, model: str | None) -> Session:
+        """A new, empty session of `project_dir`; it is listed once its first save lands."""
+        info = store.sessions.create(project_dir, model=model)
+        return cls(store, Conversation(conversation_id=info.id), model=model)
+
+    @classmethod
+    async def resume(cls, store: SqliteConversationStore, info: SessionInfo, *, model: str | None) -> Session:
+        """Continue a stored session from its current history."""
+        conversation = await store.load(info.id) or Conversation(conversation_id=info.id)
+        if model is not None and model != info.model:
+            store.sessions.update(info.id, model=model)
+        return cls(store, conversation, model=model)
+
+    async def set_message_history(
+        self, messages: Sequence[ModelMessage], *, run_id: str | None = None, run_usage: RunUsage | None = None
+    ) -> None:
+        """Make `messages` the session's history and save it; a run's usage counts once however often it is set."""
+        if run_id is not None and run_usage is not None:
+            self._run_usage[run_id] = run_usage
+        self.conversation.messages = list(messages)
+        self.conversation.usage = self.usage
+        try:
+            await self.store.save(self.conversation)
+        except ConversationConflict:
+            await self._move_to_new_session()
+
+    async def _move_to_new_session(self) -> None:
+        old_id = self.id
+        catalog = self.store.sessions if isinstance(self.store, SqliteConversationStore) else None
+        if catalog is not None:
+            original = catalog.get(old_id)
+            project_dir = Path(original.project_dir) if original is not None else Path.cwd()
+            new_id = catalog.create(project_dir, model=self.model).id
+        else:
+            new_id = Conversation().conversation_id
+        self.conversation = Conversation(
+            messages=list(self.conversation.messages), usage=self.conversation.usage, conversation_id=new_id
+        )
+        await self.store.save(self.conversation)
+        self.notice = (
+            f"session {old_id[:8]} was changed by another code-puppy process since this one loaded it; "
+            f"nothing was overwritten: this conversation continues as session {new_id[:8]}"
+        )
+
+
+async def open_session(
+    store: SqliteConversationStore,
+    project_dir: Path,
+    *,
+    model: str | None,
+    continue_last: bool = False,
+    resume: str | None = None,
+) -> Session:
+    """A new session, the latest of `project_dir` (`-c`), or the one `resume` names by id or unique prefix (`-r`)."""
+    if resume is not None:
+        return await Session.resume(store, find_session(store, resume), model=model)
+    if continue_last:
+        latest = store.sessions.latest(project_dir)
+        if latest is None:
+            raise ConfigError(f"no session to continue in {project_dir}; start one without -c")
+        return await Session.resume(store, latest, model=model)
+    return await Session.start(store, project_dir, model=model)
+
+
+def find_session(store: SqliteConversationStore, id_or_prefix: str) -> SessionInfo:
+    """The one session `id_or_prefix` names; `ConfigError` (exit 2) when it names none or several."""
+    matches = store.sessions.find(id_or_prefix)
+    if not matches:
+        raise ConfigError(f"no session matches '{id_or_prefix}' (code-puppy sessions list --all shows them)")
+    if len(matches) > 1:
+        listed = ", ".join(f"{info.id} ({info.title or 'untitled'})" for info in matches[:10])
+        raise ConfigError(f"'{id_or_prefix}' matches {len(matches)} sessions: {listed}")
+    return matches[0]

@@ -1,0 +1,231 @@
+"""History custody: HistoryPersistence (after_run), persist_result_history, checkpoints; real agents and SQLite."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from pydantic_ai import Agent
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, UserPromptPart
+from pydantic_ai.models.test import TestModel
+from pydantic_ai.usage import RunUsage
+
+from code_puppy.agents.builder import build_pydantic_agent
+from code_puppy.agents.history_persistence import HistoryPersistence, persist_checkpoint, persist_result_history
+from code_puppy.config import Settings
+from code_puppy.sessions.session import Session
+from code_puppy.sessions.store import SqliteConversationStore
+from tests.scripted_model import scripted, tool_returns
+
+PACKAGE = Path(__file__).resolve().parents[2] / "code_puppy"
+
+
+class RecordingHistory:
+    """A durable history that records every write, for the seam tests."""
+
+    def __init__(self) -> None:
+        self.writes: list[list[ModelMessage]] = []
+
+    @property
+    def messages(self) -> list[ModelMessage]:
+        return list(self.writes[-1]) if self.writes else []
+
+    async def set_message_history(
+        self, messages: Sequence[ModelMessage], *, run_id: str | None = None, run_usage: RunUsage | None = None
+    ) -> None:
+        self.writes.append(list(messages))
+
+
+def texts(message: ModelMessage) -> list[str]:
+    return [str(getattr(part, "content", "")) for part in message.parts]
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> SqliteConversationStore:
+    with SqliteConversationStore(tmp_path / "sessions.db") as opened:
+        yield opened  # type: ignore[misc]
+
+
+async def test_after_run_gets_the_identical_result_the_caller_gets() -> None:
+    history = RecordingHistory()
+    persistence = HistoryPersistence(history)
+    agent = Agent(TestModel(custom_output_text="hi"), capabilities=[persistence])
+    result = await agent.run("hello")
+    assert persistence.last_result is result
+    assert history.writes == [result.all_messages()]
+    async with agent.iter("again", message_history=result.all_messages()) as run:
+        async for _ in run:
+            pass
+    assert persistence.last_result is run.result
+
+
+async def test_after_run_passes_the_result_through_unchanged() -> None:
+    history = RecordingHistory()
+    result = await Agent(TestModel(custom_output_text="out"), capabilities=[HistoryPersistence(history)]).run("x")
+    assert result.output == "out"
+    assert HistoryPersistence.get_serialization_name() is None
+
+
+async def test_a_failed_run_writes_nothing_through_after_run() -> None:
+    history = RecordingHistory()
+
+    def boom(messages: list[ModelMessage], info: object) -> ModelResponse:
+        raise RuntimeError("provider down")
+
+    from pydantic_ai.models.function import FunctionModel
+
+    with pytest.raises(RuntimeError):
+        await Agent(FunctionModel(boom), capabilities=[HistoryPersistence(history)]).run("x")
+    assert history.writes == []
+
+
+async def test_persist_result_history_overwrites_a_change_made_after_after_run() -> None:
+    """The seed's review: an agent_run_end observer's history change is clobbered by the turn-end write."""
+    history = RecordingHistory()
+    result = await Agent(TestModel(custom_output_text="a"), capabilities=[HistoryPersistence(history)]).run("q")
+    observer_edit = [ModelRequest(parts=[UserPromptPart("injected by a plugin")])]
+    await history.set_message_history(observer_edit)
+    await persist_result_history(history, result)
+    assert history.messages == result.all_messages()
+    await persist_result_history(history, result)  # idempotent: the same write again
+    assert history.writes[-1] == history.writes[-2] == result.all_messages()
+
+
+async def test_persist_result_history_with_a_message_less_result() -> None:
+    from pydantic_ai.agent import AgentRunResult
+
+    history = RecordingHistory()
+    await persist_result_history(history, AgentRunResult(output="nothing"))
+    assert history.writes == [[]]
+
+
+async def test_real_run_with_a_tool_cycle_lands_in_sqlite(project: Path, store: SqliteConversationStore) -> None:
+    session = await Session.start(store, project, model="test")
+    script = scripted([ToolCallPart("read_file", {"path": "README.md"}, tool_call_id="r1")], "It is a demo.")
+    agent = build_pydantic_agent(Settings(), model=script.model, project_root=project, session=session)
+    result = await agent.run("what is it?")
+    loaded = await store.load(session.id)
+    assert loaded is not None and loaded.messages == result.all_messages()
+    assert [name for name, _, _ in tool_returns(loaded.messages)] == ["read_file"]
+    info = store.sessions.get(session.id)
+    assert info is not None
+    assert (info.title, info.message_count, info.requests) == ("what is it?", 4, 2)
+
+
+async def test_follow_up_run_is_seeded_with_exactly_the_persisted_history(
+    project: Path, store: SqliteConversationStore
+) -> None:
+    session = await Session.start(store, project, model="test")
+    script = scripted("first answer", "second answer")
+    agent = build_pydantic_agent(Settings(), model=script.model, project_root=project, session=session)
+    first = await agent.run("one")
+    await persist_result_history(session, first)
+    resumed = await Session.resume(store, store.sessions.find(session.id)[0], model="test")
+    second = await agent.run("two", message_history=resumed.messages)
+    assert script.seen[1][:-1] == first.all_messages()
+    assert second.all_messages()[: len(first.all_messages())] == first.all_messages()
+
+
+async def test_build_pydantic_agent_carries_history_persistence(project: Path) -> None:
+    session = Session.in_memory()
+    agent = build_pydantic_agent(Settings(), model=TestModel(call_tools=[]), project_root=project, session=session)
+    capabilities = agent._root_capability.capabilities  # pyright: ignore[reportPrivateUsage]
+    assert [type(c) for c in capabilities if isinstance(c, HistoryPersistence)] == [HistoryPersistence]
+    result = await agent.run("hi")  # no write-back call: the capability alone persists the run
+    assert session.messages == result.all_messages()
+
+
+async def test_delegated_sub_agent_runs_never_write_the_main_history(project: Path) -> None:
+    writes = RecordingHistory()
+    delegate = ToolCallPart("delegate_task", {"agent_name": "self", "task": "count files"}, tool_call_id="d1")
+    script = scripted([delegate], "sub-agent says 3", "main answer")
+    agent = build_pydantic_agent(Settings(), model=script.model, project_root=project, session=writes)
+    result = await agent.run("delegate something")
+    assert len(script.seen) == 3  # main request, the delegate's own request, main final request
+    assert writes.writes == [result.all_messages()]
+    assert result.output == "main answer"
+
+
+def test_no_other_module_writes_history_directly() -> None:
+    """Only history_persistence.py calls set_message_history; only Session assigns conversation messages."""
+    offenders: list[str] = []
+    for path in PACKAGE.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        relative = path.relative_to(PACKAGE).as_posix()
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "set_message_history"
+                and relative != "agents/history_persistence.py"
+            ):
+                offenders.append(f"{relative}:{node.lineno} calls set_message_history")
+            if isinstance(node, ast.Assign | ast.AugAssign):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    if (
+                        isinstance(target, ast.Attribute)
+                        and target.attr == "messages"
+                        and relative != "sessions/session.py"
+                    ):
+                        offenders.append(f"{relative}:{node.lineno} assigns .messages")
+    assert offenders == []
+
+
+async def test_checkpoint_keeps_the_prompt_and_repairs_dangling_calls(
+    project: Path, store: SqliteConversationStore
+) -> None:
+    session = await Session.start(store, project, model="test")
+    completed: list[ModelMessage] = [
+        ModelRequest(parts=[UserPromptPart("run the slow thing")]),
+        ModelResponse(parts=[TextPart("on it"), ToolCallPart("shell", {"command": "sleep 60"}, tool_call_id="s1")]),
+    ]
+    await persist_checkpoint(session, completed, prompt="run the slow thing", run_id="r", usage=RunUsage(requests=1))
+    loaded = await store.load(session.id)
+    assert loaded is not None
+    assert loaded.messages[:2] == completed
+    assert tool_returns(loaded.messages) == [
+        ("shell", "interrupted", "The tool call was interrupted before a result was produced.")
+    ]
+    assert store.sessions.get(session.id).requests == 1  # type: ignore[union-attr]
+
+
+async def test_checkpoint_of_a_run_that_recorded_nothing_keeps_the_prompt(
+    project: Path, store: SqliteConversationStore
+) -> None:
+    session = await Session.start(store, project, model="test")
+    await persist_checkpoint(session, [], prompt="lost before the first request?", run_id=None, usage=RunUsage())
+    loaded = await store.load(session.id)
+    assert loaded is not None
+    assert [texts(m) for m in loaded.messages] == [["lost before the first request?"]]
+
+
+async def test_run_usage_counts_once_however_often_it_is_written(project: Path, store: SqliteConversationStore) -> None:
+    session = await Session.start(store, project, model="test")
+    agent = build_pydantic_agent(Settings(), model=TestModel(call_tools=[]), project_root=project, session=session)
+    result = await agent.run("hi")
+    await persist_result_history(session, result)
+    await persist_result_history(session, result)
+    assert session.usage.requests == result.usage.requests == 1
+    assert store.sessions.get(session.id).requests == 1  # type: ignore[union-attr]
+
+
+async def test_a_save_conflict_never_overwrites_the_other_process(
+    project: Path, store: SqliteConversationStore
+) -> None:
+    first = await Session.start(store, project, model="test")
+    await first.set_message_history([ModelRequest(parts=[UserPromptPart("shared start")])])
+    info = store.sessions.get(first.id)
+    assert info is not None
+    other = await Session.resume(store, info, model="test")
+    await first.set_message_history([*first.messages, ModelResponse(parts=[TextPart("first process")])])
+    await other.set_message_history([*other.messages, ModelResponse(parts=[TextPart("second process")])])
+    assert other.id != first.id
+    assert other.notice is not None and "changed by another code-puppy process" in other.notice
+    kept = await store.load(first.id)
+    moved = await store.load(other.id)
+    assert kept is not None and moved is not None
+    assert [texts(m) for m in kept.messages] == [["shared start"], ["first process"]]
+    assert [texts(m) for m in moved.messages] == [["shared start"], ["second process"]]
