@@ -45,11 +45,15 @@ class SessionInfo:
     history_version: int
 
 
-_COLUMNS = ", ".join(field.name for field in fields(SessionInfo))
+_NAMES = [field.name for field in fields(SessionInfo)]
+_COLUMNS = ", ".join(_NAMES)
 
 
 def _info(row: Any) -> SessionInfo:
-    return SessionInfo(*row[:4], datetime.fromisoformat(row[4]), datetime.fromisoformat(row[5]), *row[6:])
+    values = dict(zip(_NAMES, row, strict=True))
+    for moment in ("created_at", "updated_at"):
+        values[moment] = datetime.fromisoformat(values[moment])
+    return SessionInfo(**values)
 
 
 def title_of(messages: Sequence[ModelMessage]) -> str:
@@ -96,7 +100,8 @@ class SessionCatalog:
     """The sessions in a database: create, update, find, list and delete them.
 
     A save of a session's conversation updates its usage, message count, `updated_at` and, until it has one, its
-    title, in the same transaction: so create a session before its conversation's first save.
+    title, in the same transaction: so create a session before its conversation's first save. Until that save,
+    `get` and `find` see the session but `recent` and `latest` don't.
     """
 
     def __init__(self, database: Database) -> None:
@@ -108,7 +113,7 @@ class SessionCatalog:
         Raises:
             ValueError: If a session with `session_id` exists.
         """
-        session_id = session_id if session_id is not None else Conversation().conversation_id  # a fresh uuid7
+        session_id = session_id if session_id is not None else Conversation().conversation_id  # pydantic-ai's uuid7
         now = timestamp(datetime.now(UTC))
         with self._database.write() as db:
             row = db.execute(
@@ -161,7 +166,7 @@ class SessionCatalog:
         with self._database.read() as db:
             rows = db.execute(
                 f"""
-                SELECT {_COLUMNS} FROM sessions WHERE id = :id OR substr(id, 1, length(:id)) = :id
+                SELECT {_COLUMNS} FROM sessions WHERE substr(id, 1, length(:id)) = :id
                 ORDER BY id = :id DESC, updated_at DESC
                 """,
                 {"id": id_or_prefix},
@@ -169,12 +174,12 @@ class SessionCatalog:
         return [_info(rows[0])] if rows and rows[0][0] == id_or_prefix else [_info(row) for row in rows]
 
     def recent(self, project_dir: Path | None = None, *, limit: int | None = None) -> list[SessionInfo]:
-        """The sessions of `project_dir`, or of every project, most recently updated first."""
+        """The sessions of `project_dir`, or of every project, that have saved messages, most recently updated first."""
         project = None if project_dir is None else str(project_dir.resolve())
         with self._database.read() as db:
             rows = db.execute(
                 f"""
-                SELECT {_COLUMNS} FROM sessions WHERE :project IS NULL OR project_dir = :project
+                SELECT {_COLUMNS} FROM sessions WHERE message_count > 0 AND (:project IS NULL OR project_dir = :project)
                 ORDER BY updated_at DESC, created_at DESC, id DESC LIMIT :limit
                 """,
                 {"project": project, "limit": -1 if limit is None else limit},

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -102,7 +102,7 @@ def timestamp(moment: datetime) -> str:
 
 
 @contextmanager
-def _transaction(db: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+def _transaction(db: sqlite3.Connection) -> Generator[sqlite3.Connection]:
     # IMMEDIATE takes the write lock up front, so a check made inside holds until the commit, across processes.
     db.execute("BEGIN IMMEDIATE")
     try:
@@ -119,16 +119,17 @@ class Database:
     Writes run in `BEGIN IMMEDIATE` transactions; a lock keeps threads of one process from interleaving them.
     """
 
-    def __init__(self, path: Path, *, busy_timeout_ms: int = 5000) -> None:
+    def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._lock = threading.RLock()
         self._connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         try:
-            self._connection.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+            # How long a statement waits for another process's write transaction before failing as locked.
+            self._connection.execute("PRAGMA busy_timeout = 5000")
             self._connection.execute("PRAGMA journal_mode = WAL")
-            # NORMAL in WAL mode survives a killed process; only a power cut can lose the last commits.
-            self._connection.execute("PRAGMA synchronous = NORMAL")
+            # FULL syncs the log at every commit, so a saved turn survives a power cut too, not only a killed process.
+            self._connection.execute("PRAGMA synchronous = FULL")
             self._connection.execute("PRAGMA foreign_keys = ON")
             migrate(self._connection)
         except BaseException:
@@ -136,13 +137,13 @@ class Database:
             raise
 
     @contextmanager
-    def read(self) -> Iterator[sqlite3.Connection]:
+    def read(self) -> Generator[sqlite3.Connection]:
         """The connection, for statements that only read."""
         with self._lock:
             yield self._connection
 
     @contextmanager
-    def write(self) -> Iterator[sqlite3.Connection]:
+    def write(self) -> Generator[sqlite3.Connection]:
         """The connection inside a write transaction, committed on exit and rolled back on an exception."""
         with self._lock, _transaction(self._connection) as db:
             yield db

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -62,7 +63,9 @@ class Session:
     @classmethod
     async def start(cls, store: SqliteConversationStore, project_dir: Path, *, model: str | None) -> Session:
         """A new, empty session of `project_dir`; it is listed once its first save lands."""
-        info = store.sessions.create(project_dir, model=model)
+        # Random ids, not pydantic-ai's time-ordered uuid7: their first 8 characters, which is what people type
+        # after `-r` and what `sessions list` shows, would be the same for every session of the same minute.
+        info = store.sessions.create(project_dir, model=model, session_id=str(uuid.uuid4()))
         return cls(store, Conversation(conversation_id=info.id), model=model)
 
     @classmethod
@@ -92,9 +95,9 @@ class Session:
         if catalog is not None:
             original = catalog.get(old_id)
             project_dir = Path(original.project_dir) if original is not None else Path.cwd()
-            new_id = catalog.create(project_dir, model=self.model).id
+            new_id = catalog.create(project_dir, model=self.model, session_id=str(uuid.uuid4())).id
         else:
-            new_id = Conversation().conversation_id
+            new_id = str(uuid.uuid4())
         self.conversation = Conversation(
             messages=list(self.conversation.messages), usage=self.conversation.usage, conversation_id=new_id
         )
