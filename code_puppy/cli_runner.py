@@ -1,4 +1,4 @@
-"""The run path: every run goes through `stream_run`; every headless run ends in `finish_run`."""
+"""The run path: every run goes through `stream_run` inside `run_turn`, the loop every front end shares."""
 
 from __future__ import annotations
 
@@ -6,13 +6,13 @@ import asyncio
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic_ai import Agent, capture_run_messages
 from pydantic_ai.agent import AgentRun, AgentRunResult
-from pydantic_ai.exceptions import AgentRunError, RunCancelled, UsageLimitExceeded, UserError
+from pydantic_ai.exceptions import RunCancelled, UsageLimitExceeded
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.usage import RunUsage, UsageLimits
 
@@ -89,7 +89,7 @@ def open_store() -> SqliteConversationStore:
 
 
 def run_headless(options: HeadlessOptions) -> int:
-    """Resolve config, model and session (exit 2 on a bad one, before anything is sent), run once, return the code."""
+    """Resolve config, model and session (exit 2 when one is bad, before anything is sent), then run one turn."""
     settings = load_settings(options.project_root)
     model_name = choose_model_name(settings, options.model)
     model = resolve_model(settings, model_name)
@@ -112,73 +112,117 @@ def run_headless(options: HeadlessOptions) -> int:
                 session=session,
             )
             sink: EventSink = SINKS[options.output_format]()
-            limits = UsageLimits(request_limit=options.max_requests)
-            return await _headless(agent, session, options.prompt, sink, limits)
+            return await _headless(agent, session, options.prompt, sink, max_requests=options.max_requests)
 
         return asyncio.run(main())
 
 
+FollowUp = Callable[[AgentRunResult[str]], Awaitable[str | None]]
+"""Asked after each successful run of a turn for the prompt of the next run (plugins' `turn_end`), or None."""
+
+
+@dataclass
+class TurnOutcome:
+    """How a turn ended: its last successful run, or the error that stopped it, and the usage of all its runs."""
+
+    result: AgentRunResult[str] | None
+    error: BaseException | None
+    usage: RunUsage
+    runs: int
+
+
+async def run_turn(
+    agent: Agent[None, str],
+    session: Session,
+    prompt: str,
+    sink: EventSink,
+    *,
+    max_requests: int | None = None,
+    follow_up: FollowUp | None = None,
+    max_continuations: int = 10,
+) -> TurnOutcome:
+    """One user turn: the prompt's run, then the continuation loop's follow-up runs in the same session.
+
+    Every run ends in the session: a successful one through `persist_result_history`, any other through a
+    checkpoint of what it completed. A cancelled turn (Ctrl-C, SIGTERM) is checkpointed and returned, not raised.
+    `max_requests` bounds the whole turn; at most `max_continuations` follow-ups run.
+    """
+    usage = RunUsage()
+    result: AgentRunResult[str] | None = None
+    for index in range(max_continuations + 1):
+        remaining = None if max_requests is None else max_requests - usage.requests
+        if remaining is not None and remaining <= 0:
+            return TurnOutcome(
+                result, UsageLimitExceeded(f"the request limit of {max_requests} is spent"), usage, index
+            )
+        sink.run_started(index)
+        handle = RunHandle()
+        try:
+            result = await stream_run(
+                agent,
+                prompt,
+                sink,
+                handle=handle,
+                message_history=session.messages,
+                usage_limits=UsageLimits(request_limit=remaining),
+            )
+        except (Exception, asyncio.CancelledError) as exc:
+            run_usage = handle.usage()
+            run_id = handle.run.run_id if handle.run is not None else None
+            await persist_checkpoint(
+                session, handle.completed_messages(exc), prompt=prompt, run_id=run_id, usage=run_usage
+            )
+            return TurnOutcome(None, exc, usage + run_usage, index + 1)
+        usage = usage + result.usage
+        await persist_result_history(session, result)
+        next_prompt = await follow_up(result) if follow_up is not None else None
+        if not next_prompt:
+            return TurnOutcome(result, None, usage, index + 1)
+        prompt = next_prompt
+    return TurnOutcome(result, None, usage, max_continuations + 1)
+
+
 async def _headless(
-    agent: Agent[None, str], session: Session, prompt: str, sink: EventSink, limits: UsageLimits
+    agent: Agent[None, str], session: Session, prompt: str, sink: EventSink, *, max_requests: int | None
 ) -> int:
     started = time.monotonic()
     sink.start(session.id)
-    handle = RunHandle()
-    run_task = asyncio.create_task(_run_in(agent, session, prompt, sink, handle, limits))
+
+    async def turn() -> TurnOutcome:
+        async with agent:  # closes the provider's HTTP client when the turn ends
+            return await run_turn(agent, session, prompt, sink, max_requests=max_requests)
+
+    turn_task = asyncio.create_task(turn())
     stopped_by: list[Status] = []
     loop = asyncio.get_running_loop()
     stops: tuple[tuple[int, Status], ...] = ((signal.SIGINT, "interrupted"), (signal.SIGTERM, "terminated"))
     for signum, status in stops:
-        loop.add_signal_handler(signum, _stop, run_task, stopped_by, status)
-    result: AgentRunResult[str] | None = None
-    error: BaseException | None = None
+        loop.add_signal_handler(signum, _stop, turn_task, stopped_by, status)
     try:
-        result = await run_task
-    except (asyncio.CancelledError, AgentRunError, UserError) as exc:
-        error = exc
+        outcome = await turn_task
     finally:
         for signum, _ in stops:
             loop.remove_signal_handler(signum)
-    outcome = await finish_run(session, prompt, result, error, handle, stopped_by, started)
-    sink.finish(outcome)
-    return EXIT_CODES[outcome.status]
-
-
-async def _run_in(
-    agent: Agent[None, str], session: Session, prompt: str, sink: EventSink, handle: RunHandle, limits: UsageLimits
-) -> AgentRunResult[str]:
-    async with agent:  # closes the provider's HTTP client when the run ends
-        return await stream_run(
-            agent, prompt, sink, handle=handle, message_history=session.messages, usage_limits=limits
-        )
-
-
-def _stop(run_task: asyncio.Task[AgentRunResult[str]], stopped_by: list[Status], status: Status) -> None:
-    stopped_by.append(status)
-    run_task.cancel()
-
-
-async def finish_run(
-    session: Session,
-    prompt: str,
-    result: AgentRunResult[str] | None,
-    error: BaseException | None,
-    handle: RunHandle,
-    stopped_by: list[Status],
-    started: float,
-) -> RunOutcome:
-    """Where every headless run ends: its history written back, then the outcome the sink reports."""
-    if result is not None:
-        await persist_result_history(session, result)
-    else:
-        run_id = handle.run.run_id if handle.run is not None else None
-        messages = handle.completed_messages(error)
-        await persist_checkpoint(session, messages, prompt=prompt, run_id=run_id, usage=handle.usage())
     if session.notice:
         print(f"code-puppy: {session.notice}", file=sys.stderr)
+    report = _report(session, outcome, stopped_by, started)
+    sink.finish(report)
+    return EXIT_CODES[report.status]
+
+
+def _stop(turn_task: asyncio.Task[TurnOutcome], stopped_by: list[Status], status: Status) -> None:
+    """Cancel the turn on the first signal; later ones only wait for its checkpoint to land."""
+    if not stopped_by:
+        turn_task.cancel()
+    stopped_by.append(status)
+
+
+def _report(session: Session, outcome: TurnOutcome, stopped_by: list[Status], started: float) -> RunOutcome:
+    """The headless summary of a turn: status, last answer, usage summed over its runs."""
+    error = outcome.error
     status: Status
     message: str | None = None
-    if result is not None:
+    if error is None:
         status = "success"
     elif isinstance(error, asyncio.CancelledError):
         status = stopped_by[0] if stopped_by else "interrupted"
@@ -187,17 +231,16 @@ async def finish_run(
         status, message = "limit", f"stopped by a limit: {error}"
     else:
         status, message = "error", f"run failed: {_describe(error)}"
-    run_usage = result.usage if result is not None else handle.usage()
     return RunOutcome(
         session_id=session.id,
-        output=result.output if result is not None else None,
+        output=outcome.result.output if error is None and outcome.result is not None else None,
         status=status,
-        usage=Usage(run_usage.input_tokens, run_usage.output_tokens, run_usage.requests),
+        usage=Usage(outcome.usage.input_tokens, outcome.usage.output_tokens, outcome.usage.requests),
         duration_ms=round((time.monotonic() - started) * 1000),
         error=message,
     )
 
 
-def _describe(error: BaseException | None) -> str:
-    text = " ".join(str(error).split()) if error is not None else "unknown error"
+def _describe(error: BaseException) -> str:
+    text = " ".join(str(error).split()) or type(error).__name__
     return text if len(text) <= 300 else text[:297] + "…"

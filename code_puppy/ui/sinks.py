@@ -46,6 +46,10 @@ class EventSink(Protocol):
 
     def start(self, session_id: str) -> None: ...
 
+    def run_started(self, index: int) -> None:
+        """A run of the turn begins: 0 for the prompt's run, then one per follow-up."""
+        ...
+
     def event(self, event: AgentStreamEvent) -> None: ...
 
     def finish(self, outcome: RunOutcome) -> None: ...
@@ -77,6 +81,9 @@ class TextSink:
     def start(self, session_id: str) -> None:
         pass
 
+    def run_started(self, index: int) -> None:
+        pass
+
     def event(self, event: AgentStreamEvent) -> None:
         if isinstance(event, FunctionToolCallEvent):
             print(f"⚙ {tool_call_line(event.part.tool_name, event.part.args_as_dict())}", file=self._err, flush=True)
@@ -99,6 +106,9 @@ class JsonSink:
     def start(self, session_id: str) -> None:
         pass
 
+    def run_started(self, index: int) -> None:
+        pass
+
     def event(self, event: AgentStreamEvent) -> None:
         pass
 
@@ -111,6 +121,7 @@ class StreamJsonSink:
 
     def __init__(self, out: TextIO | None = None) -> None:
         self._out = out or sys.stdout
+        self._run = 0
 
     def _emit(self, **fields: Any) -> None:
         print(json.dumps(fields, default=str), file=self._out, flush=True)
@@ -118,19 +129,23 @@ class StreamJsonSink:
     def start(self, session_id: str) -> None:
         self._emit(type="session", session_id=session_id)
 
+    def run_started(self, index: int) -> None:
+        self._run = index
+
     def event(self, event: AgentStreamEvent) -> None:
         if isinstance(event, PartStartEvent) and isinstance(event.part, TextPart) and event.part.content:
-            self._emit(type="text_delta", text=event.part.content)
+            self._emit(type="text_delta", run=self._run, text=event.part.content)
         elif isinstance(event, PartDeltaEvent) and isinstance(event.delta, TextPartDelta):
-            self._emit(type="text_delta", text=event.delta.content_delta)
+            self._emit(type="text_delta", run=self._run, text=event.delta.content_delta)
         elif isinstance(event, PartStartEvent) and isinstance(event.part, ThinkingPart) and event.part.content:
-            self._emit(type="thinking_delta", text=event.part.content)
+            self._emit(type="thinking_delta", run=self._run, text=event.part.content)
         elif isinstance(event, PartDeltaEvent) and isinstance(event.delta, ThinkingPartDelta):
             if event.delta.content_delta:
-                self._emit(type="thinking_delta", text=event.delta.content_delta)
+                self._emit(type="thinking_delta", run=self._run, text=event.delta.content_delta)
         elif isinstance(event, FunctionToolCallEvent):
             self._emit(
                 type="tool_call",
+                run=self._run,
                 tool_name=event.part.tool_name,
                 tool_call_id=event.part.tool_call_id,
                 args=event.part.args_as_dict(),
@@ -138,6 +153,7 @@ class StreamJsonSink:
         elif isinstance(event, FunctionToolResultEvent):
             self._emit(
                 type="tool_result",
+                run=self._run,
                 tool_name=event.part.tool_name,
                 tool_call_id=event.part.tool_call_id,
                 outcome=getattr(event.part, "outcome", "success"),
