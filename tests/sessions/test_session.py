@@ -1,0 +1,55 @@
+"""Session: resume of a long session, append-only saves, a rewrite that branches and keeps the old branch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
+
+from code_puppy.sessions.session import Session
+from code_puppy.sessions.store import SqliteConversationStore
+
+
+def pair(i: int) -> list[ModelMessage]:
+    return [ModelRequest(parts=[UserPromptPart(f"question {i}")]), ModelResponse(parts=[TextPart(f"answer {i}")])]
+
+
+def entry_rows(store: SqliteConversationStore) -> int:
+    with store.database.read() as db:
+        return db.execute("SELECT count(*) FROM entries").fetchone()[0]
+
+
+async def test_resume_of_a_10000_message_session(tmp_path: Path) -> None:
+    with SqliteConversationStore(tmp_path / "sessions.db") as store:
+        session = await Session.start(store, tmp_path, model="m")
+        history = [m for i in range(5_000) for m in pair(i)]
+        await session.set_message_history(history)
+        info = store.sessions.get(session.id)
+        assert info is not None and info.message_count == 10_000
+        resumed = await Session.resume(store, info, model="m")
+        assert len(resumed.messages) == 10_000
+        assert resumed.messages[-1].parts[0].content == "answer 4999"  # type: ignore[union-attr]
+        await resumed.set_message_history([*resumed.messages, *pair(5_000)])
+        assert entry_rows(store) == 10_002  # the save appended two rows, nothing rewritten
+
+
+async def test_a_rewritten_history_branches_and_the_old_branch_stays(tmp_path: Path) -> None:
+    with SqliteConversationStore(tmp_path / "sessions.db") as store:
+        session = await Session.start(store, tmp_path, model="m")
+        original = [m for i in range(3) for m in pair(i)]
+        await session.set_message_history(original)
+        summary = ModelRequest(parts=[UserPromptPart("[summary of questions 0-1]")])
+        compacted = [summary, *session.messages[4:]]
+        await session.set_message_history(compacted)
+        record = await store.read_record(session.id)
+        assert record is not None and len(record.branches) == 1
+        old_branch = await store.read_history(record.branches[0])
+        assert [entry.message for entry in old_branch] == original
+        info = store.sessions.get(session.id)
+        assert info is not None
+        resumed = await Session.resume(store, info, model="m")
+        assert [m.parts[0].content for m in resumed.messages] == [  # type: ignore[union-attr]
+            "[summary of questions 0-1]",
+            "question 2",
+            "answer 2",
+        ]
