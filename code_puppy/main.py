@@ -49,7 +49,7 @@ def _piped_stdin() -> str | None:
 def _headless_prompt(prompt: str | None) -> str | None:
     """`-p TEXT`, `-p -` (stdin is the prompt), piped stdin alone, or `-p TEXT` with piped context appended."""
     if prompt == "-":
-        text = _piped_stdin() if not sys.stdin.isatty() else None
+        text = _piped_stdin()
         if not text or not text.strip():
             fail("-p - reads the prompt from stdin, but stdin is empty")
         return text.strip()
@@ -151,6 +151,9 @@ def guarded(action: Callable[[], int | None]) -> int:
         return action() or 0
     except ConfigError as exc:
         fail(str(exc))
+    except BrokenPipeError:  # `code-puppy sessions export ID | head`: the reader has all it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except Exception as exc:  # the last line of defence: never a traceback without --debug
         fail(f"internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)", code=1)
 
