@@ -219,3 +219,21 @@ def test_python_dash_m_runs_the_same_command(server: Any, project: Path) -> None
         stdin=subprocess.DEVNULL,
     )
     assert (completed.returncode, completed.stdout) == (0, "module entry\n")
+
+
+@pytest.mark.parametrize("route", ["anthropic-endpoint", "openai-responses"])
+def test_other_wire_protocols_run_the_same_tool_loop(route: str, code_puppy_home: Path, project: Path) -> None:
+    with FakeLLMServer() as fake:
+        two_tools_then_answer(fake)
+        if route == "anthropic-endpoint":
+            (code_puppy_home / "config.toml").write_text(
+                '[models.claude]\nprovider = "anthropic"\nname = "claude-fake"\n'
+                f'base_url = "{fake.anthropic_base_url}"\napi_key_env = "FAKE_ANTHROPIC_KEY"\n'
+            )
+            completed = run_cli("-p", "what is it?", "-m", "claude", env={"FAKE_ANTHROPIC_KEY": "sk-ant"}, cwd=project)
+        else:
+            env = {"OPENAI_BASE_URL": fake.base_url, "OPENAI_API_KEY": "sk-test"}
+            completed = run_cli("-p", "what is it?", "-m", "openai:fake-model", env=env, cwd=project)
+        paths = {request.path.split("?")[0] for request in fake.requests}
+    assert (completed.returncode, completed.stdout) == (0, "The project is a demo.\n"), completed.stderr
+    assert paths == {"/v1/messages" if route == "anthropic-endpoint" else "/v1/responses"}
