@@ -19,10 +19,12 @@ keyword-only parameters. A `processor_condition` takes one `HistoryProcessorStat
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import importlib
 import inspect
+import threading
 import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -225,12 +227,33 @@ async def evaluate_condition(condition: ProcessorCondition, state: HistoryProces
 async def call(function: Callable[..., Any], is_async: bool, *args: Any) -> Any:
     """Await an async callable; run a sync one in a worker thread with this context's variables.
 
-    A cancelled await abandons the thread: it runs to its end in the background and its result is discarded.
+    The thread is a daemon of its own, not the loop's executor (which `asyncio.run` waits for): a cancelled await
+    abandons it, it runs to its end in the background, its result is discarded, and it never delays exit.
     """
     if is_async:
         return await function(*args)
-    run = functools.partial(contextvars.copy_context().run, function, *args)
-    result = await asyncio.get_running_loop().run_in_executor(None, run)
+    loop = asyncio.get_running_loop()
+    outcome: asyncio.Future[Any] = loop.create_future()
+    context = contextvars.copy_context()
+
+    def settle(succeeded: bool, value: Any) -> None:
+        if outcome.done():
+            return
+        if succeeded:
+            outcome.set_result(value)
+        else:
+            outcome.set_exception(value)
+
+    def work() -> None:
+        try:
+            value, succeeded = context.run(function, *args), True
+        except BaseException as exc:  # handed to the awaiting task, which re-raises it
+            value, succeeded = exc, False
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody is waiting
+            loop.call_soon_threadsafe(settle, succeeded, value)
+
+    threading.Thread(target=work, name=f"history-processor {getattr(function, '__name__', '')}", daemon=True).start()
+    result = await outcome
     return await result if inspect.isawaitable(result) else result
 
 
@@ -258,7 +281,7 @@ def _import(path: str, key: str) -> Callable[..., Any]:
         except AttributeError:
             raise ConfigError(f"{key}: cannot import {path!r}: {module_name} has no attribute {attribute!r}") from None
     if not callable(target):
-        raise ConfigError(f"{key}: {path!r} is a {type(target).__name__}, not a callable")
+        raise ConfigError(f"{key}: {path!r} is not callable (an object of type {type(target).__name__})")
     return target
 
 

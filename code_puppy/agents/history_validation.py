@@ -145,7 +145,7 @@ class _Fail(Protocol):
 def _as_messages(output: object, fail: _Fail) -> list[ModelMessage]:
     if isinstance(output, str | bytes | bytearray | Mapping) or not isinstance(output, Sequence):
         kind = type(cast(object, output)).__name__
-        fail("V1", f"it returned a {kind}, not a list of ModelRequest and ModelResponse messages")
+        fail("V1", f"it returned an object of type {kind}, not a list of ModelRequest and ModelResponse messages")
     items = list(cast(Sequence[object], output))
     if not items:
         fail("V1", "it returned an empty history; return at least the current request")
@@ -153,7 +153,7 @@ def _as_messages(output: object, fail: _Fail) -> list[ModelMessage]:
         if not isinstance(item, ModelRequest | ModelResponse):
             fail(
                 "V1",
-                f"item {index} is a {type(item).__name__}, not a ModelRequest or ModelResponse "
+                f"item {index} is of type {type(item).__name__}, not a ModelRequest or ModelResponse "
                 "(serialized dictionaries are not accepted)",
                 at=index,
             )

@@ -77,14 +77,19 @@ INVALID: list[tuple[str, Callable[[Messages], object], str, str]] = [
         "a tuple of one string",
         lambda h: "not a list",
         "V1",
-        "it returned a str, not a list of ModelRequest and ModelResponse messages",
+        "it returned an object of type str, not a list of ModelRequest and ModelResponse messages",
     ),
-    ("an int", lambda h: 3, "V1", "it returned a int, not a list of ModelRequest and ModelResponse messages"),
+    (
+        "an int",
+        lambda h: 3,
+        "V1",
+        "it returned an object of type int, not a list of ModelRequest and ModelResponse messages",
+    ),
     (
         "dicts",
         lambda h: [{"kind": "request", "parts": []}, h[-1]],
         "V1",
-        "item 0 is a dict, not a ModelRequest or ModelResponse (serialized dictionaries are not accepted)",
+        "item 0 is of type dict, not a ModelRequest or ModelResponse (serialized dictionaries are not accepted)",
     ),
     (
         "ends with a response",
