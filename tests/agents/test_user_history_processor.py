@@ -174,6 +174,33 @@ def test_case_28_and_ambiguous_signatures_are_rejected_at_configuration() -> Non
         assert str(caught.value) == message
 
 
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        (
+            "tests.agents.history_cases:missing",
+            "[history] processors: cannot import 'tests.agents.history_cases:missing': "
+            "tests.agents.history_cases has no attribute 'missing'",
+        ),
+        (
+            "tests.agents.history_cases",
+            "[history] processors: 'tests.agents.history_cases' is not an import path of the form 'module:callable'",
+        ),
+        ("tests.agents.history_cases:texts", None),
+    ],
+)
+def test_import_paths_resolve_on_sys_path(path: str, message: str | None) -> None:
+    config = HistoryConfig(processors=(path,))
+    if message is None:
+        resolved = resolve_history_processing(config).processors
+        assert [(p.name, p.kind) for p in resolved] == [(path, "messages")]
+        assert resolve_history_processing(config).processors[0] is resolved[0]  # resolved once, then cached
+        return
+    with pytest.raises(ConfigError) as caught:
+        resolve_history_processing(config)
+    assert str(caught.value) == message
+
+
 def test_kinds_of_callable_objects_partials_and_unresolved_annotations() -> None:
     import functools
 
@@ -538,3 +565,20 @@ async def test_request_estimate_anchors_on_the_usage_of_an_unchanged_prefix(proj
     assert isinstance(new_prompt, ModelRequest) and isinstance(session.messages[1], ModelResponse)
     assert estimates[1] == (estimates[0][0] * 2 + 9, 90_010 + message_tokens(new_prompt))  # anchored: + the prompt
     assert estimates[0][1] == estimates[0][0]  # no anchor yet: + instructions and tool schemas, none here
+
+
+async def test_delegated_runs_are_processed_but_do_not_advance_the_session(project: Path) -> None:
+    seen: list[list[str]] = []
+
+    def look(ctx: HistoryProcessorContext) -> list[ModelMessage]:
+        seen.append(texts(ctx.messages))
+        return ctx.keep_recent_groups(1)
+
+    delegate = ToolCallPart("delegate_task", {"agent_name": "self", "task": "count files"}, tool_call_id="d1")
+    script = scripted([delegate], "sub-agent says 3", "main answer")
+    session = Session.in_memory()
+    agent = agent_with(script, project, [look], session=session)
+    await agent.run("q3", message_history=PRIOR)
+    assert [s[-1] for s in seen] == ["U:q3", "U:count files", "R:d1"]
+    assert texts(script.seen[0]) == ["U:q2", "T:a2", "U:q3"]
+    assert (session.cache_epoch, session.history_version) == (1, 3)  # two main requests and one rewrite
