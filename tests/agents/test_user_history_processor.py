@@ -299,10 +299,8 @@ async def test_case_24_a_bad_condition_stops_the_request_before_transport(
         return verdict
 
     script = scripted("never")
-    processing = resolve_history_processing(HistoryConfig(), processors=[keep_one], condition=condition)
-    capability = UserHistoryProcessor(
-        processing.processors, condition=dataclasses.replace(classify_condition(condition, "tests:cond"))
-    )
+    processors = resolve_history_processing(HistoryConfig(), processors=[keep_one]).processors
+    capability = UserHistoryProcessor(processors, condition=classify_condition(condition, "tests:cond"))
     agent = Agent(script.model, capabilities=[capability])
     with pytest.raises(HistoryProcessingError) as caught:
         await agent.run("q3", message_history=PRIOR)
