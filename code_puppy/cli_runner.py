@@ -18,6 +18,7 @@ from pydantic_ai.usage import RunUsage, UsageLimits
 
 from code_puppy.agents.builder import build_pydantic_agent
 from code_puppy.agents.history_persistence import persist_checkpoint, persist_result_history
+from code_puppy.agents.history_validation import HistoryProcessingError
 from code_puppy.config import PermissionMode, data_dir, load_settings
 from code_puppy.models import choose_model_name, resolve_model
 from code_puppy.sessions.session import Session, open_session
@@ -229,6 +230,8 @@ def _report(session: Session, outcome: TurnOutcome, stopped_by: list[Status], st
         message = status
     elif isinstance(error, UsageLimitExceeded):
         status, message = "limit", f"stopped by a limit: {error}"
+    elif isinstance(error, HistoryProcessingError):  # the class says whether the output was invalid or it crashed
+        status, message = "error", f"run failed: {type(error).__name__} {_describe(error)}"
     else:
         status, message = "error", f"run failed: {_describe(error)}"
     return RunOutcome(

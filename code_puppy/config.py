@@ -8,6 +8,7 @@ A project's `.code-puppy/config.toml` overrides the user config key by key, tabl
 from __future__ import annotations
 
 import os
+import sys
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -116,12 +117,38 @@ def load_settings(project_root: Path) -> Settings:
     sources: list[Path] = []
     for path in (config_dir() / "config.toml", project_root / ".code-puppy" / "config.toml"):
         if path.is_file():
-            merged = _merge(merged, _read_toml(path))
+            data = _read_toml(path)
+            if path.parent.name == ".code-puppy":
+                _drop_untrusted_code_keys(data, path, project_root)
+            merged = _merge(merged, data)
             sources.append(path)
     try:
         return Settings.model_validate(merged)
     except ValidationError as exc:
         raise ConfigError(_describe(exc, merged, sources)) from None
+
+
+CODE_KEYS = ("processors", "processor_condition")
+"""`[history]` keys that import and run code: a project's config sets them only once the user trusts the project."""
+
+
+def _drop_untrusted_code_keys(data: dict[str, Any], path: Path, project_root: Path) -> None:
+    from code_puppy.trust import TRUSTED_PROJECTS_FILE, project_is_trusted
+
+    history = data.get("history")
+    if not isinstance(history, dict):
+        return
+    present = [key for key in CODE_KEYS if key in history]
+    if not present or project_is_trusted(project_root):
+        return
+    for key in present:
+        del history[key]
+    keys = ", ".join(f"[history] {key}" for key in present)
+    print(
+        f"code-puppy: warning: ignoring {keys} in {path}: this project is not trusted "
+        f"(add {str(project_root.resolve())!r} to {config_dir() / TRUSTED_PROJECTS_FILE} to trust it)",
+        file=sys.stderr,
+    )
 
 
 def _read_toml(path: Path) -> dict[str, Any]:

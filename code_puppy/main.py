@@ -176,9 +176,10 @@ def sessions_list(*, all_projects: bool) -> None:
 
 @sessions.command("show")
 @click.argument("session_id", metavar="ID")
-def sessions_show(*, session_id: str) -> None:
+@click.option("--groups", is_flag=True, help="Show the history groups processors see, with protections and tokens.")
+def sessions_show(*, session_id: str, groups: bool) -> None:
     """A readable transcript of a session."""
-    _with_store(lambda store: _commands().show_session(store, session_id, sys.stdout))
+    _with_store(lambda store: _commands().show_session(store, session_id, sys.stdout, groups=groups))
 
 
 @sessions.command("export")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +18,12 @@ from pydantic_ai_harness.shell import LLM_API_KEY_ENV_PATTERNS, MAX_FOREGROUND_W
 from pydantic_ai_harness.subagents import SubAgents
 from pydantic_ai_harness.tool_output_limits import Band, ToolOutputLimits, Truncate
 
+from code_puppy.agents.compaction import PersistentCompaction, compaction_strategy
 from code_puppy.agents.history_persistence import DurableHistory, HistoryPersistence
+from code_puppy.agents.history_processors import HistoryRevision, resolve_history_processing
 from code_puppy.agents.instructions import build_instructions
 from code_puppy.agents.permissions import PermissionPolicy
+from code_puppy.agents.user_history_processor import UserHistoryProcessor
 from code_puppy.config import PermissionMode, Settings
 from code_puppy.sessions.session import Session
 
@@ -42,13 +45,24 @@ def build_pydantic_agent(
     interactive: bool = False,
     shell_env: Mapping[str, str] | None = None,
     session: DurableHistory | None = None,
+    history_processors: Sequence[Callable[..., Any]] | None = None,
+    history_processor_condition: Callable[..., Any] | None = None,
 ) -> Agent[None, str]:
     """Assemble the agent: one capabilities list, outermost first.
 
     `permission_mode` and `allow` extend the config's `[permissions]`; `shell_env` is the environment the shell
     tool starts commands with (secrets are stripped from it either way); `session` is the durable history
-    successful runs are absorbed into (an in-memory session when none is given).
+    successful runs are absorbed into (an in-memory session when none is given). `history_processors` and
+    `history_processor_condition`, when given, replace `[history] processors` and `processor_condition`.
+
+    Raises:
+        ConfigError: A history processor or condition that cannot be imported or used.
     """
+    history = session if session is not None else Session.in_memory()
+    revision = history if isinstance(history, HistoryRevision) else None
+    processing = resolve_history_processing(
+        settings.history, processors=history_processors, condition=history_processor_condition
+    )
     root = project_root.resolve()
     policy = PermissionPolicy(
         root,
@@ -80,8 +94,12 @@ def build_pydantic_agent(
             # Innermost safety net: a deferral nobody answers (headless, or a tool that defers by itself) is
             # denied with a reason instead of ending the run with DeferredToolRequests output.
             HandleDeferredToolCalls(handler=_deny_unanswered),
+            # User policy first, compaction as the safety net on what remains (agents/compaction.py): both see the
+            # request as every capability above left it, and what they accept becomes the run's history.
+            UserHistoryProcessor(processing.processors, condition=processing.condition, revision=revision),
+            PersistentCompaction(compaction_strategy(settings.history.compaction), revision=revision),
             # The only after_run implementer, so its position is inert; it sits last as the run's final custodian.
-            HistoryPersistence(session if session is not None else Session.in_memory()),
+            HistoryPersistence(history),
         ],
         # A coding model often misses a path or an edit anchor twice in a row; pydantic-ai's default of one
         # retry would end the whole run there.

@@ -10,6 +10,7 @@ reach it through `persist_checkpoint`. No other code sets the durable history.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -35,6 +36,11 @@ class DurableHistory(Protocol):
 
 _run_depth: ContextVar[int] = ContextVar("code_puppy.run_depth", default=0)
 """How many runs of this agent enclose the current one: 1 for the main conversation, more for delegated runs."""
+
+
+def in_main_run() -> bool:
+    """Whether the code running is part of a main-conversation run, not a run delegated from inside one."""
+    return _run_depth.get() <= 1
 
 
 @dataclass
@@ -86,6 +92,13 @@ async def persist_checkpoint(
     if not messages:
         messages = [*agent.messages, ModelRequest(parts=[UserPromptPart(prompt)])]
     await agent.set_message_history(repair_messages(messages), run_id=run_id, run_usage=usage)
+
+
+async def persist_compacted_history(
+    agent: DurableHistory, messages: Sequence[ModelMessage], *, usage: RunUsage
+) -> None:
+    """Make a history compacted between runs (`/compact`) the durable history; the store keeps the old branch."""
+    await agent.set_message_history(list(messages), run_id=f"compact-{uuid.uuid4()}", run_usage=usage)
 
 
 async def _write(agent: DurableHistory, result: AgentRunResult[Any]) -> None:

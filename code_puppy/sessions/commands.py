@@ -22,6 +22,8 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
+from code_puppy.agents.history_groups import describe_groups
+
 from .catalog import SessionInfo
 from .session import find_session
 from .store import SqliteConversationStore
@@ -43,12 +45,19 @@ def list_sessions(store: SqliteConversationStore, project_dir: Path | None, out:
         )
 
 
-def show_session(store: SqliteConversationStore, id_or_prefix: str, out: TextIO) -> None:
-    """A readable transcript: prompts, answers, and each tool call with the first line of its result."""
+def show_session(store: SqliteConversationStore, id_or_prefix: str, out: TextIO, *, groups: bool = False) -> None:
+    """A readable transcript: prompts, answers, and each tool call with the first line of its result.
+
+    With `groups`, the history groups a history processor will see on the next turn instead, with why each is
+    protected and its estimated tokens.
+    """
     info = find_session(store, id_or_prefix)
     conversation = asyncio.run(store.load(info.id))
+    messages = conversation.messages if conversation is not None else []
     print(f"session {info.id} · {info.project_dir} · {info.model or '-'} · {info.message_count} messages", file=out)
-    for line in transcript(conversation.messages if conversation is not None else []):
+    if groups:
+        print(f"cache epoch {info.cache_epoch} · history version {info.history_version}", file=out)
+    for line in describe_groups(messages) if groups else transcript(messages):
         print(line, file=out)
 
 

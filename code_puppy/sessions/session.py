@@ -30,12 +30,25 @@ class Session:
     `notice` says so.
     """
 
-    def __init__(self, store: ConversationStore, conversation: Conversation, *, model: str | None = None) -> None:
+    def __init__(
+        self,
+        store: ConversationStore,
+        conversation: Conversation,
+        *,
+        model: str | None = None,
+        cache_epoch: int = 0,
+        history_version: int = 0,
+    ) -> None:
         self.store = store
         self.conversation = conversation
         self.model = model
         self.notice: str | None = None
         """A one-line message for the user about the last save, e.g. a conflict that moved the session."""
+        self.cache_epoch = cache_epoch
+        """How many times already-sent history was rewritten (history processors, compaction); saved with it."""
+        self.history_version = history_version
+        """The revision of the history as history processors see it (agents/history_processors.py); saved with it."""
+        self._stored_revision = (cache_epoch, history_version)
         self._stored_usage = conversation.usage
         self._run_usage: dict[str, RunUsage] = {}
 
@@ -74,7 +87,7 @@ class Session:
         conversation = await store.load(info.id) or Conversation(conversation_id=info.id)
         if model is not None and model != info.model:
             store.sessions.update(info.id, model=model)
-        return cls(store, conversation, model=model)
+        return cls(store, conversation, model=model, cache_epoch=info.cache_epoch, history_version=info.history_version)
 
     async def set_message_history(
         self, messages: Sequence[ModelMessage], *, run_id: str | None = None, run_usage: RunUsage | None = None
@@ -88,6 +101,10 @@ class Session:
             await self.store.save(self.conversation)
         except ConversationConflict:
             await self._move_to_new_session()
+        revision = (self.cache_epoch, self.history_version)
+        if revision != self._stored_revision and isinstance(self.store, SqliteConversationStore):
+            self.store.sessions.update(self.id, cache_epoch=revision[0], history_version=revision[1])
+            self._stored_revision = revision
 
     async def _move_to_new_session(self) -> None:
         old_id = self.id
@@ -102,6 +119,7 @@ class Session:
             messages=list(self.conversation.messages), usage=self.conversation.usage, conversation_id=new_id
         )
         await self.store.save(self.conversation)
+        self._stored_revision = (0, 0)  # the new session's row starts from the defaults
         self.notice = (
             f"session {old_id[:8]} was changed by another code-puppy process since this one loaded it; "
             f"nothing was overwritten: this conversation continues as session {new_id[:8]}"

@@ -1,0 +1,134 @@
+"""The built-in compaction (`[history] compaction`), made to persist, and `compact_history` for `/compact`.
+
+Order within a request: the user's history processors run first (`UserHistoryProcessor` sits earlier in the
+capability list) and see the stored history plus this step's request; the compaction then sees their accepted
+output and, when its trigger fires, compacts that. The harness strategies only replace the request's messages, so
+`PersistentCompaction` writes an accepted compaction to the run's history too: it is stored once (the store
+branches, keeping the old history) and the next request starts from it instead of summarizing again. Later
+requests show the processors the compacted history; a summary the harness writes is a conversation-scope system
+prompt, which the group model protects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import KW_ONLY, dataclass
+from typing import Any
+
+from pydantic_ai import RunContext
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.models import Model, ModelRequestContext
+from pydantic_ai.usage import RunUsage
+from pydantic_ai_harness.compaction import (
+    ClearToolResults,
+    SlidingWindowCompaction,
+    SummarizingCompaction,
+    TieredCompaction,
+    compact_now,
+)
+
+from code_puppy.agents.history_persistence import in_main_run, persist_compacted_history
+from code_puppy.agents.history_processors import HistoryRevision
+from code_puppy.config import CompactionKind
+from code_puppy.sessions.session import Session
+
+TARGET_FRACTION = 0.8
+"""Compact once the request is estimated past this fraction of the model's context window."""
+KEEP_MESSAGES = 20
+"""Recent messages a summary keeps verbatim (never splitting a tool call from its result)."""
+SLIDING_KEEP_MESSAGES = 40
+"""Recent messages the sliding window keeps."""
+KEEP_TOOL_PAIRS = 3
+"""Recent tool results the cheap first tier leaves intact when it blanks older ones."""
+COMPACT_KEEP_MESSAGES = 4
+"""Recent messages `/compact` keeps verbatim."""
+
+
+def compaction_strategy(kind: CompactionKind) -> AbstractCapability[Any] | None:
+    """The harness strategy for `[history] compaction`: tiered (clear old tool results, then summarize), a summary,
+    a sliding window, or none."""
+    if kind == "tiered":
+        # Tiered drives its tiers' `compact` directly: their own triggers are placeholders the harness requires.
+        return TieredCompaction(
+            tiers=[
+                ClearToolResults(max_tokens=1, keep_pairs=KEEP_TOOL_PAIRS),
+                SummarizingCompaction(max_messages=1, keep_messages=KEEP_MESSAGES),
+            ],
+            target_fraction=TARGET_FRACTION,
+        )
+    if kind == "summarize":
+        return SummarizingCompaction(max_fraction=TARGET_FRACTION, keep_messages=KEEP_MESSAGES)
+    if kind == "sliding":
+        return SlidingWindowCompaction(max_fraction=TARGET_FRACTION, keep_messages=SLIDING_KEEP_MESSAGES)
+    return None
+
+
+@dataclass
+class PersistentCompaction(AbstractCapability[Any]):
+    """Runs a harness compaction strategy before each model request and makes what it compacts the run's history."""
+
+    strategy: AbstractCapability[Any] | None
+    """The harness strategy; `None` is compaction off."""
+    _: KW_ONLY
+    revision: HistoryRevision | None = None
+    """The session whose `cache_epoch` and `history_version` a main-conversation compaction advances."""
+
+    @classmethod
+    def get_serialization_name(cls) -> str | None:
+        return None  # it holds a live session
+
+    async def before_model_request(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        if self.strategy is None:
+            return request_context
+        before = list(request_context.messages)
+        request_context = await self.strategy.before_model_request(ctx, request_context)
+        after = request_context.messages
+        if len(after) != len(before) or any(new is not old for new, old in zip(after, before, strict=True)):
+            ctx.messages[:] = after
+            if self.revision is not None and in_main_run():
+                self.revision.cache_epoch += 1
+                self.revision.history_version += 1
+        return request_context
+
+
+@dataclass(frozen=True)
+class CompactionReport:
+    """What `compact_history` did."""
+
+    messages_before: int
+    messages_after: int
+    changed: bool
+    """Whether the history changed (and was stored as a new branch)."""
+    usage: RunUsage
+    """The summary request's usage, counted into the session's."""
+
+
+async def compact_history(
+    session: Session,
+    model: Model | str,
+    *,
+    kind: CompactionKind = "tiered",
+    focus: str | None = None,
+    keep_messages: int = COMPACT_KEEP_MESSAGES,
+) -> CompactionReport:
+    """Compact a session's history now, between runs (`/compact`), whatever its size, and store the result.
+
+    A sliding window drops old messages when `kind` is `"sliding"`; otherwise (compaction off too: the user asked)
+    `model` summarizes all but the last `keep_messages` messages, steered by `focus`. Tool calls stay paired with
+    their results. The session keeps the old history as a branch; its `cache_epoch` advances.
+    """
+    messages = session.messages
+    strategy: SlidingWindowCompaction[None] | SummarizingCompaction[None] = (
+        SlidingWindowCompaction(max_messages=1, keep_messages=keep_messages, preserve_first_user_message=False)
+        if kind == "sliding"
+        else SummarizingCompaction(max_messages=1, keep_messages=keep_messages, preserve_first_user_message=False)
+    )
+    usage = RunUsage()
+    compacted = await compact_now(strategy, messages, model=model, focus=focus, usage=usage, conversation_id=session.id)
+    changed = compacted != messages
+    if changed:
+        session.cache_epoch += 1
+        session.history_version += 1
+        await persist_compacted_history(session, compacted, usage=usage)
+    return CompactionReport(len(messages), len(compacted), changed, usage)

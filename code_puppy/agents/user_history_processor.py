@@ -1,0 +1,172 @@
+"""`UserHistoryProcessor`: the user's history processors, run before every model request and validated.
+
+The public names a processor author needs are importable from here: `HistoryProcessorContext`,
+`HistoryProcessorState`, `HistoryGroup`, `HistoryOrigin`, `HistoryProcessingError`,
+`HistoryProcessingValidationError`. history_processors.py says how the processor kinds are told apart.
+"""
+
+from __future__ import annotations
+
+import copy
+from contextvars import ContextVar
+from dataclasses import KW_ONLY, dataclass, field, replace
+from typing import Any
+
+from pydantic_ai import RunContext
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.messages import ModelMessage, ModelResponse
+from pydantic_ai.models import ModelRequestContext
+
+from code_puppy.agents.history_groups import HistoryGroup, HistoryOrigin, partition
+from code_puppy.agents.history_persistence import in_main_run
+from code_puppy.agents.history_processors import (
+    HistoryProcessor,
+    HistoryProcessorContext,
+    HistoryProcessorState,
+    HistoryRevision,
+    ProcessorCondition,
+    Revision,
+    call_processor,
+    evaluate_condition,
+)
+from code_puppy.agents.history_validation import (
+    HistoryProcessingError,
+    HistoryProcessingValidationError,
+    validate_output,
+)
+from code_puppy.agents.token_estimate import (
+    PREFIX_DIGEST_KEY,
+    estimate_request_tokens,
+    prefix_digest,
+    serialize,
+)
+
+__all__ = (
+    "HistoryGroup",
+    "HistoryOrigin",
+    "HistoryProcessingError",
+    "HistoryProcessingValidationError",
+    "HistoryProcessorContext",
+    "HistoryProcessorState",
+    "UserHistoryProcessor",
+)
+
+_processing: ContextVar[frozenset[int]] = ContextVar("code_puppy.history_processing", default=frozenset())
+"""The agents (by id) whose history processors are running in this context, to refuse a recursive call."""
+
+
+@dataclass
+class UserHistoryProcessor(AbstractCapability[Any]):
+    """Before every model request (each step of a tool loop too), runs the user's history processors, in order.
+
+    When the condition holds (or there is none), each processor gets a deep copy of the history as its kind asks
+    and its output is validated against its own input (rules V1-V12, history_validation.py). An accepted edit
+    becomes both this request's messages and the run's history, so `HistoryPersistence` stores it (the store
+    branches and keeps the old history) and later requests, turns and resumes see it. A semantic no-op keeps the
+    original message objects. An invalid edit, a crash or a bad condition raises `HistoryProcessingError` before
+    anything is sent and changes no history; a cancellation propagates and commits nothing.
+    """
+
+    processors: tuple[HistoryProcessor, ...] = ()
+    """The processors, in the order they run; none makes this capability inert."""
+    _: KW_ONLY
+    condition: ProcessorCondition | None = None
+    """Decides before each request whether the processors run (level-triggered: asked every time)."""
+    revision: HistoryRevision | None = None
+    """The session whose `cache_epoch` and `history_version` main-conversation edits advance."""
+    _own: Revision = field(default_factory=Revision, init=False, repr=False)
+
+    @classmethod
+    def get_serialization_name(cls) -> str | None:
+        return None  # it holds callables and a live session
+
+    async def for_run(self, ctx: RunContext[Any]) -> UserHistoryProcessor:
+        return replace(self)
+
+    async def before_model_request(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        if not self.processors:
+            return request_context
+        key = id(ctx.agent) if ctx.agent is not None else id(self)
+        if key in _processing.get():
+            raise HistoryProcessingError(
+                "a history processor ran the agent whose history it processes; "
+                "summarize with a separate agent that has no history processors"
+            )
+        revision = self.revision if self.revision is not None and in_main_run() else self._own
+        revision.history_version += 1
+        messages = list(request_context.messages)
+        if self.condition is not None:
+            state = self._state(ctx, request_context, messages, revision, _estimate(partition(messages)))
+            if not await evaluate_condition(self.condition, state):
+                return request_context
+        serialized = [serialize(message) for message in messages]
+        edited = False
+        for processor in self.processors:
+            groups = partition(messages)
+            state = self._state(ctx, request_context, messages, revision, _estimate(groups))
+            try:
+                copies = copy.deepcopy(messages)
+            except Exception as exc:
+                raise HistoryProcessingError(f"cannot copy the history for {processor.name}: {exc}") from exc
+            context = HistoryProcessorContext(
+                **state.__dict__, messages=tuple(copies), groups=groups, run_context=replace(ctx, messages=copies)
+            )
+            token = _processing.set(_processing.get() | {key})
+            try:
+                output = await call_processor(processor, context)
+            except HistoryProcessingError:
+                raise
+            except Exception as exc:
+                raise HistoryProcessingError(
+                    f"{processor.name} raised {type(exc).__name__}: {exc}", processor=processor.name
+                ) from exc
+            finally:
+                _processing.reset(token)
+            accepted = validate_output(output, messages, serialized, groups, processor=processor.name)
+            if accepted is not None:
+                messages, serialized, edited = accepted.messages, accepted.serialized, True
+        if edited:
+            request_context = replace(request_context, messages=list(messages))
+            ctx.messages[:] = messages
+            revision.cache_epoch += 1
+            revision.history_version += 1
+        return request_context
+
+    async def after_model_request(
+        self, ctx: RunContext[Any], *, request_context: ModelRequestContext, response: ModelResponse
+    ) -> ModelResponse:
+        if not self.processors:
+            return response
+        # Binds the usage the provider reports to the history it was measured on: `estimated_request_tokens`
+        # anchors on it only while that history is unchanged.
+        return replace(response, metadata={**(response.metadata or {}), PREFIX_DIGEST_KEY: prefix_digest(ctx.messages)})
+
+    def _state(
+        self,
+        ctx: RunContext[Any],
+        request_context: ModelRequestContext,
+        messages: list[ModelMessage],
+        revision: HistoryRevision,
+        estimated_tokens: int,
+    ) -> HistoryProcessorState:
+        model = request_context.model
+        parameters = request_context.model_request_parameters
+        return HistoryProcessorState(
+            adapter_shortname=model.system,
+            model_id=model.model_id,
+            request_index=ctx.run_step,
+            cache_epoch=revision.cache_epoch,
+            history_version=revision.history_version,
+            estimated_tokens=estimated_tokens,
+            estimated_request_tokens=estimate_request_tokens(
+                messages, [*parameters.function_tools, *parameters.output_tools]
+            ),
+            context_window=model.context_window,
+            message_count=len(messages),
+        )
+
+
+def _estimate(groups: tuple[HistoryGroup, ...]) -> int:
+    return sum(group.estimated_tokens for group in groups)
