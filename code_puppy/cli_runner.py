@@ -35,6 +35,7 @@ class HeadlessOptions:
     permission_mode: PermissionMode | None = None
     allow: tuple[str, ...] = ()
     max_requests: int | None = None
+    no_mcp: bool = False
 
 
 @dataclass
@@ -72,6 +73,8 @@ async def stream_run(
 def run_headless(options: HeadlessOptions) -> int:
     """Resolve config and model (exit 2 on a bad one, before anything is sent), run once, return the exit code."""
     settings = load_settings(options.project_root)
+    if options.no_mcp:
+        settings = settings.model_copy(update={"mcp_servers": {}})
     model_name = choose_model_name(settings, options.model)
     model = resolve_model(settings, model_name)
     agent = build_pydantic_agent(
@@ -118,7 +121,7 @@ async def _headless(agent: Agent[None, str], prompt: str, sink: EventSink, limit
 async def _run_in(
     agent: Agent[None, str], prompt: str, sink: EventSink, handle: RunHandle, limits: UsageLimits
 ) -> AgentRunResult[str]:
-    async with agent:  # closes the provider's HTTP client when the run ends
+    async with agent:  # closes the provider's HTTP client and stops the MCP servers when the run ends
         return await stream_run(agent, prompt, sink, handle=handle, usage_limits=limits)
 
 

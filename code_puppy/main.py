@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import stat
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
@@ -87,6 +88,7 @@ def ensure_own_scripts_on_path() -> None:
 )
 @click.option("--allow", "allow", multiple=True, metavar="PATTERN", help="Allow a shell command pattern (repeatable).")
 @click.option("--max-requests", type=click.IntRange(min=1), metavar="N", help="Stop after N model requests (exit 3).")
+@click.option("--no-mcp", is_flag=True, help="Run without the configured MCP servers.")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @click.version_option(__version__, "--version", prog_name="code-puppy")
 @click.pass_context
@@ -99,6 +101,7 @@ def cli(
     permission_mode: str | None,
     allow: tuple[str, ...],
     max_requests: int | None,
+    no_mcp: bool,
     debug: bool,
 ) -> None:
     """code-puppy: a coding agent for the terminal.
@@ -124,10 +127,45 @@ def cli(
             permission_mode=permission_mode,  # type: ignore[arg-type]  # click.Choice guarantees the literal
             allow=allow,
             max_requests=max_requests,
+            no_mcp=no_mcp,
         )
         code = run_headless(options)
     except ConfigError as exc:
         fail(str(exc))
     except Exception as exc:  # the last line of defence: one line, never a traceback without --debug
+        fail(f"internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)", code=1)
+    sys.exit(code)
+
+
+@cli.group()
+def mcp() -> None:
+    """Inspect the configured MCP servers."""
+
+
+@mcp.command("list")
+def mcp_list() -> None:
+    """Start each enabled server and show its status and tool count."""
+    from code_puppy.mcp_commands import list_servers
+
+    _run_mcp_command(list_servers)
+
+
+@mcp.command("tools")
+@click.argument("name")
+def mcp_tools(name: str) -> None:
+    """Start server NAME and show its tools as the model sees them, with their descriptions."""
+    from code_puppy.mcp_commands import show_tools
+
+    _run_mcp_command(lambda project_root: show_tools(project_root, name))
+
+
+def _run_mcp_command(command: Callable[[Path], int]) -> NoReturn:
+    from code_puppy.config import ConfigError, find_project_root
+
+    try:
+        code = command(find_project_root(Path.cwd()))
+    except ConfigError as exc:
+        fail(str(exc))
+    except Exception as exc:
         fail(f"internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)", code=1)
     sys.exit(code)
