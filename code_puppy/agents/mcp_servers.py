@@ -236,7 +236,7 @@ class McpToolset(AbstractToolset[Any]):
     async def __aexit__(self, *args: Any) -> None:
         self._entered -= 1
         if self._entered == 0:
-            await asyncio.gather(*(server.stop() for server in self.servers))
+            await _run_to_end(asyncio.gather(*(server.stop() for server in self.servers)), cancel=False)
 
     async def start(self) -> None:
         """Start, all at once, the servers not yet tried in this session; report those that fail."""
@@ -244,7 +244,7 @@ class McpToolset(AbstractToolset[Any]):
         self._start_lock = self._start_lock or asyncio.Lock()
         async with self._start_lock:
             pending = [server for server in self.servers if server.state == "stopped"]
-            await asyncio.gather(*(server.start() for server in pending))
+            await _run_to_end(asyncio.gather(*(server.start() for server in pending)), cancel=True)
         for server in pending:
             if server.state == "failed":
                 self.report(f"MCP server '{server.name}' failed to start: {server.error}; continuing without its tools")
@@ -308,6 +308,25 @@ class McpToolset(AbstractToolset[Any]):
         if server.state == "running":
             server.state, server.error = "crashed", _one_line(error)
             self.report(f"MCP server '{server.name}' crashed: {server.error}; continuing without its tools")
+
+
+async def _run_to_end(work: asyncio.Future[Any], *, cancel: bool) -> None:
+    """Await `work` (its own tasks) so that a cancelled caller cannot cut a server's start or stop short.
+
+    Inside pydantic-ai's anyio task groups a cancelled caller is cancelled again at every await, which interrupts
+    the MCP client's own clean-up halfway and leaves the server process running. So `work` gets at most one
+    cancellation (`cancel`: a start is abandoned, a stop always finishes), the caller waits for it, then re-raises.
+    """
+    try:
+        await asyncio.shield(work)
+    except asyncio.CancelledError:
+        if cancel:
+            work.cancel()
+        with anyio.CancelScope(shield=True):
+            await asyncio.wait([work])
+        if not work.cancelled():
+            work.exception()  # retrieved: the caller's cancellation is what propagates
+        raise
 
 
 def _connection_closed(error: ModelRetry) -> bool:

@@ -5,8 +5,9 @@
 
 Tools: `echo`, `add`, `env` (reads a variable of the server's environment), `write_note` (appends to
 notes.txt in the server's working directory: the tool that changes something), `grep` (named like a
-built-in tool) and `crash` (the server process exits mid-call). Every call is logged to calls.log in the
-working directory, so a test can tell that a denied call never reached the server.
+built-in tool), `sleep` (a slow call to interrupt) and `crash` (the server process exits mid-call). Every
+call is logged to calls.log in the working directory, so a test can tell that a denied call never reached
+the server. `--tag TEXT` is ignored: it marks the process for `ps`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import argparse
 import os
 import socket
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +68,14 @@ def grep(pattern: str) -> str:
 
 
 @server.tool()
+def sleep(seconds: float) -> str:
+    """Sleep, then say so."""
+    _log(f"sleep {seconds}")
+    time.sleep(seconds)
+    return "slept"
+
+
+@server.tool()
 def crash() -> str:
     """Exit the server process in the middle of the call."""
     _log("crash")
@@ -97,10 +107,14 @@ if __name__ == "__main__":
     parser.add_argument("--http", type=int, metavar="PORT", help="serve streamable HTTP on 127.0.0.1:PORT")
     parser.add_argument("--token", help="HTTP: require `Authorization: Bearer TOKEN`")
     parser.add_argument("--fail", action="store_true", help="exit before speaking MCP")
+    parser.add_argument("--hang", action="store_true", help="never answer the handshake")
+    parser.add_argument("--tag", help="ignored; marks the process for ps")
     args = parser.parse_args()
     if args.fail:
         print("echo server: refusing to start", file=sys.stderr)
         sys.exit(1)
+    if args.hang:
+        time.sleep(3600)
     if args.http is not None:
         _serve_http(args.http, args.token)
     else:
