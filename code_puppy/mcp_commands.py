@@ -9,7 +9,7 @@ import click
 
 from code_puppy.agents.mcp_servers import McpServer, McpToolset, assign_names, expand_env, permission_name
 from code_puppy.agents.permissions import POLICY_TOOL_NAMES
-from code_puppy.config import ConfigError, load_settings
+from code_puppy.config import ConfigError, McpServerConfig, load_settings
 
 EXIT_FAILED = 1
 
@@ -20,12 +20,20 @@ def list_servers(project_root: Path) -> int:
     if not configs:
         click.echo("No MCP servers configured: add [mcp_servers.NAME] to config.toml (see the README).")
         return 0
-    servers = [McpServer(name, expand_env(name, config), project_root) for name, config in configs.items()]
+    servers = [_server(name, config, project_root) for name, config in configs.items()]
     rows = [("NAME", "TRANSPORT", "TOOLS", "STATUS"), *asyncio.run(_rows(servers))]
     widths = [max(len(row[column]) for row in rows) for column in range(3)]
     for row in rows:
         click.echo("  ".join([*(cell.ljust(width) for cell, width in zip(row, widths, strict=False)), row[3]]))
     return 0
+
+
+def _server(name: str, config: McpServerConfig, project_root: Path) -> McpServer:
+    """The server to list; one whose `${VAR}` is missing is listed as failed, not started."""
+    try:
+        return McpServer(name, expand_env(name, config), project_root)
+    except ConfigError as exc:
+        return McpServer(name, config, project_root, "failed", str(exc).removeprefix(f"MCP server '{name}': "))
 
 
 async def _rows(servers: list[McpServer]) -> list[tuple[str, str, str, str]]:

@@ -19,7 +19,7 @@ from pydantic_ai.messages import ToolCallPart
 from code_puppy.agents.builder import build_pydantic_agent
 from code_puppy.config import McpServerConfig, PermissionMode, Settings
 from tests.conftest import CODE_PUPPY, run_cli
-from tests.fake_llm import FakeLLMServer, call, text, tool_calls
+from tests.fake_llm import FakeLLMServer, call, error, text, tool_calls
 from tests.scripted_model import scripted, tool_returns
 
 ECHO_SERVER = Path(__file__).parent / "mcp_servers" / "echo_server.py"
@@ -193,6 +193,16 @@ def test_a_server_that_crashes_mid_run_is_withdrawn(
     assert offered(1, llm) == BUILT_IN
 
 
+def test_a_failed_run_stops_its_servers(code_puppy_home: Path, llm: FakeLLMServer, project: Path, tag: str) -> None:
+    configure(code_puppy_home, llm, echo=stdio_server(tag))
+    llm.script(tool_calls(call("echo_echo", {"text": "up"})), error(400, "bad request"))
+    completed = run_cli("-p", "hi", "--allow", "mcp__echo", cwd=project)
+    assert completed.returncode == 1
+    assert completed.stderr.splitlines()[-1].startswith("code-puppy: run failed: ")
+    assert (project / "calls.log").read_text() == "echo up\n"
+    # the `tag` fixture checks that no server process is left
+
+
 def test_name_clashes_are_resolved_by_prefixes(
     code_puppy_home: Path, llm: FakeLLMServer, project: Path, tag: str
 ) -> None:
@@ -295,6 +305,7 @@ def test_mcp_list_and_tools(code_puppy_home: Path, project: Path, tag: str) -> N
         f"[mcp_servers.echo]\n{stdio_server(tag, deny_tools=['crash', 'sleep'])}\n"
         f"[mcp_servers.broken]\n{stdio_server(tag, '--fail')}\n"
         '[mcp_servers.off]\nurl = "http://127.0.0.1:9/mcp"\nenabled = false\n'
+        '[mcp_servers.gh]\nurl = "http://127.0.0.1:9/mcp"\nheaders = { Authorization = "Bearer ${NO_SUCH_TOKEN}" }\n'
     )
     listed = run_cli("mcp", "list", cwd=project)
     assert (listed.returncode, listed.stderr) == (0, "")
@@ -303,6 +314,8 @@ def test_mcp_list_and_tools(code_puppy_home: Path, project: Path, tag: str) -> N
         "echo    stdio      5      running",
         "broken  stdio      -      failed: Connection closed (stderr: echo server: refusing to start)",
         "off     http       -      disabled",
+        "gh      http       -      failed: environment variable NO_SUCH_TOKEN is not set (used in "
+        "headers.Authorization)",
     ]
     tools = run_cli("mcp", "tools", "echo", cwd=project)
     assert (tools.returncode, tools.stderr) == (0, "")
@@ -322,7 +335,7 @@ def test_mcp_list_and_tools(code_puppy_home: Path, project: Path, tag: str) -> N
     unknown = run_cli("mcp", "tools", "nope", cwd=project)
     assert (unknown.returncode, unknown.stderr) == (
         2,
-        "code-puppy: error: unknown MCP server 'nope' (configured: broken, echo, off)\n",
+        "code-puppy: error: unknown MCP server 'nope' (configured: broken, echo, gh, off)\n",
     )
 
 
