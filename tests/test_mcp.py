@@ -135,45 +135,30 @@ def test_missing_header_variable_is_exit_2_before_any_request(
     assert llm.requests == []
 
 
-def test_a_server_that_fails_to_start_is_one_line_and_the_run_goes_on(
+def test_servers_that_fail_to_start_are_one_line_each_and_the_run_goes_on(
     code_puppy_home: Path, llm: FakeLLMServer, project: Path, tag: str
 ) -> None:
-    configure(code_puppy_home, llm, broken=stdio_server(tag, "--fail"), echo=stdio_server(tag))
+    configure(
+        code_puppy_home,
+        llm,
+        broken=stdio_server(tag, "--fail"),
+        ghost='command = "/nonexistent/mcp-server"',
+        slow=stdio_server(tag, "--hang", timeout=1),
+        echo=stdio_server(tag),
+    )
     llm.script(tool_calls(call("echo_echo", {"text": "hi"})), text("fine"))
     completed = run_cli("-p", "hi", "--allow", "mcp__echo__echo", cwd=project)
     assert (completed.returncode, completed.stdout) == (0, "fine\n")
     assert completed.stderr.splitlines() == [
         "code-puppy: MCP server 'broken' failed to start: Connection closed (stderr: echo server: refusing to "
         "start); continuing without its tools",
+        "code-puppy: MCP server 'ghost' failed to start: Client failed to connect: [Errno 2] No such file or "
+        "directory: '/nonexistent/mcp-server'; continuing without its tools",
+        "code-puppy: MCP server 'slow' failed to start: no answer within 1 s; continuing without its tools",
         "⚙ echo_echo(hi)",
         "  ↳ hi",
     ]
-    assert offered(0, llm) == sorted(BUILT_IN + ECHO_TOOLS)
-
-
-def test_a_missing_command_is_reported_the_same_way(code_puppy_home: Path, llm: FakeLLMServer, project: Path) -> None:
-    configure(code_puppy_home, llm, ghost='command = "/nonexistent/mcp-server"')
-    llm.script(text("fine"))
-    completed = run_cli("-p", "hi", cwd=project)
-    assert (completed.returncode, completed.stdout) == (0, "fine\n")
-    assert completed.stderr == (
-        "code-puppy: MCP server 'ghost' failed to start: Client failed to connect: [Errno 2] No such file or "
-        "directory: '/nonexistent/mcp-server'; continuing without its tools\n"
-    )
-    assert offered(0, llm) == BUILT_IN
-
-
-def test_a_server_that_does_not_answer_in_time_is_stopped(
-    code_puppy_home: Path, llm: FakeLLMServer, project: Path, tag: str
-) -> None:
-    configure(code_puppy_home, llm, slow=stdio_server(tag, "--hang", timeout=1))
-    llm.script(text("fine"))
-    completed = run_cli("-p", "hi", cwd=project)
-    assert (completed.returncode, completed.stdout) == (0, "fine\n")
-    assert completed.stderr == (
-        "code-puppy: MCP server 'slow' failed to start: no answer within 1 s; continuing without its tools\n"
-    )
-    assert offered(0, llm) == BUILT_IN
+    assert offered(0, llm) == sorted(BUILT_IN + ECHO_TOOLS)  # the model is offered no tool of a failed server
 
 
 def test_a_server_that_crashes_mid_run_is_withdrawn(

@@ -116,6 +116,8 @@ class McpServer:
     error: str | None = None
     """Why the server failed or crashed, in one line."""
     toolset: MCPToolset[Any] | None = field(default=None, repr=False)
+    _abandoned: asyncio.Future[Any] | None = field(default=None, repr=False)
+    """A start given up on, still shutting its server down."""
 
     @property
     def transport(self) -> str:
@@ -144,6 +146,8 @@ class McpServer:
         from pydantic_ai.mcp import MCPToolset
 
         timeout = self.config.timeout
+        # The deadline below bounds the whole start, spawn included; the client's own one is only a backstop.
+        timeouts: dict[str, Any] = {"init_timeout": timeout + 1, "read_timeout": timeout}
         log_start = 0
         if self.config.command:
             from fastmcp.client.transports import StdioTransport
@@ -160,29 +164,33 @@ class McpServer:
                 keep_alive=False,
                 log_file=self.log_file,
             )
-            toolset = MCPToolset[Any](
-                client, id=self.name, init_timeout=timeout, read_timeout=timeout, tool_error_behavior="failed"
-            )
+            toolset = MCPToolset[Any](client, id=self.name, tool_error_behavior="failed", **timeouts)
         else:
             assert self.config.url is not None
+            headers = self.config.headers or None
             toolset = MCPToolset[Any](
-                self.config.url,
-                id=self.name,
-                headers=self.config.headers or None,
-                init_timeout=timeout,
-                read_timeout=timeout,
-                tool_error_behavior="failed",
+                self.config.url, id=self.name, headers=headers, tool_error_behavior="failed", **timeouts
             )
+        entering = asyncio.ensure_future(toolset.__aenter__())
         try:
-            async with asyncio.timeout(timeout):
-                await toolset.__aenter__()
-        except Exception as exc:
-            self.state, self.error = "failed", self._reason(exc, log_start)
-            return
-        self.state, self.error, self.toolset = "running", None, toolset
+            await asyncio.wait([entering], timeout=timeout)
+        finally:  # also when this start is cancelled: whatever it opened, `stop()` closes
+            if not entering.done():
+                # An unresponsive server takes the MCP client seconds to shut down (stdin closed, a grace period,
+                # then SIGTERM): let that happen in the background while the run goes on.
+                entering.cancel()
+                self._abandoned = entering
+            elif not entering.cancelled() and entering.exception() is None:
+                self.toolset = toolset
+        if self.toolset is not None:
+            self.state, self.error = "running", None
+        else:
+            error = entering.exception() if entering.done() and not entering.cancelled() else None
+            reason = self._reason(error, log_start) if error else f"no answer within {timeout:g} s"
+            self.state, self.error = "failed", reason
 
-    def _reason(self, exc: Exception, log_start: int) -> str:
-        reason = f"no answer within {self.config.timeout:g} s" if isinstance(exc, TimeoutError) else _one_line(exc)
+    def _reason(self, exc: BaseException, log_start: int) -> str:
+        reason = _one_line(exc)
         if self.config.command and self.log_file.exists():
             with self.log_file.open("rb") as log:
                 log.seek(log_start)
@@ -193,12 +201,16 @@ class McpServer:
 
     async def stop(self) -> None:
         """Disconnect and end the process; shielded, so a cancelled run still cleans up."""
-        toolset, self.toolset = self.toolset, None
-        self.state, self.error = "stopped", None
-        if toolset is None:
-            return
-        with anyio.move_on_after(STOP_TIMEOUT, shield=True), contextlib.suppress(Exception):
-            await toolset.__aexit__(None, None, None)
+        toolset, abandoned = self.toolset, self._abandoned
+        self.state, self.error, self.toolset, self._abandoned = "stopped", None, None, None
+        with anyio.move_on_after(STOP_TIMEOUT, shield=True):
+            if abandoned is not None:
+                await asyncio.wait([abandoned])
+                if not abandoned.cancelled():
+                    abandoned.exception()  # retrieved: the start was already reported as failed
+            if toolset is not None:
+                with contextlib.suppress(Exception):
+                    await toolset.__aexit__(None, None, None)
 
 
 @dataclass(kw_only=True)
