@@ -26,9 +26,10 @@ ECHO_SERVER = Path(__file__).parent / "mcp_servers" / "echo_server.py"
 
 
 def processes_tagged(tag: str) -> list[str]:
-    """`ps` lines of live processes whose command line carries `tag` (zombies are dead: not counted)."""
-    listing = subprocess.run(["ps", "-ww", "-eo", "pid,stat,args"], capture_output=True, text=True, check=True).stdout
-    return [line for line in listing.splitlines() if tag in line and " Z" not in line and "ps -eo" not in line]
+    """`PID ARGS` of the live processes whose command line carries `tag` (zombies are dead: not counted)."""
+    listing = subprocess.run(["ps", "-ww", "-eo", "pid=,stat=,args="], capture_output=True, text=True, check=True)
+    rows = [row for row in (line.split(None, 2) for line in listing.stdout.splitlines()) if len(row) == 3]
+    return [f"{pid} {args}" for pid, stat, args in rows if tag in args and not stat.startswith("Z")]
 
 
 @pytest.fixture
