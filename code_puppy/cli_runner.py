@@ -41,6 +41,7 @@ class HeadlessOptions:
     max_requests: int | None = None
     continue_last: bool = False
     resume: str | None = None
+    no_mcp: bool = False
 
 
 @dataclass
@@ -92,6 +93,8 @@ def open_store() -> SqliteConversationStore:
 def run_headless(options: HeadlessOptions) -> int:
     """Resolve config, model and session (exit 2 when one is bad, before anything is sent), then run one turn."""
     settings = load_settings(options.project_root)
+    if options.no_mcp:
+        settings = settings.model_copy(update={"mcp_servers": {}})
     model_name = choose_model_name(settings, options.model)
     model = resolve_model(settings, model_name)
     with open_store() as store:
@@ -190,7 +193,7 @@ async def _headless(
     sink.start(session.id)
 
     async def turn() -> TurnOutcome:
-        async with agent:  # closes the provider's HTTP client when the turn ends
+        async with agent:  # closes the provider's HTTP client and stops the MCP servers when the turn ends
             return await run_turn(agent, session, prompt, sink, max_requests=max_requests)
 
     turn_task = asyncio.create_task(turn())

@@ -2,19 +2,22 @@
 
 Locations (DESIGN §3): `$CODE_PUPPY_HOME` holds everything when set; otherwise platformdirs'
 `user_config_dir("code-puppy")` holds config.toml and plugins, `user_data_dir("code-puppy")` holds sessions.db.
-A project's `.code-puppy/config.toml` overrides the user config key by key, tables merged.
+A project's `.code-puppy/config.toml` overrides the user config key by key, tables merged. MCP servers from a project
+(its `[mcp_servers]`, `.mcp.json` and `mcp.json`) are read only when the user trusts the project (`code_puppy.trust`).
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import sys
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 PermissionMode = Literal["ask", "accept-edits", "yolo", "read-only"]
 CompactionKind = Literal["tiered", "summarize", "sliding", "off"]
@@ -66,6 +69,52 @@ class PluginsConfig(_Section):
     """How many follow-up runs `turn_end` hooks may start per user turn."""
 
 
+class McpServerConfig(_Section):
+    """One MCP server: `command` (with `args`, `env`, `cwd`) runs it over stdio, `url` (with `headers`) over HTTP.
+
+    String values may reference environment variables as `${NAME}` or `${NAME:-default}`, expanded when the
+    server starts.
+    """
+
+    command: str | None = None
+    """The program that runs a stdio server, e.g. `npx` or `uvx`."""
+    args: tuple[str, ...] = ()
+    env: dict[str, str] = Field(default_factory=dict[str, str])
+    """Variables added to the server's environment (it inherits only HOME, PATH, SHELL, TERM, USER, LOGNAME)."""
+    cwd: str | None = None
+    """The stdio server's working directory, relative to the project root; default: the project root."""
+    url: str | None = None
+    """The URL of a streamable HTTP server (a URL ending in `/sse` uses the older SSE transport)."""
+    headers: dict[str, str] = Field(default_factory=dict[str, str])
+    """HTTP headers sent with every request, e.g. `Authorization = "Bearer ${GITHUB_TOKEN}"`."""
+    enabled: bool = True
+    timeout: float = Field(default=30.0, gt=0)
+    """Seconds to wait for the server to start, and for any single tool call."""
+    tool_prefix: str | bool = True
+    """Prefix of the tool names the model sees (`PREFIX_tool`): true uses the server name, false none."""
+    allow_tools: tuple[str, ...] | None = None
+    """If set, only these of the server's tools are offered (names or `fnmatch` patterns)."""
+    deny_tools: tuple[str, ...] = ()
+    """Tools never offered (names or `fnmatch` patterns)."""
+
+    @field_validator("tool_prefix")
+    @classmethod
+    def _prefix_is_a_tool_name(cls, value: str | bool) -> str | bool:
+        if isinstance(value, str) and not re.fullmatch(r"[A-Za-z0-9_-]+", value):
+            raise ValueError("tool_prefix must be true, false or a non-empty name of letters, digits, _ and -")
+        return value
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerConfig:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("set either command (a stdio server) or url (an HTTP server)")
+        if self.url is not None and (self.args or self.env or self.cwd):
+            raise ValueError("args, env and cwd apply to stdio servers (command), not to url")
+        if self.command is not None and self.headers:
+            raise ValueError("headers apply to HTTP servers (url), not to command")
+        return self
+
+
 class Settings(_Section):
     """Everything config.toml can say, merged from the user and project files."""
 
@@ -76,6 +125,14 @@ class Settings(_Section):
     permissions: PermissionsConfig = PermissionsConfig()
     history: HistoryConfig = HistoryConfig()
     plugins: PluginsConfig = PluginsConfig()
+    mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict[str, McpServerConfig])
+    """MCP servers by name; a project's are read only when the project is trusted."""
+
+
+PROJECT_MCP_FILES = ("mcp.json", ".mcp.json")
+"""The `{"mcpServers": {...}}` files read from a trusted project's root, later ones overriding earlier ones."""
+_MCP_JSON_KEYS = frozenset(McpServerConfig.model_fields) - {"enabled"}
+"""Keys honoured in `.mcp.json` entries; others (written for other MCP clients) are ignored."""
 
 
 def code_puppy_home() -> Path | None:
@@ -112,43 +169,84 @@ def find_project_root(start: Path) -> Path:
 
 
 def load_settings(project_root: Path) -> Settings:
-    """Read and validate the user config, then the project config on top of it."""
+    """Read and validate the user config, then the project's MCP files and config on top of it.
+
+    What a project's own files set that runs code or widens permissions (MCP servers, history processors,
+    `[permissions]`) counts only once the user trusts the project; until then it is ignored with a one-line note.
+    """
+    from code_puppy.trust import TRUSTED_PROJECTS_FILE, project_is_trusted
+
+    trusted = project_is_trusted(project_root)
+    layers: list[tuple[Path, dict[str, Any]]] = []
+    user_file = config_dir() / "config.toml"
+    if user_file.is_file():
+        layers.append((user_file, _read_toml(user_file)))
+    ignored: list[str] = []
+    for name in PROJECT_MCP_FILES:
+        if (path := project_root / name).is_file():
+            if trusted:
+                layers.append((path, _read_mcp_json(path)))
+            else:
+                ignored.append(name)
+    project_file = project_root / ".code-puppy" / "config.toml"
+    if project_file.is_file():
+        data = _read_toml(project_file)
+        if not trusted:
+            ignored += _drop_untrusted_keys(data)
+        layers.append((project_file, data))
+    if ignored:
+        print(
+            f"code-puppy: note: this project is not trusted, so code-puppy ignores its {', '.join(ignored)} "
+            f"(add {str(project_root.resolve())!r} to {config_dir() / TRUSTED_PROJECTS_FILE} to trust it)",
+            file=sys.stderr,
+        )
     merged: dict[str, Any] = {}
-    sources: list[Path] = []
-    for path in (config_dir() / "config.toml", project_root / ".code-puppy" / "config.toml"):
-        if path.is_file():
-            data = _read_toml(path)
-            if path.parent.name == ".code-puppy":
-                _drop_untrusted_code_keys(data, path, project_root)
-            merged = _merge(merged, data)
-            sources.append(path)
+    for _, data in layers:
+        merged = _merge(merged, data)
     try:
         return Settings.model_validate(merged)
     except ValidationError as exc:
-        raise ConfigError(_describe(exc, merged, sources)) from None
+        raise ConfigError(_describe(exc, merged, layers)) from None
 
 
-CODE_KEYS = ("processors", "processor_condition")
-"""`[history]` keys that import and run code: a project's config sets them only once the user trusts the project."""
+UNTRUSTED_KEYS = (("mcp_servers",), ("history", "processors"), ("history", "processor_condition"), ("permissions",))
+"""Keys of a project's config.toml that start programs, import code or widen what tools may do."""
 
 
-def _drop_untrusted_code_keys(data: dict[str, Any], path: Path, project_root: Path) -> None:
-    from code_puppy.trust import TRUSTED_PROJECTS_FILE, project_is_trusted
+def _drop_untrusted_keys(data: dict[str, Any]) -> list[str]:
+    """Remove `UNTRUSTED_KEYS` from a project's config; name what was removed."""
+    dropped: list[str] = []
+    for path in UNTRUSTED_KEYS:
+        table: Any = data
+        for key in path[:-1]:
+            table = cast(dict[str, Any], table).get(key) if isinstance(table, dict) else None
+        if isinstance(table, dict) and path[-1] in table:
+            del cast(dict[str, Any], table)[path[-1]]
+            dropped.append(f"[{path[0]}]" if len(path) == 1 else f"[{path[0]}] {path[1]}")
+    return dropped
 
-    history = data.get("history")
-    if not isinstance(history, dict):
-        return
-    present = [key for key in CODE_KEYS if key in history]
-    if not present or project_is_trusted(project_root):
-        return
-    for key in present:
-        del history[key]
-    keys = ", ".join(f"[history] {key}" for key in present)
-    print(
-        f"code-puppy: warning: ignoring {keys} in {path}: this project is not trusted "
-        f"(add {str(project_root.resolve())!r} to {config_dir() / TRUSTED_PROJECTS_FILE} to trust it)",
-        file=sys.stderr,
-    )
+
+def _read_mcp_json(path: Path) -> dict[str, Any]:
+    """A `{"mcpServers": {...}}` file as a config layer: `disabled` becomes `enabled`, unknown keys are dropped."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise ConfigError(f"{path}: invalid JSON: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc}") from None
+    servers: Any = cast(dict[str, Any], data).get("mcpServers") if isinstance(data, dict) else None
+    if not isinstance(servers, dict):
+        raise ConfigError(f'{path}: expected an object {{"mcpServers": {{"NAME": {{...}}}}}}')
+    layer: dict[str, Any] = {}
+    for name, entry in cast(dict[str, Any], servers).items():
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{path}: 'mcpServers.{name}': expected an object")
+        fields = cast(dict[str, Any], entry)
+        server = {key: value for key, value in fields.items() if key in _MCP_JSON_KEYS and value is not None}
+        if isinstance(fields.get("disabled"), bool):
+            server["enabled"] = not fields["disabled"]
+        layer[name] = server
+    return {"mcp_servers": layer}
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -171,23 +269,25 @@ def _merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, An
     return merged
 
 
-def _describe(exc: ValidationError, merged: Mapping[str, Any], sources: list[Path]) -> str:
+def _describe(exc: ValidationError, merged: Mapping[str, Any], layers: list[tuple[Path, dict[str, Any]]]) -> str:
     """One line: the file that set the offending key, the key, and what was expected."""
     error = exc.errors()[0]
     location = [str(part) for part in error["loc"]]
     key = ".".join(location)
-    source = _source_of(location, sources) or (sources[-1] if sources else Path("config.toml"))
+    source = _source_of(location, layers) or (layers[-1][0] if layers else Path("config.toml"))
     if error["type"] == "extra_forbidden":
         return f"{source}: unknown key '{key}'"
     if error["type"] == "missing":
         return f"{source}: missing key '{key}'"
+    if error["type"] == "value_error":  # our own validators: the message says it all, and the value may hold secrets
+        return f"{source}: '{key}': {error['msg'].removeprefix('Value error, ')}"
     value = _lookup(merged, location)
     return f"{source}: '{key}': {error['msg'][0].lower()}{error['msg'][1:]}, got {value!r}"
 
 
-def _source_of(location: list[str], sources: list[Path]) -> Path | None:
-    for path in reversed(sources):
-        if _lookup(_read_toml(path), location) is not _MISSING:
+def _source_of(location: list[str], layers: list[tuple[Path, dict[str, Any]]]) -> Path | None:
+    for path, data in reversed(layers):
+        if _lookup(data, location) is not _MISSING:
             return path
     return None
 

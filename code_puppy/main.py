@@ -94,6 +94,7 @@ def ensure_own_scripts_on_path() -> None:
 @click.option("--max-requests", type=click.IntRange(min=1), metavar="N", help="Stop after N model requests (exit 3).")
 @click.option("-c", "--continue", "continue_last", is_flag=True, help="Continue the latest session of this project.")
 @click.option("-r", "--resume", metavar="ID", help="Resume a session by id or unique prefix.")
+@click.option("--no-mcp", is_flag=True, help="Run without the configured MCP servers.")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @click.version_option(__version__, "--version", prog_name="code-puppy")
 @click.pass_context
@@ -108,6 +109,7 @@ def cli(
     max_requests: int | None,
     continue_last: bool,
     resume: str | None,
+    no_mcp: bool,
     debug: bool,
 ) -> None:
     """code-puppy: a coding agent for the terminal.
@@ -137,6 +139,7 @@ def cli(
             max_requests=max_requests,
             continue_last=continue_last,
             resume=resume,
+            no_mcp=no_mcp,
         )
         return run_headless(options)
 
@@ -225,3 +228,31 @@ def _commands() -> ModuleType:
     import code_puppy.sessions.commands
 
     return code_puppy.sessions.commands
+
+
+@cli.group()
+def mcp() -> None:
+    """Inspect the configured MCP servers."""
+
+
+@mcp.command("list")
+def mcp_list() -> None:
+    """Start each enabled server and show its status and tool count."""
+    from code_puppy.mcp_commands import list_servers
+
+    _run_mcp_command(list_servers)
+
+
+@mcp.command("tools")
+@click.argument("name")
+def mcp_tools(name: str) -> None:
+    """Start server NAME and show its tools as the model sees them, with their descriptions."""
+    from code_puppy.mcp_commands import show_tools
+
+    _run_mcp_command(lambda project_root: show_tools(project_root, name))
+
+
+def _run_mcp_command(command: Callable[[Path], int]) -> NoReturn:
+    from code_puppy.config import find_project_root
+
+    sys.exit(guarded(lambda: command(find_project_root(Path.cwd()))))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,7 @@ def test_no_files_gives_defaults(project: Path) -> None:
 
 
 def test_project_overrides_user_key_by_key_with_tables_merged(code_puppy_home: Path, project: Path) -> None:
+    write(code_puppy_home / "trusted_projects.json", json.dumps([str(project)]))
     write(
         code_puppy_home / "config.toml",
         'model = "anthropic:claude-sonnet-4-5"\n[permissions]\nmode = "accept-edits"\nallow = ["pytest*"]\n'
@@ -72,14 +74,24 @@ def test_bad_user_file_names_file_key_and_expectation(
     assert message in str(caught.value)
 
 
+def test_untrusted_project_cannot_widen_permissions(
+    code_puppy_home: Path, project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    write(project / ".code-puppy" / "config.toml", "model = 'openai:x'\n[permissions]\nmode = 'yolo'\nallow = ['*']\n")
+    settings = load_settings(project)
+    assert (settings.model, settings.permissions) == ("openai:x", Settings().permissions)
+    assert capsys.readouterr().err.startswith(
+        "code-puppy: note: this project is not trusted, so code-puppy ignores its [permissions] ("
+    )
+
+
 def test_error_names_the_project_file_that_set_the_bad_key(code_puppy_home: Path, project: Path) -> None:
     write(code_puppy_home / "config.toml", "[permissions]\nmode = 'ask'\n")
-    path = write(project / ".code-puppy" / "config.toml", "[permissions]\nmode = 42\n")
+    path = write(project / ".code-puppy" / "config.toml", "[history]\ncompaction = 42\n")
     with pytest.raises(ConfigError) as caught:
         load_settings(project)
-    assert (
-        str(caught.value)
-        == f"{path}: 'permissions.mode': input should be 'ask', 'accept-edits', 'yolo' or 'read-only', got 42"
+    assert str(caught.value) == (
+        f"{path}: 'history.compaction': input should be 'tiered', 'summarize', 'sliding' or 'off', got 42"
     )
 
 

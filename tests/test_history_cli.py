@@ -239,7 +239,7 @@ def test_project_processors_need_trust(server: Any, project: Path, code_puppy_ho
     untrusted = run_cli("-p", "q1", cwd=project)
     assert (untrusted.returncode, untrusted.stdout) == (0, "fine\n")
     assert untrusted.stderr == (
-        f"code-puppy: warning: ignoring [history] processors in {project_config}: this project is not trusted "
+        "code-puppy: note: this project is not trusted, so code-puppy ignores its [history] processors "
         f"(add {str(project.resolve())!r} to {code_puppy_home / 'trusted_projects.json'} to trust it)\n"
     )
     (code_puppy_home / "trusted_projects.json").write_text(json.dumps([str(project)]))

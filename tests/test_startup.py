@@ -4,17 +4,25 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from code_puppy import __version__
+from tests.fake_llm import FakeLLMServer, text
 
-HEAVY = ("pydantic_ai", "openai", "anthropic", "google.genai", "pydantic_ai_harness", "pydantic")
+HEAVY = ("pydantic_ai", "openai", "anthropic", "google.genai", "pydantic_ai_harness", "pydantic", "mcp", "fastmcp")
+MCP = ("pydantic_ai.mcp", "mcp", "fastmcp")
 
 
-def imported_modules(*args: str) -> set[str]:
+def imported_modules(*args: str, cwd: Path | None = None) -> set[str]:
     completed = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "code_puppy", *args], capture_output=True, text=True, check=True
+        [sys.executable, "-X", "importtime", "-m", "code_puppy", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
     )
     return {line.split("|")[-1].strip() for line in completed.stderr.splitlines() if line.startswith("import time:")}
 
@@ -29,3 +37,14 @@ def test_flag_imports_nothing_heavy(flag: str) -> None:
 def test_version_prints_the_package_version() -> None:
     completed = subprocess.run([sys.executable, "-m", "code_puppy", "--version"], capture_output=True, text=True)
     assert (completed.returncode, completed.stdout) == (0, f"code-puppy, version {__version__}\n")
+
+
+def test_a_run_without_mcp_servers_imports_no_mcp(code_puppy_home: Path, project: Path) -> None:
+    with FakeLLMServer(text("hi")) as fake:
+        (code_puppy_home / "config.toml").write_text(
+            f'model = "fake"\n[models.fake]\nname = "fake-model"\nbase_url = "{fake.base_url}"\n'
+            '[mcp_servers.off]\ncommand = "never-started"\nenabled = false\n'
+        )
+        modules = imported_modules("-p", "hi", cwd=project)
+    assert "pydantic_ai.models.openai" in modules  # the run happened
+    assert sorted(m for m in modules if m.split(".")[0] in MCP or m in MCP) == []

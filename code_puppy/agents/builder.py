@@ -22,6 +22,7 @@ from code_puppy.agents.compaction import PersistentCompaction, compaction_strate
 from code_puppy.agents.history_persistence import DurableHistory, HistoryPersistence
 from code_puppy.agents.history_processors import HistoryRevision, resolve_history_processing
 from code_puppy.agents.instructions import build_instructions
+from code_puppy.agents.mcp_servers import McpServers
 from code_puppy.agents.permissions import PermissionPolicy
 from code_puppy.agents.user_history_processor import UserHistoryProcessor
 from code_puppy.config import PermissionMode, Settings
@@ -89,6 +90,7 @@ def build_pydantic_agent(
             ),
             RepoContext(workspace_dir=root, expose_inventory_tool=False),
             SubAgents(include_self=True, agent_folders=None),
+            McpServers(settings.mcp_servers, project_root=root),
             TruncatedToolOutputs(bands=[Band(over=MAX_OUTPUT_CHARS, action=Truncate(max_chars=MAX_OUTPUT_CHARS))]),
             RepairToolArguments(),
             # Innermost safety net: a deferral nobody answers (headless, or a tool that defers by itself) is

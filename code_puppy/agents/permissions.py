@@ -24,12 +24,24 @@ SHELL_TOOL_NAMES = frozenset({"shell", "run_command", "start_command"})
 """Tools that run a command string."""
 ALWAYS_ALLOWED_TOOL_NAMES = frozenset({*READ_ONLY_TOOL_NAMES, "check_command", "stop_command", "delegate_task"})
 """Tools that change nothing by themselves (a delegate's own calls pass through this policy too)."""
+POLICY_TOOL_NAMES = ALWAYS_ALLOWED_TOOL_NAMES | EDIT_TOOL_NAMES | SHELL_TOOL_NAMES
+"""Every name the policy treats by name; an MCP tool never takes one of them."""
+MCP_PERMISSION_KEY = "code_puppy.mcp_permission"
+"""`ToolDefinition.metadata` key marking an MCP tool, holding its permission name `mcp__SERVER__TOOL`."""
 
 Decision = Literal["allow", "ask", "deny"]
 
 _UNSAFE_SHELL = re.compile(r"[<>`\n\r]|\$\(|(?<![&|])&(?![&|])|[()]")
 """Redirection, command substitution, background jobs and subshells: never matched by an allow-list entry."""
 _SEGMENT_SPLIT = re.compile(r"&&|\|\||;|\|")
+
+
+def mcp_allowed(permission: str, allow: Sequence[str]) -> bool:
+    """Whether an allow-list entry names the MCP tool `mcp__SERVER__TOOL`: exactly, as `mcp__SERVER`, or by pattern."""
+    return any(
+        entry.startswith("mcp__") and (fnmatch.fnmatchcase(permission, entry) or permission.startswith(entry + "__"))
+        for entry in allow
+    )
 
 
 def allowed_by_list(command: str, allow: Sequence[str]) -> bool:
@@ -54,7 +66,8 @@ class PermissionPolicy(AbstractCapability[Any]):
     mode: PermissionMode = "ask"
     """ask | accept-edits | yolo | read-only; switch it on the live object to change the mode mid-session."""
     allow: Sequence[str] = ()
-    """Shell commands that run without asking (every segment of a compound command must match)."""
+    """Shell commands that run without asking (every segment of a compound command must match), and MCP tools
+    named `mcp__SERVER__TOOL` or `mcp__SERVER` (all of a server's tools)."""
     interactive: bool = False
     """Whether a person can answer; headless runs deny what would ask."""
     session_allowed: set[str] = field(default_factory=set[str])
@@ -86,14 +99,19 @@ class PermissionPolicy(AbstractCapability[Any]):
     async def prepare_tools(self, ctx: RunContext[Any], tool_defs: list[ToolDefinition]) -> list[ToolDefinition]:
         if self.mode != "read-only":
             return tool_defs
-        return [tool_def for tool_def in tool_defs if tool_def.name in ALWAYS_ALLOWED_TOOL_NAMES]
+        return [
+            tool_def
+            for tool_def in tool_defs
+            if tool_def.name in ALWAYS_ALLOWED_TOOL_NAMES and _mcp_permission(tool_def) is None
+        ]
 
     async def before_tool_execute(
         self, ctx: RunContext[Any], *, call: ToolCallPart, tool_def: ToolDefinition, args: dict[str, Any]
     ) -> dict[str, Any]:
         if ctx.tool_call_approved:
             return args
-        decision, reason = self.decide(call.tool_name, args)
+        mcp_permission = _mcp_permission(tool_def)
+        decision, reason = self.decide(call.tool_name, args, mcp_permission=mcp_permission)
         if decision == "allow":
             return args
         if decision == "ask" and self.interactive:
@@ -105,12 +123,33 @@ class PermissionPolicy(AbstractCapability[Any]):
             reason = (
                 f"`{call.tool_name}` needs the user's approval in '{self.mode}' mode and this run is non-interactive, "
                 "so it was denied. Do not retry it; say what you would have done, or the user can re-run with "
-                "--permission-mode accept-edits, --allow PATTERN or --permission-mode yolo."
+                + (
+                    f"--allow {mcp_permission} or --permission-mode yolo."
+                    if mcp_permission
+                    else "--permission-mode accept-edits, --allow PATTERN or --permission-mode yolo."
+                )
             )
         raise SkipToolExecution(ToolDenied(reason))
 
-    def decide(self, tool_name: str, args: dict[str, Any]) -> tuple[Decision, str]:
-        """The policy's verdict for one call, and the reason the model is told when it is denied."""
+    def decide(
+        self, tool_name: str, args: dict[str, Any], *, mcp_permission: str | None = None
+    ) -> tuple[Decision, str]:
+        """The policy's verdict for one call, and the reason the model is told when it is denied.
+
+        `mcp_permission` marks an MCP tool (`mcp__SERVER__TOOL`): never read-only, so it runs only in yolo mode or
+        when the allow-list names it, asks in ask mode and is denied in accept-edits mode.
+        """
+        if mcp_permission is not None:
+            if self.mode == "read-only":
+                return "deny", f"`{tool_name}` is not available in read-only mode."
+            if self.mode == "yolo" or mcp_allowed(mcp_permission, self.allow):
+                return "allow", ""
+            if self.mode == "accept-edits":
+                return "deny", (
+                    f"`{tool_name}` is an MCP tool that is not allow-listed ({mcp_permission}), and accept-edits mode "
+                    "only allows file edits. Do not retry it."
+                )
+            return "ask", ""
         if tool_name in ALWAYS_ALLOWED_TOOL_NAMES:
             return "allow", ""
         if self.mode == "read-only":
@@ -156,3 +195,8 @@ class PermissionPolicy(AbstractCapability[Any]):
             return True  # the tool itself rejects a missing path
         target = (self.project_root / Path(path).expanduser()).resolve()
         return target == self.project_root or self.project_root in target.parents
+
+
+def _mcp_permission(tool_def: ToolDefinition) -> str | None:
+    permission = (tool_def.metadata or {}).get(MCP_PERMISSION_KEY)
+    return permission if isinstance(permission, str) else None

@@ -1,0 +1,381 @@
+"""`McpServers`: the tools of the configured MCP servers, on pydantic-ai's `MCPToolset` (a FastMCP client).
+
+`pydantic_ai.mcp` costs most of a second to import, so it is imported when the first server starts, never for a
+run without servers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fnmatch
+import os
+import re
+import sys
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import KW_ONLY, dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, cast
+
+import anyio
+from pydantic_ai import RunContext
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.exceptions import ModelRetry, ToolFailed
+from pydantic_ai.toolsets import AbstractToolset
+from pydantic_ai.toolsets.abstract import ToolsetTool
+
+from code_puppy.agents.permissions import MCP_PERMISSION_KEY, POLICY_TOOL_NAMES
+from code_puppy.config import ConfigError, McpServerConfig, data_dir
+
+if TYPE_CHECKING:
+    from pydantic_ai.mcp import MCPToolset
+
+ServerState = Literal["stopped", "running", "failed", "crashed"]
+"""`stopped`: not started in this session (yet); `failed`: did not start; `crashed`: stopped answering mid-session."""
+
+STOP_TIMEOUT = 10.0
+"""Seconds a stopping server gets; the MCP SDK closes stdin, then sends SIGTERM and SIGKILL to the process group."""
+
+_ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def report_to_stderr(message: str) -> None:
+    print(f"code-puppy: {message}", file=sys.stderr, flush=True)
+
+
+def permission_name(server: str, tool: str) -> str:
+    """The name an allow-list uses for one MCP tool, independent of the prefix the model sees."""
+    return f"mcp__{server}__{tool}"
+
+
+def expand_env(name: str, config: McpServerConfig) -> McpServerConfig:
+    """`config` with `${VAR}` and `${VAR:-default}` expanded; a missing variable is a `ConfigError` naming it."""
+
+    def expand(value: str, key: str) -> str:
+        def substitute(match: re.Match[str]) -> str:
+            variable, default = match.group(1), match.group(2)
+            if variable in os.environ:
+                return os.environ[variable]
+            if default is not None:
+                return default
+            raise ConfigError(f"MCP server '{name}': environment variable {variable} is not set (used in {key})")
+
+        return _ENV_REFERENCE.sub(substitute, value)
+
+    return config.model_copy(
+        update={
+            "command": config.command and expand(config.command, "command"),
+            "args": tuple(expand(arg, "args") for arg in config.args),
+            "env": {key: expand(value, f"env.{key}") for key, value in config.env.items()},
+            "cwd": config.cwd and expand(config.cwd, "cwd"),
+            "url": config.url and expand(config.url, "url"),
+            "headers": {key: expand(value, f"headers.{key}") for key, value in config.headers.items()},
+        }
+    )
+
+
+def assign_names(wanted: Sequence[tuple[str, str, str]], reserved: frozenset[str]) -> list[str]:
+    """Final names for `(server, tool, preferred name)` triples, in order.
+
+    A preferred name that a built-in tool or another server's tool also wants becomes `SERVER_TOOL`; a name still
+    taken gets `_2`, `_3`, …: a clash renames a tool, it never drops one.
+    """
+    wanted_by = Counter(preferred for _, _, preferred in wanted)
+    taken = set(reserved)
+    names: list[str] = []
+    for server, tool, preferred in wanted:
+        base = preferred if wanted_by[preferred] == 1 and preferred not in reserved else f"{_identifier(server)}_{tool}"
+        name, suffix = base, 2
+        while name in taken:
+            name, suffix = f"{base}_{suffix}", suffix + 1
+        taken.add(name)
+        names.append(name)
+    return names
+
+
+def _identifier(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_-]", "_", text)
+
+
+def _one_line(error: BaseException) -> str:
+    while isinstance(error, BaseExceptionGroup):
+        error = cast(BaseExceptionGroup[BaseException], error).exceptions[0]
+    text = " ".join(str(error).split()) or type(error).__name__
+    return text if len(text) <= 200 else text[:197] + "…"
+
+
+@dataclass
+class McpServer:
+    """One configured server (environment references already expanded) and its connection in this session."""
+
+    name: str
+    config: McpServerConfig
+    project_root: Path
+    state: ServerState = "stopped"
+    error: str | None = None
+    """Why the server failed or crashed, in one line."""
+    toolset: MCPToolset[Any] | None = field(default=None, repr=False)
+    _abandoned: asyncio.Future[Any] | None = field(default=None, repr=False)
+    """A start given up on, still shutting its server down."""
+
+    @property
+    def transport(self) -> str:
+        return "stdio" if self.config.command else "http"
+
+    @property
+    def log_file(self) -> Path:
+        """Where a stdio server's stderr goes, so it never mixes with code-puppy's own output."""
+        return data_dir() / "mcp-logs" / f"{_identifier(self.name)}.log"
+
+    def preferred_name(self, tool: str) -> str:
+        prefix = self.config.tool_prefix
+        if prefix is False:
+            return tool
+        return f"{_identifier(self.name) if prefix is True else prefix}_{tool}"
+
+    def offers(self, tool: str) -> bool:
+        """Whether `allow_tools`/`deny_tools` let the model see `tool` (the server's own name for it)."""
+        allow, deny = self.config.allow_tools, self.config.deny_tools
+        if allow is not None and not any(fnmatch.fnmatchcase(tool, pattern) for pattern in allow):
+            return False
+        return not any(fnmatch.fnmatchcase(tool, pattern) for pattern in deny)
+
+    async def start(self) -> None:
+        """Connect (spawning a stdio server); a failure is recorded in `state` and `error`, never raised."""
+        from pydantic_ai.mcp import MCPToolset
+
+        timeout = self.config.timeout
+        # The deadline below bounds the whole start, spawn included; the client's own one is only a backstop.
+        timeouts: dict[str, Any] = {"init_timeout": timeout + 1, "read_timeout": timeout}
+        log_start = 0
+        if self.config.command:
+            from fastmcp.client.transports import StdioTransport
+
+            self.log_file.parent.mkdir(parents=True, exist_ok=True)
+            log_start = self.log_file.stat().st_size if self.log_file.exists() else 0
+            cwd = self.project_root / (self.config.cwd or ".")
+            # keep_alive=False: the process ends with the session instead of outliving it.
+            client: Any = StdioTransport(
+                self.config.command,
+                list(self.config.args),
+                env=self.config.env or None,
+                cwd=str(cwd),
+                keep_alive=False,
+                log_file=self.log_file,
+            )
+            toolset = MCPToolset[Any](client, id=self.name, tool_error_behavior="failed", **timeouts)
+        else:
+            assert self.config.url is not None
+            headers = self.config.headers or None
+            toolset = MCPToolset[Any](
+                self.config.url, id=self.name, headers=headers, tool_error_behavior="failed", **timeouts
+            )
+        entering = asyncio.ensure_future(toolset.__aenter__())
+        try:
+            await asyncio.wait([entering], timeout=timeout)
+        finally:  # also when this start is cancelled: whatever it opened, `stop()` closes
+            if not entering.done():
+                # An unresponsive server takes the MCP client seconds to shut down (stdin closed, a grace period,
+                # then SIGTERM): let that happen in the background while the run goes on.
+                entering.cancel()
+                self._abandoned = entering
+            elif not entering.cancelled() and entering.exception() is None:
+                self.toolset = toolset
+        if self.toolset is not None:
+            self.state, self.error = "running", None
+        else:
+            error = entering.exception() if entering.done() and not entering.cancelled() else None
+            reason = self._reason(error, log_start) if error else f"no answer within {timeout:g} s"
+            self.state, self.error = "failed", reason
+
+    def _reason(self, exc: BaseException, log_start: int) -> str:
+        reason = _one_line(exc)
+        if self.config.command and self.log_file.exists():
+            with self.log_file.open("rb") as log:
+                log.seek(log_start)
+                lines = [line.strip() for line in log.read().decode(errors="replace").splitlines() if line.strip()]
+            if lines:
+                reason += f" (stderr: {lines[-1][:200]})"
+        return reason
+
+    async def stop(self) -> None:
+        """Disconnect and end the process; shielded, so a cancelled run still cleans up."""
+        toolset, abandoned = self.toolset, self._abandoned
+        self.state, self.error, self.toolset, self._abandoned = "stopped", None, None, None
+        with anyio.move_on_after(STOP_TIMEOUT, shield=True):
+            if abandoned is not None:
+                await asyncio.wait([abandoned])
+                if not abandoned.cancelled():
+                    abandoned.exception()  # retrieved: the start was already reported as failed
+            if toolset is not None:
+                with contextlib.suppress(Exception):
+                    await toolset.__aexit__(None, None, None)
+
+
+@dataclass(kw_only=True)
+class _McpTool(ToolsetTool[Any]):
+    server: McpServer
+    original: ToolsetTool[Any]
+    """The tool as the server's `MCPToolset` listed it, under the server's own name."""
+
+
+class McpToolset(AbstractToolset[Any]):
+    """All servers' tools under clash-free names. Servers start on the first tool listing and stop on the last exit."""
+
+    def __init__(
+        self,
+        servers: Sequence[McpServer],
+        *,
+        reserved_names: frozenset[str] = POLICY_TOOL_NAMES,
+        report: Callable[[str], None] = report_to_stderr,
+    ) -> None:
+        self.servers = list(servers)
+        self.reserved_names = reserved_names
+        self.report = report
+        self._entered = 0
+        self._start_lock: asyncio.Lock | None = None
+        self._noted_renames: set[tuple[str, str]] = set()
+
+    @property
+    def id(self) -> str:
+        return "mcp_servers"
+
+    async def __aenter__(self) -> McpToolset:
+        self._entered += 1
+        return self
+
+    async def __aexit__(self, *args: Any) -> None:
+        self._entered -= 1
+        if self._entered == 0:
+            await _run_to_end(asyncio.gather(*(server.stop() for server in self.servers)), cancel=False)
+
+    async def start(self) -> None:
+        """Start, all at once, the servers not yet tried in this session; report those that fail."""
+        assert self._entered, "start servers only inside `async with toolset:`, which stops them"
+        self._start_lock = self._start_lock or asyncio.Lock()
+        async with self._start_lock:
+            pending = [server for server in self.servers if server.state == "stopped"]
+            await _run_to_end(asyncio.gather(*(server.start() for server in pending)), cancel=True)
+        for server in pending:
+            if server.state == "failed":
+                self.report(f"MCP server '{server.name}' failed to start: {server.error}; continuing without its tools")
+
+    async def get_tools(self, ctx: RunContext[Any]) -> dict[str, ToolsetTool[Any]]:
+        await self.start()
+        running = [server for server in self.servers if server.state == "running"]
+        listings = await asyncio.gather(*(self._list(server, ctx) for server in running))
+        listed = [(server, tool) for server, tools in zip(running, listings, strict=True) for tool in tools]
+        wanted = [(s.name, t.tool_def.name, s.preferred_name(t.tool_def.name)) for s, t in listed]
+        tools: dict[str, ToolsetTool[Any]] = {}
+        for (server, tool), (_, original, preferred), name in zip(
+            listed, wanted, assign_names(wanted, self.reserved_names), strict=True
+        ):
+            if name != preferred and (server.name, original) not in self._noted_renames:
+                self._noted_renames.add((server.name, original))
+                self.report(f"MCP tool '{original}' of server '{server.name}' is offered as '{name}' (name clash)")
+            metadata = {**(tool.tool_def.metadata or {}), MCP_PERMISSION_KEY: permission_name(server.name, original)}
+            tools[name] = _McpTool(
+                toolset=self,
+                tool_def=replace(tool.tool_def, name=name, metadata=metadata),
+                max_retries=tool.max_retries,
+                args_validator=tool.args_validator,
+                server=server,
+                original=tool,
+            )
+        return tools
+
+    async def _list(self, server: McpServer, ctx: RunContext[Any]) -> list[ToolsetTool[Any]]:
+        assert server.toolset is not None
+        try:
+            tools = await server.toolset.get_tools(ctx)
+        except Exception as exc:
+            self._crashed(server, exc)
+            return []
+        return [tool for name, tool in tools.items() if server.offers(name)]
+
+    async def call_tool(
+        self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
+    ) -> Any:
+        assert isinstance(tool, _McpTool)
+        server = tool.server
+        if server.state != "running" or server.toolset is None:
+            raise ToolFailed(f"MCP server '{server.name}' is not running ({server.error or server.state}).")
+        try:
+            return await server.toolset.call_tool(tool.original.tool_def.name, tool_args, ctx, tool.original)
+        except ModelRetry as exc:
+            # MCPToolset turns protocol errors into retries; a closed connection means the server is gone, and
+            # anything else fails this call without spending the run's retry budget.
+            if not _connection_closed(exc):
+                raise ToolFailed(exc.message) from exc
+            error: Exception = exc
+        except ToolFailed:
+            raise
+        except Exception as exc:
+            error = exc
+        self._crashed(server, error)
+        raise ToolFailed(f"MCP server '{server.name}' crashed ({server.error}); its tools are no longer available.")
+
+    def _crashed(self, server: McpServer, error: Exception) -> None:
+        if server.state == "running":
+            server.state, server.error = "crashed", _one_line(error)
+            self.report(f"MCP server '{server.name}' crashed: {server.error}; continuing without its tools")
+
+
+async def _run_to_end(work: asyncio.Future[Any], *, cancel: bool) -> None:
+    """Await `work` (its own tasks) so that a cancelled caller cannot cut a server's start or stop short.
+
+    Inside pydantic-ai's anyio task groups a cancelled caller is cancelled again at every await, which interrupts
+    the MCP client's own clean-up halfway and leaves the server process running. So `work` gets at most one
+    cancellation (`cancel`: a start is abandoned, a stop always finishes), the caller waits for it, then re-raises.
+    """
+    try:
+        await asyncio.shield(work)
+    except asyncio.CancelledError:
+        if cancel:
+            work.cancel()
+        with anyio.CancelScope(shield=True):
+            await asyncio.wait([work])
+        if not work.cancelled():
+            work.exception()  # retrieved: the caller's cancellation is what propagates
+        raise
+
+
+def _connection_closed(error: ModelRetry) -> bool:
+    from fastmcp.exceptions import McpError
+    from mcp.types import CONNECTION_CLOSED
+
+    return isinstance(error.__cause__, McpError) and error.__cause__.error.code == CONNECTION_CLOSED
+
+
+@dataclass
+class McpServers(AbstractCapability[Any]):
+    """The tools of the enabled MCP servers, gated by the permission policy like every other tool.
+
+    Servers start when a run first lists its tools and stay up while the agent is entered (a session holds
+    `async with agent:`; a headless run enters it once), then stop. One that fails to start or crashes is reported
+    in one line and its tools are withdrawn; the run goes on. A missing `${VAR}` is a `ConfigError` here, at build.
+    """
+
+    servers: Mapping[str, McpServerConfig]
+    _: KW_ONLY
+    project_root: Path
+    """Where stdio servers run (their `cwd` is relative to it)."""
+    report: Callable[[str], None] = report_to_stderr
+    """Receives the one-line notices: a server that failed or crashed, a tool renamed by a clash."""
+    toolset: McpToolset | None = field(init=False, repr=False, default=None)
+
+    def __post_init__(self) -> None:
+        servers = [
+            McpServer(name, expand_env(name, config), self.project_root)
+            for name, config in self.servers.items()
+            if config.enabled
+        ]
+        self.toolset = McpToolset(servers, report=self.report) if servers else None
+
+    @classmethod
+    def get_serialization_name(cls) -> str | None:
+        return None
+
+    def get_toolset(self) -> McpToolset | None:
+        return self.toolset

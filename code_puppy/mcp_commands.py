@@ -1,0 +1,86 @@
+"""`code-puppy mcp list` and `code-puppy mcp tools NAME`: start the servers, show what the model would get, stop."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import click
+
+from code_puppy.agents.mcp_servers import McpServer, McpToolset, assign_names, expand_env, permission_name
+from code_puppy.agents.permissions import POLICY_TOOL_NAMES
+from code_puppy.config import ConfigError, McpServerConfig, load_settings
+
+EXIT_FAILED = 1
+
+
+def list_servers(project_root: Path) -> int:
+    """One line per configured server: name, transport, number of tools offered, status."""
+    configs = load_settings(project_root).mcp_servers
+    if not configs:
+        click.echo("No MCP servers configured: add [mcp_servers.NAME] to config.toml (see the README).")
+        return 0
+    servers = [_server(name, config, project_root) for name, config in configs.items()]
+    rows = [("NAME", "TRANSPORT", "TOOLS", "STATUS"), *asyncio.run(_rows(servers))]
+    widths = [max(len(row[column]) for row in rows) for column in range(3)]
+    for row in rows:
+        click.echo("  ".join([*(cell.ljust(width) for cell, width in zip(row, widths, strict=False)), row[3]]))
+    return 0
+
+
+def _server(name: str, config: McpServerConfig, project_root: Path) -> McpServer:
+    """The server to list; one whose `${VAR}` is missing is listed as failed, not started."""
+    try:
+        return McpServer(name, expand_env(name, config), project_root)
+    except ConfigError as exc:
+        return McpServer(name, config, project_root, "failed", str(exc).removeprefix(f"MCP server '{name}': "))
+
+
+async def _rows(servers: list[McpServer]) -> list[tuple[str, str, str, str]]:
+    """Read while the servers run: stopping them clears their state."""
+    enabled = [server for server in servers if server.config.enabled]
+    rows: list[tuple[str, str, str, str]] = []
+    async with McpToolset(enabled, report=lambda _: None) as toolset:
+        await toolset.start()
+        for server in servers:
+            count, status = "-", "disabled"
+            if server.toolset is not None:
+                try:
+                    count = str(sum(server.offers(tool.name) for tool in await server.toolset.list_tools()))
+                    status = "running"
+                except Exception as exc:
+                    status = f"crashed: {exc or type(exc).__name__}"
+            elif server.config.enabled:
+                status = f"{server.state}: {server.error}"
+            rows.append((server.name, server.transport, count, status))
+    return rows
+
+
+def show_tools(project_root: Path, name: str) -> int:
+    """Server NAME's tools under the names the model sees, with their permission names and descriptions."""
+    configs = load_settings(project_root).mcp_servers
+    if name not in configs:
+        known = ", ".join(sorted(configs)) or "none configured"
+        raise ConfigError(f"unknown MCP server '{name}' (configured: {known})")
+    server = McpServer(name, expand_env(name, configs[name]), project_root)
+    tools = asyncio.run(_tools(server))
+    if isinstance(tools, str):
+        click.echo(f"code-puppy: error: MCP server '{name}' failed to start: {tools}", err=True)
+        return EXIT_FAILED
+    wanted = [(name, tool, server.preferred_name(tool)) for tool, _ in tools]
+    for shown, (tool, description) in zip(assign_names(wanted, POLICY_TOOL_NAMES), tools, strict=True):
+        click.echo(f"{shown}  (allow with: {permission_name(name, tool)})")
+        for line in (description or "(no description)").strip().splitlines():
+            click.echo(f"    {line.rstrip()}")
+    if not tools:
+        click.echo(f"MCP server '{name}' offers no tools.")
+    return 0
+
+
+async def _tools(server: McpServer) -> list[tuple[str, str | None]] | str:
+    """(name, description) of the tools the server offers after `allow_tools`/`deny_tools`, or why it failed."""
+    async with McpToolset([server], report=lambda _: None) as toolset:
+        await toolset.start()
+        if server.toolset is None:
+            return server.error or server.state
+        return [(tool.name, tool.description) for tool in await server.toolset.list_tools() if server.offers(tool.name)]
