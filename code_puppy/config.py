@@ -8,12 +8,13 @@ A project's `.code-puppy/config.toml` overrides the user config key by key, tabl
 from __future__ import annotations
 
 import os
+import sys
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 PermissionMode = Literal["ask", "accept-edits", "yolo", "read-only"]
 CompactionKind = Literal["tiered", "summarize", "sliding", "off"]
@@ -63,6 +64,22 @@ class PluginsConfig(_Section):
     """Plugin names that are not loaded."""
     max_continuations: int = Field(default=10, ge=0)
     """How many follow-up runs `turn_end` hooks may start per user turn."""
+    options: dict[str, dict[str, Any]] = Field(default_factory=dict[str, dict[str, Any]])
+    """Each plugin's own `[plugins.NAME]` table, as written: the plugin reads and checks it in `startup`."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _plugin_tables(cls, data: Any) -> Any:
+        """`[plugins.NAME]` tables become `options`; any other unknown key is still an error."""
+        if not isinstance(data, Mapping):
+            return data
+        items = cast(Mapping[str, Any], data).items()
+        tables: dict[str, Any] = {
+            key: value for key, value in items if key not in cls.model_fields and isinstance(value, Mapping)
+        }
+        if not tables:
+            return cast(Any, data)
+        return {key: value for key, value in items if key not in tables} | {"options": tables}
 
 
 class Settings(_Section):
@@ -114,14 +131,37 @@ def load_settings(project_root: Path) -> Settings:
     """Read and validate the user config, then the project config on top of it."""
     merged: dict[str, Any] = {}
     sources: list[Path] = []
-    for path in (config_dir() / "config.toml", project_root / ".code-puppy" / "config.toml"):
+    project_file = project_root / ".code-puppy" / "config.toml"
+    for path in (config_dir() / "config.toml", project_file):
         if path.is_file():
-            merged = _merge(merged, _read_toml(path))
+            data = _read_toml(path)
+            if path == project_file:
+                data = _without_untrusted_plugin_tables(data, project_root)
+            merged = _merge(merged, data)
             sources.append(path)
     try:
         return Settings.model_validate(merged)
     except ValidationError as exc:
         raise ConfigError(_describe(exc, merged, sources)) from None
+
+
+def _without_untrusted_plugin_tables(data: dict[str, Any], project_root: Path) -> dict[str, Any]:
+    """A project's `[plugins.NAME]` tables configure commands to run (shell hooks, checks): honoured once trusted."""
+    plugins = data.get("plugins")
+    if not isinstance(plugins, Mapping):
+        return data
+    section = cast(Mapping[str, Any], plugins)
+    tables = [key for key, value in section.items() if isinstance(value, Mapping)]
+    from code_puppy.trust import project_is_trusted
+
+    if not tables or project_is_trusted(project_root):
+        return data
+    print(
+        f"code-puppy: note: ignoring [plugins.{'], [plugins.'.join(tables)}] in {project_root / '.code-puppy'}: "
+        "this project is not trusted (`code-puppy plugins trust` trusts it)",
+        file=sys.stderr,
+    )
+    return data | {"plugins": {key: value for key, value in section.items() if key not in tables}}
 
 
 def _read_toml(path: Path) -> dict[str, Any]:

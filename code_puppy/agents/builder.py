@@ -22,6 +22,7 @@ from code_puppy.agents.history_persistence import DurableHistory, HistoryPersist
 from code_puppy.agents.instructions import build_instructions
 from code_puppy.agents.permissions import PermissionPolicy
 from code_puppy.config import PermissionMode, Settings
+from code_puppy.plugins.host import AgentHooks
 from code_puppy.sessions.session import Session
 
 FILE_TOOLS = ("read_file", "write_file", "edit_file", "create_directory", "list_files", "grep")
@@ -42,12 +43,14 @@ def build_pydantic_agent(
     interactive: bool = False,
     shell_env: Mapping[str, str] | None = None,
     session: DurableHistory | None = None,
+    plugins: AgentHooks | None = None,
 ) -> Agent[None, str]:
     """Assemble the agent: one capabilities list, outermost first.
 
     `permission_mode` and `allow` extend the config's `[permissions]`; `shell_env` is the environment the shell
     tool starts commands with (secrets are stripped from it either way); `session` is the durable history
-    successful runs are absorbed into (an in-memory session when none is given).
+    successful runs are absorbed into (an in-memory session when none is given); `plugins` adds the plugins' tool
+    hooks and capabilities.
     """
     root = project_root.resolve()
     policy = PermissionPolicy(
@@ -55,6 +58,7 @@ def build_pydantic_agent(
         mode=permission_mode or settings.permissions.mode,
         allow=(*settings.permissions.allow, *allow),
         interactive=interactive,
+        pre_tool_call=plugins.pre_tool_call if plugins is not None else None,
     )
     secret_variables = [endpoint.api_key_env for endpoint in settings.models.values() if endpoint.api_key_env]
     return Agent(
@@ -63,6 +67,8 @@ def build_pydantic_agent(
         capabilities=[
             LocalWorkspace(root),
             policy,
+            # Outside the output limits, so plugins' post_tool_call gets the result the model gets.
+            *([plugins.post_tool_call_hook()] if plugins is not None else []),
             FileSystem(root_dir=root, content_hashes=False, max_read_chars=MAX_READ_CHARS, tools=FILE_TOOLS),
             Shell(
                 cwd=root,
@@ -77,6 +83,7 @@ def build_pydantic_agent(
             SubAgents(include_self=True, agent_folders=None),
             TruncatedToolOutputs(bands=[Band(over=MAX_OUTPUT_CHARS, action=Truncate(max_chars=MAX_OUTPUT_CHARS))]),
             RepairToolArguments(),
+            *(plugins.capabilities if plugins is not None else []),
             # Innermost safety net: a deferral nobody answers (headless, or a tool that defers by itself) is
             # denied with a reason instead of ending the run with DeferredToolRequests output.
             HandleDeferredToolCalls(handler=_deny_unanswered),
