@@ -35,25 +35,25 @@ def load_plugins(
 ) -> PluginHost:
     """Find, import and register the plugins of `project_root`; `[plugins] disabled` ones are listed, not imported."""
     host = PluginHost(project_dir=project_root, debug=debug, stderr=stderr)
-    active: dict[str, Plugin] = {}
-    for plugin in (
+    found = [
         *plugins_in(bundled_plugins_dir(), "bundled"),
         *(Plugin(point.name, "entry point", point.value) for point in entry_points(group=ENTRY_POINT_GROUP)),
         *plugins_in(config_dir() / "plugins", "user"),
         *_project_plugins(project_root, ask, host),
-    ):
-        if plugin.status != "enabled":
-            host.add(plugin)
-            continue
-        if (earlier := active.pop(plugin.name, None)) is not None:
-            earlier.status = "replaced"
-            host.add(earlier)
-            host.note(f"the {plugin.source} plugin {plugin.name} ({plugin.location}) replaces the {earlier.source} one")
-        active[plugin.name] = plugin
-    for plugin in active.values():
-        if plugin.name in settings.plugins.disabled:
+    ]
+    active: dict[str, Plugin] = {}
+    for plugin in found:
+        if plugin.status == "enabled":
+            if (earlier := active.get(plugin.name)) is not None:
+                earlier.status = "replaced"
+                host.note(
+                    f"the {plugin.source} plugin {plugin.name} ({plugin.location}) replaces the {earlier.source} one"
+                )
+            active[plugin.name] = plugin
+    for plugin in found:
+        if plugin.status == "enabled" and plugin.name in settings.plugins.disabled:
             plugin.status = "disabled"
-        else:
+        elif plugin.status == "enabled":
             try:
                 plugin.namespace = _import(plugin)
             except Exception as exc:
@@ -136,6 +136,8 @@ def _import(plugin: Plugin) -> object:
     )
     assert spec is not None and spec.loader is not None  # a .py file always has a source loader
     module = importlib.util.module_from_spec(spec)
+    for loaded in [loaded for loaded in sys.modules if loaded.startswith(f"{name}.")]:
+        del sys.modules[loaded]  # submodules of an earlier load of the same name
     sys.modules[name] = module  # relative imports inside a package plugin find it here
     try:
         spec.loader.exec_module(module)
