@@ -152,6 +152,8 @@ class TurnOutcome:
     error: BaseException | None
     usage: RunUsage
     runs: int
+    unrun_follow_up: str | None = None
+    """A follow-up prompt left over when `max_continuations` ended the turn."""
 
 
 async def run_turn(
@@ -222,7 +224,7 @@ async def run_turn(
     except asyncio.CancelledError as exc:
         # Cancelled inside a plugin hook, between runs: every run that finished is saved already.
         return TurnOutcome(None, exc, usage, runs)
-    return TurnOutcome(result, None, usage, runs)
+    return TurnOutcome(result, None, usage, runs, unrun_follow_up=prompt)
 
 
 async def _headless(
@@ -263,6 +265,12 @@ async def _headless(
             loop.remove_signal_handler(signum)
     if session.notice:
         print(f"code-puppy: {session.notice}", file=sys.stderr)
+    if outcome.unrun_follow_up:
+        print(
+            f"code-puppy: note: stopped after {max_continuations} follow-ups ([plugins] max_continuations); "
+            f"not run: {' '.join(outcome.unrun_follow_up.split())[:80]}",
+            file=sys.stderr,
+        )
     report = _report(session, outcome, stopped_by, started)
     sink.finish(report)
     return EXIT_CODES[report.status]

@@ -124,6 +124,10 @@ def test_continuations_stop_at_max_continuations_and_stream_events_carry_the_run
     assert [(e["run"], e["text"]) for e in events if e["type"] == "text_delta"] == [(0, "one"), (1, "two")]
     assert (events[-1]["output"], events[-1]["usage"]["requests"]) == ("two", 2)
     assert len(server.requests) == 2
+    assert (
+        completed.stderr
+        == "code-puppy: note: stopped after 1 follow-ups ([plugins] max_continuations); not run: again\n"
+    )
 
 
 def test_a_block_reaches_the_model_as_the_tool_result_and_a_raising_hook_blocks_too(
