@@ -12,35 +12,16 @@ from pathlib import Path
 from typing import Any
 
 import pexpect  # pyright: ignore[reportMissingTypeStubs]
-import pytest
 
 from tests.conftest import CODE_PUPPY, run_cli
-from tests.fake_llm import FakeLLMServer, call, text, tool_calls
-from tests.test_plugins_cli import table
+from tests.fake_llm import call, text, tool_calls
+from tests.test_plugins_cli import configure, table, tool_messages
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture
-def server(code_puppy_home: Path) -> Any:
-    with FakeLLMServer() as fake:
-        (code_puppy_home / "config.toml").write_text(
-            f'model = "fake"\n[models.fake]\nname = "fake-model"\nbase_url = "{fake.base_url}"\n'
-        )
-        yield fake
-
-
-def configure(home: Path, toml: str) -> None:
-    with (home / "config.toml").open("a") as config:
-        config.write(toml)
-
-
 def last_user_message(body: dict[str, Any]) -> str:
     return next(m["content"] for m in reversed(body["messages"]) if m["role"] == "user")
-
-
-def tool_messages(body: dict[str, Any]) -> list[str]:
-    return [m["content"] for m in body["messages"] if m["role"] == "tool"]
 
 
 SHELL_HOOKS = """

@@ -7,10 +7,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.conftest import run_cli
-from tests.fake_llm import FakeLLMServer, call, text, tool_calls
+from tests.fake_llm import call, text, tool_calls
 from tests.test_plugin_discovery import install_entry_point, write
 
 RECORDER = """
@@ -53,15 +51,6 @@ def turn_end(result):
 def shutdown():
     record("shutdown")
 """
-
-
-@pytest.fixture
-def server(code_puppy_home: Path) -> Any:
-    with FakeLLMServer() as fake:
-        (code_puppy_home / "config.toml").write_text(
-            f'model = "fake"\n[models.fake]\nname = "fake-model"\nbase_url = "{fake.base_url}"\n'
-        )
-        yield fake
 
 
 def configure(home: Path, toml: str) -> None:

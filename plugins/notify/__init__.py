@@ -17,9 +17,10 @@ import sys
 import time
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 import code_puppy
+from code_puppy.plugins.options import plugin_options
 
 
 class Config(BaseModel):
@@ -36,13 +37,7 @@ _started = 0.0
 @code_puppy.hookimpl
 def startup(settings: Any) -> None:
     global _config
-    options = settings.plugins.options
-    try:
-        _config = Config.model_validate(options["notify"]) if "notify" in options else None
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        where = ".".join(str(part) for part in error["loc"])
-        raise ValueError(f"[plugins.notify] {where}: {error['msg']}") from None
+    _config = plugin_options(settings, "notify", Config) if "notify" in settings.plugins.options else None
 
 
 @code_puppy.hookimpl

@@ -27,9 +27,10 @@ import re
 import sys
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 import code_puppy
+from code_puppy.plugins.options import plugin_options
 from code_puppy.plugins.process import Completed, run_shell
 
 CLAUDE_TOOL_NAMES = {
@@ -77,12 +78,7 @@ _stop_hook_active = False
 @code_puppy.hookimpl
 def startup(settings: Any) -> None:
     global _config
-    try:
-        _config = Config.model_validate(settings.plugins.options.get("shell_hooks", {}))
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        where = ".".join(str(part) for part in error["loc"])
-        raise ValueError(f"[plugins.shell_hooks] {where}: {error['msg']}") from None
+    _config = plugin_options(settings, "shell_hooks", Config)
 
 
 @code_puppy.hookimpl

@@ -15,10 +15,11 @@ from __future__ import annotations
 import sys
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 import code_puppy
 from code_puppy.agents.permissions import ALWAYS_ALLOWED_TOOL_NAMES
+from code_puppy.plugins.options import plugin_options
 from code_puppy.plugins.process import run_shell
 
 
@@ -42,12 +43,7 @@ _changed = False
 @code_puppy.hookimpl
 def startup(settings: Any) -> None:
     global _config
-    try:
-        _config = Config.model_validate(settings.plugins.options.get("verify_loop", {}))
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        where = ".".join(str(part) for part in error["loc"])
-        raise ValueError(f"[plugins.verify_loop] {where}: {error['msg']}") from None
+    _config = plugin_options(settings, "verify_loop", Config)
 
 
 @code_puppy.hookimpl
