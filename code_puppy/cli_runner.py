@@ -21,6 +21,9 @@ from code_puppy.agents.history_persistence import persist_checkpoint, persist_re
 from code_puppy.agents.history_validation import HistoryProcessingError
 from code_puppy.config import PermissionMode, data_dir, load_settings
 from code_puppy.models import choose_model_name, resolve_model
+from code_puppy.plugins import PromptBlocked
+from code_puppy.plugins.discovery import load_plugins
+from code_puppy.plugins.host import PluginHost
 from code_puppy.sessions.session import Session, open_session
 from code_puppy.sessions.store import SqliteConversationStore
 from code_puppy.ui.sinks import SINKS, EventSink, RunOutcome, Status, Usage
@@ -42,6 +45,8 @@ class HeadlessOptions:
     continue_last: bool = False
     resume: str | None = None
     no_mcp: bool = False
+    no_plugins: bool = False
+    debug: bool = False
 
 
 @dataclass
@@ -97,6 +102,11 @@ def run_headless(options: HeadlessOptions) -> int:
         settings = settings.model_copy(update={"mcp_servers": {}})
     model_name = choose_model_name(settings, options.model)
     model = resolve_model(settings, model_name)
+    plugins = (
+        PluginHost(project_dir=options.project_root, debug=options.debug)
+        if options.no_plugins
+        else load_plugins(settings, options.project_root, debug=options.debug)
+    )
     with open_store() as store:
 
         async def main() -> int:
@@ -107,22 +117,35 @@ def run_headless(options: HeadlessOptions) -> int:
                 continue_last=options.continue_last,
                 resume=options.resume,
             )
-            agent = build_pydantic_agent(
-                settings,
-                model=model,
-                project_root=options.project_root,
-                permission_mode=options.permission_mode,
-                allow=options.allow,
-                session=session,
-            )
-            sink: EventSink = SINKS[options.output_format]()
-            return await _headless(agent, session, options.prompt, sink, max_requests=options.max_requests)
+            await plugins.startup(settings)
+            try:
+                agent = build_pydantic_agent(
+                    settings,
+                    model=model,
+                    project_root=options.project_root,
+                    permission_mode=options.permission_mode,
+                    allow=options.allow,
+                    session=session,
+                    plugins=plugins.for_agent(session),
+                )
+                sink: EventSink = SINKS[options.output_format]()
+                return await _headless(
+                    agent,
+                    session,
+                    options.prompt,
+                    sink,
+                    max_requests=options.max_requests,
+                    plugins=plugins,
+                    max_continuations=settings.plugins.max_continuations,
+                )
+            finally:
+                await plugins.shutdown()
 
         return asyncio.run(main())
 
 
 FollowUp = Callable[[AgentRunResult[str]], Awaitable[str | None]]
-"""Asked after each successful run of a turn for the prompt of the next run (plugins' `turn_end`), or None."""
+"""Asked after each successful run of a turn, when no plugin's `turn_end` gave one, for the next run's prompt."""
 
 
 @dataclass
@@ -133,6 +156,8 @@ class TurnOutcome:
     error: BaseException | None
     usage: RunUsage
     runs: int
+    unrun_follow_up: str | None = None
+    """A follow-up prompt left over when `max_continuations` ended the turn."""
 
 
 async def run_turn(
@@ -144,57 +169,92 @@ async def run_turn(
     max_requests: int | None = None,
     follow_up: FollowUp | None = None,
     max_continuations: int = 10,
+    plugins: PluginHost | None = None,
 ) -> TurnOutcome:
     """One user turn: the prompt's run, then the continuation loop's follow-up runs in the same session.
 
     Every run ends in the session: a successful one through `persist_result_history`, any other through a
     checkpoint of what it completed. A cancelled turn (Ctrl-C, SIGTERM) is checkpointed and returned, not raised.
     `max_requests` bounds the whole turn; at most `max_continuations` follow-ups run.
+
+    Plugin hooks, in order: `user_prompt_submit` (once; a block ends the turn with `PromptBlocked`, nothing sent or
+    saved), then per run `agent_run_start`, the run, `agent_run_end` (after HistoryPersistence absorbed the run and
+    before `persist_result_history`; for a run that did not succeed, after its checkpoint), and after a successful
+    run `turn_end`, whose first follow-up (else `follow_up`'s) is the next run's prompt.
     """
+    hooks = plugins if plugins is not None else PluginHost(project_dir=Path.cwd())
     usage = RunUsage()
     result: AgentRunResult[str] | None = None
-    for index in range(max_continuations + 1):
-        remaining = None if max_requests is None else max_requests - usage.requests
-        if remaining is not None and remaining <= 0:
-            return TurnOutcome(
-                result, UsageLimitExceeded(f"the request limit of {max_requests} is spent"), usage, index
-            )
-        sink.run_started(index)
-        handle = RunHandle()
-        try:
-            result = await stream_run(
-                agent,
-                prompt,
-                sink,
-                handle=handle,
-                message_history=session.messages,
-                usage_limits=UsageLimits(request_limit=remaining),
-            )
-        except (Exception, asyncio.CancelledError) as exc:
-            run_usage = handle.usage()
-            run_id = handle.run.run_id if handle.run is not None else None
-            await persist_checkpoint(
-                session, handle.completed_messages(exc), prompt=prompt, run_id=run_id, usage=run_usage
-            )
-            return TurnOutcome(None, exc, usage + run_usage, index + 1)
-        usage = usage + result.usage
-        await persist_result_history(session, result)
-        next_prompt = await follow_up(result) if follow_up is not None else None
-        if not next_prompt:
-            return TurnOutcome(result, None, usage, index + 1)
-        prompt = next_prompt
-    return TurnOutcome(result, None, usage, max_continuations + 1)
+    runs = 0
+    try:
+        prompt = await hooks.user_prompt_submit(prompt, session)
+        for index in range(max_continuations + 1):
+            remaining = None if max_requests is None else max_requests - usage.requests
+            if remaining is not None and remaining <= 0:
+                spent = UsageLimitExceeded(f"the request limit of {max_requests} is spent")
+                return TurnOutcome(result, spent, usage, runs)
+            sink.run_started(index)
+            await hooks.agent_run_start(agent, prompt, session)
+            handle = RunHandle()
+            runs = index + 1
+            try:
+                result = await stream_run(
+                    agent,
+                    prompt,
+                    sink,
+                    handle=handle,
+                    message_history=session.messages,
+                    usage_limits=UsageLimits(request_limit=remaining),
+                )
+            except (Exception, asyncio.CancelledError) as exc:
+                run_usage = handle.usage()
+                run_id = handle.run.run_id if handle.run is not None else None
+                await persist_checkpoint(
+                    session, handle.completed_messages(exc), prompt=prompt, run_id=run_id, usage=run_usage
+                )
+                await hooks.agent_run_end(agent, None, exc, session)
+                return TurnOutcome(None, exc, usage + run_usage, runs)
+            usage = usage + result.usage
+            await hooks.agent_run_end(agent, result, None, session)
+            await persist_result_history(session, result)
+            next_prompt = await hooks.turn_end(result, session)
+            if not next_prompt and follow_up is not None:
+                next_prompt = await follow_up(result)
+            if not next_prompt:
+                return TurnOutcome(result, None, usage, runs)
+            prompt = next_prompt
+    except PromptBlocked as blocked:
+        return TurnOutcome(None, blocked, usage, 0)
+    except asyncio.CancelledError as exc:
+        # Cancelled inside a plugin hook, between runs: every run that finished is saved already.
+        return TurnOutcome(None, exc, usage, runs)
+    return TurnOutcome(result, None, usage, runs, unrun_follow_up=prompt)
 
 
 async def _headless(
-    agent: Agent[None, str], session: Session, prompt: str, sink: EventSink, *, max_requests: int | None
+    agent: Agent[None, str],
+    session: Session,
+    prompt: str,
+    sink: EventSink,
+    *,
+    max_requests: int | None,
+    plugins: PluginHost,
+    max_continuations: int,
 ) -> int:
     started = time.monotonic()
     sink.start(session.id)
 
     async def turn() -> TurnOutcome:
         async with agent:  # closes the provider's HTTP client and stops the MCP servers when the turn ends
-            return await run_turn(agent, session, prompt, sink, max_requests=max_requests)
+            return await run_turn(
+                agent,
+                session,
+                prompt,
+                sink,
+                max_requests=max_requests,
+                plugins=plugins,
+                max_continuations=max_continuations,
+            )
 
     turn_task = asyncio.create_task(turn())
     stopped_by: list[Status] = []
@@ -209,6 +269,12 @@ async def _headless(
             loop.remove_signal_handler(signum)
     if session.notice:
         print(f"code-puppy: {session.notice}", file=sys.stderr)
+    if outcome.unrun_follow_up:
+        print(
+            f"code-puppy: note: stopped after {max_continuations} follow-ups ([plugins] max_continuations); "
+            f"not run: {' '.join(outcome.unrun_follow_up.split())[:80]}",
+            file=sys.stderr,
+        )
     report = _report(session, outcome, stopped_by, started)
     sink.finish(report)
     return EXIT_CODES[report.status]
@@ -231,6 +297,8 @@ def _report(session: Session, outcome: TurnOutcome, stopped_by: list[Status], st
     elif isinstance(error, asyncio.CancelledError):
         status = stopped_by[0] if stopped_by else "interrupted"
         message = status
+    elif isinstance(error, PromptBlocked):
+        status, message = "error", f"prompt blocked by plugin {error.plugin}: {error.reason}"
     elif isinstance(error, UsageLimitExceeded):
         status, message = "limit", f"stopped by a limit: {error}"
     elif isinstance(error, HistoryProcessingError):  # the class says whether the output was invalid or it crashed

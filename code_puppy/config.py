@@ -67,6 +67,22 @@ class PluginsConfig(_Section):
     """Plugin names that are not loaded."""
     max_continuations: int = Field(default=10, ge=0)
     """How many follow-up runs `turn_end` hooks may start per user turn."""
+    options: dict[str, dict[str, Any]] = Field(default_factory=dict[str, dict[str, Any]])
+    """Each plugin's own `[plugins.NAME]` table, as written: the plugin reads and checks it in `startup`."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _plugin_tables(cls, data: Any) -> Any:
+        """`[plugins.NAME]` tables become `options`; any other unknown key is still an error."""
+        if not isinstance(data, Mapping):
+            return data
+        items = cast(Mapping[str, Any], data).items()
+        tables: dict[str, Any] = {
+            key: value for key, value in items if key not in cls.model_fields and isinstance(value, Mapping)
+        }
+        if not tables:
+            return cast(Any, data)
+        return {key: value for key, value in items if key not in tables} | {"options": tables}
 
 
 class McpServerConfig(_Section):
@@ -172,9 +188,10 @@ def load_settings(project_root: Path) -> Settings:
     """Read and validate the user config, then the project's MCP files and config on top of it.
 
     What a project's own files set that runs code or widens permissions (MCP servers, history processors,
-    `[permissions]`) counts only once the user trusts the project; until then it is ignored with a one-line note.
+    `[permissions]`, `[models]`, `[plugins.NAME]` tables) counts only once the user trusts the project; until then it
+    is ignored with a one-line note.
     """
-    from code_puppy.trust import TRUSTED_PROJECTS_FILE, project_is_trusted
+    from code_puppy.trust import project_is_trusted
 
     trusted = project_is_trusted(project_root)
     layers: list[tuple[Path, dict[str, Any]]] = []
@@ -197,7 +214,7 @@ def load_settings(project_root: Path) -> Settings:
     if ignored:
         print(
             f"code-puppy: note: this project is not trusted, so code-puppy ignores its {', '.join(ignored)} "
-            f"(add {str(project_root.resolve())!r} to {config_dir() / TRUSTED_PROJECTS_FILE} to trust it)",
+            "(run `code-puppy trust` in the project to trust it)",
             file=sys.stderr,
         )
     merged: dict[str, Any] = {}
@@ -209,12 +226,19 @@ def load_settings(project_root: Path) -> Settings:
         raise ConfigError(_describe(exc, merged, layers)) from None
 
 
-UNTRUSTED_KEYS = (("mcp_servers",), ("history", "processors"), ("history", "processor_condition"), ("permissions",))
-"""Keys of a project's config.toml that start programs, import code or widen what tools may do."""
+UNTRUSTED_KEYS = (
+    ("models",),
+    ("mcp_servers",),
+    ("history", "processors"),
+    ("history", "processor_condition"),
+    ("permissions",),
+)
+"""Keys of a project's config.toml that start programs, import code, widen what tools may do, or decide where
+requests (and API keys) go."""
 
 
 def _drop_untrusted_keys(data: dict[str, Any]) -> list[str]:
-    """Remove `UNTRUSTED_KEYS` from a project's config; name what was removed."""
+    """Remove `UNTRUSTED_KEYS` and `[plugins.NAME]` tables (they configure commands) from a project's config."""
     dropped: list[str] = []
     for path in UNTRUSTED_KEYS:
         table: Any = data
@@ -223,6 +247,12 @@ def _drop_untrusted_keys(data: dict[str, Any]) -> list[str]:
         if isinstance(table, dict) and path[-1] in table:
             del cast(dict[str, Any], table)[path[-1]]
             dropped.append(f"[{path[0]}]" if len(path) == 1 else f"[{path[0]}] {path[1]}")
+    plugins: Any = data.get("plugins")
+    if isinstance(plugins, dict):
+        section = cast(dict[str, Any], plugins)
+        for name in [key for key, value in section.items() if isinstance(value, dict)]:
+            del section[name]
+            dropped.append(f"[plugins.{name}]")
     return dropped
 
 

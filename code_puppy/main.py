@@ -95,6 +95,7 @@ def ensure_own_scripts_on_path() -> None:
 @click.option("-c", "--continue", "continue_last", is_flag=True, help="Continue the latest session of this project.")
 @click.option("-r", "--resume", metavar="ID", help="Resume a session by id or unique prefix.")
 @click.option("--no-mcp", is_flag=True, help="Run without the configured MCP servers.")
+@click.option("--no-plugins", is_flag=True, help="Run without plugins.")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @click.version_option(__version__, "--version", prog_name="code-puppy")
 @click.pass_context
@@ -110,6 +111,7 @@ def cli(
     continue_last: bool,
     resume: str | None,
     no_mcp: bool,
+    no_plugins: bool,
     debug: bool,
 ) -> None:
     """code-puppy: a coding agent for the terminal.
@@ -140,6 +142,8 @@ def cli(
             continue_last=continue_last,
             resume=resume,
             no_mcp=no_mcp,
+            no_plugins=no_plugins,
+            debug=_debug_requested(),
         )
         return run_headless(options)
 
@@ -212,6 +216,46 @@ def sessions_delete(*, session_id: str, yes: bool) -> None:
         click.echo(f"deleted session {info.id}")
 
     _with_store(action)
+
+
+@cli.group("plugins")
+def plugins_group() -> None:
+    """List plugins; trust this project's own plugins."""
+
+
+@plugins_group.command("list")
+def plugins_list() -> None:
+    """Every plugin found for this project: name, source, whether it runs, its last error."""
+
+    def run() -> None:
+        from code_puppy.config import find_project_root
+        from code_puppy.plugins.commands import list_plugins
+
+        list_plugins(find_project_root(Path.cwd()), sys.stdout, debug=_debug_requested())
+
+    sys.exit(guarded(run))
+
+
+@plugins_group.command("trust")
+def plugins_trust() -> None:
+    """Trust this project and run its .code-puppy/plugins (their SHA-256 is recorded; a change asks again)."""
+    _trust()
+
+
+@cli.command("trust")
+def trust() -> None:
+    """Trust this project: its MCP servers, history processors, [permissions], [models] and plugins apply."""
+    _trust()
+
+
+def _trust() -> NoReturn:
+    def run() -> None:
+        from code_puppy.config import find_project_root
+        from code_puppy.plugins.commands import trust_plugins
+
+        trust_plugins(find_project_root(Path.cwd()), sys.stdout)
+
+    sys.exit(guarded(run))
 
 
 def _with_store(action: Callable[[SqliteConversationStore], object]) -> None:

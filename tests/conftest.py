@@ -7,6 +7,7 @@ import subprocess
 import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic_ai import models
@@ -56,6 +57,18 @@ def run_cli(
         text=True,
         timeout=timeout,
     )
+
+
+@pytest.fixture
+def server(code_puppy_home: Path) -> Iterator[Any]:
+    """A fake OpenAI-compatible server, configured in config.toml as the default model `fake`."""
+    from tests.fake_llm import FakeLLMServer
+
+    with FakeLLMServer() as fake:
+        (code_puppy_home / "config.toml").write_text(
+            f'model = "fake"\n[models.fake]\nname = "fake-model"\nbase_url = "{fake.base_url}"\n'
+        )
+        yield fake
 
 
 @pytest.fixture

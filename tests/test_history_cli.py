@@ -240,7 +240,7 @@ def test_project_processors_need_trust(server: Any, project: Path, code_puppy_ho
     assert (untrusted.returncode, untrusted.stdout) == (0, "fine\n")
     assert untrusted.stderr == (
         "code-puppy: note: this project is not trusted, so code-puppy ignores its [history] processors "
-        f"(add {str(project.resolve())!r} to {code_puppy_home / 'trusted_projects.json'} to trust it)\n"
+        "(run `code-puppy trust` in the project to trust it)\n"
     )
     (code_puppy_home / "trusted_projects.json").write_text(json.dumps([str(project)]))
     trusted = run_cli("-p", "q2", cwd=project)

@@ -94,8 +94,7 @@ def test_untrusted_project_servers_are_ignored_with_a_note(
     assert load_settings(project).mcp_servers == {}
     assert capsys.readouterr().err == (
         "code-puppy: note: this project is not trusted, so code-puppy ignores its .mcp.json, [mcp_servers], "
-        f"[permissions] (add {str(project.resolve())!r} to {code_puppy_home / 'trusted_projects.json'} "
-        "to trust it)\n"
+        "[permissions] (run `code-puppy trust` in the project to trust it)\n"
     )
 
 

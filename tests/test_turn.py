@@ -60,6 +60,7 @@ async def test_continuations_are_bounded(project: Path) -> None:
     outcome = await run_turn(agent, session, "go", sink, follow_up=forever, max_continuations=2)
     assert (outcome.error, outcome.runs, len(script.seen)) == (None, 3, 3)
     assert prompts_of(session) == ["go", "keep going", "keep going"]
+    assert outcome.unrun_follow_up == "keep going"
 
 
 async def test_max_requests_bounds_the_whole_turn(project: Path) -> None:

@@ -26,6 +26,7 @@ from code_puppy.agents.mcp_servers import McpServers
 from code_puppy.agents.permissions import PermissionPolicy
 from code_puppy.agents.user_history_processor import UserHistoryProcessor
 from code_puppy.config import PermissionMode, Settings
+from code_puppy.plugins.host import AgentHooks
 from code_puppy.sessions.session import Session
 
 FILE_TOOLS = ("read_file", "write_file", "edit_file", "create_directory", "list_files", "grep")
@@ -48,13 +49,15 @@ def build_pydantic_agent(
     session: DurableHistory | None = None,
     history_processors: Sequence[Callable[..., Any]] | None = None,
     history_processor_condition: Callable[..., Any] | None = None,
+    plugins: AgentHooks | None = None,
 ) -> Agent[None, str]:
     """Assemble the agent: one capabilities list, outermost first.
 
     `permission_mode` and `allow` extend the config's `[permissions]`; `shell_env` is the environment the shell
     tool starts commands with (secrets are stripped from it either way); `session` is the durable history
     successful runs are absorbed into (an in-memory session when none is given). `history_processors` and
-    `history_processor_condition`, when given, replace `[history] processors` and `processor_condition`.
+    `history_processor_condition`, when given, replace `[history] processors` and `processor_condition`;
+    `plugins` adds the plugins' tool hooks and capabilities.
 
     Raises:
         ConfigError: A history processor or condition that cannot be imported or used.
@@ -70,6 +73,7 @@ def build_pydantic_agent(
         mode=permission_mode or settings.permissions.mode,
         allow=(*settings.permissions.allow, *allow),
         interactive=interactive,
+        pre_tool_call=plugins.pre_tool_call if plugins is not None else None,
     )
     secret_variables = [endpoint.api_key_env for endpoint in settings.models.values() if endpoint.api_key_env]
     return Agent(
@@ -78,6 +82,8 @@ def build_pydantic_agent(
         capabilities=[
             LocalWorkspace(root),
             policy,
+            # Outside the output limits, so plugins' post_tool_call gets the result the model gets.
+            *([plugins.post_tool_call_hook()] if plugins is not None else []),
             FileSystem(root_dir=root, content_hashes=False, max_read_chars=MAX_READ_CHARS, tools=FILE_TOOLS),
             Shell(
                 cwd=root,
@@ -93,6 +99,7 @@ def build_pydantic_agent(
             McpServers(settings.mcp_servers, project_root=root),
             TruncatedToolOutputs(bands=[Band(over=MAX_OUTPUT_CHARS, action=Truncate(max_chars=MAX_OUTPUT_CHARS))]),
             RepairToolArguments(),
+            *(plugins.capabilities if plugins is not None else []),
             # Innermost safety net: a deferral nobody answers (headless, or a tool that defers by itself) is
             # denied with a reason instead of ending the run with DeferredToolRequests output.
             HandleDeferredToolCalls(handler=_deny_unanswered),

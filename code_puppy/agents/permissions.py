@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -30,6 +30,8 @@ MCP_PERMISSION_KEY = "code_puppy.mcp_permission"
 """`ToolDefinition.metadata` key marking an MCP tool, holding its permission name `mcp__SERVER__TOOL`."""
 
 Decision = Literal["allow", "ask", "deny"]
+PreToolCall = Callable[[str, dict[str, Any]], Awaitable[str | None]]
+"""Plugins' `pre_tool_call` for one call (tool name, arguments): what the model is told when it is blocked, or None."""
 
 _UNSAFE_SHELL = re.compile(r"[<>`\n\r]|\$\(|(?<![&|])&(?![&|])|[()]")
 """Redirection, command substitution, background jobs and subshells: never matched by an allow-list entry."""
@@ -72,6 +74,11 @@ class PermissionPolicy(AbstractCapability[Any]):
     """Whether a person can answer; headless runs deny what would ask."""
     session_allowed: set[str] = field(default_factory=set[str])
     """Approval scopes the user allowed "always for this session"."""
+    pre_tool_call: PreToolCall | None = None
+    """Plugins' `pre_tool_call`, asked before the mode decision, in every mode: a returned reason blocks the call."""
+    _asked_plugins: set[tuple[str | None, str]] = field(
+        default_factory=set[tuple[str | None, str]], init=False, repr=False
+    )
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
@@ -108,6 +115,12 @@ class PermissionPolicy(AbstractCapability[Any]):
     async def before_tool_execute(
         self, ctx: RunContext[Any], *, call: ToolCallPart, tool_def: ToolDefinition, args: dict[str, Any]
     ) -> dict[str, Any]:
+        # Once per call: this hook runs again after the user approves a call, and a tool that needs approval by
+        # itself reaches it only then.
+        if self.pre_tool_call is not None and (key := (ctx.run_id, call.tool_call_id)) not in self._asked_plugins:
+            self._asked_plugins.add(key)
+            if blocked := await self.pre_tool_call(call.tool_name, args):
+                raise SkipToolExecution(ToolDenied(blocked))
         if ctx.tool_call_approved:
             return args
         mcp_permission = _mcp_permission(tool_def)

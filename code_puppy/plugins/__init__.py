@@ -1,0 +1,39 @@
+"""The plugin API (DESIGN §3 "Plugins"): the `hookimpl` marker, `PromptBlocked`, and what hooks receive.
+
+A plugin is a module with functions marked `@code_puppy.hookimpl`, named after the hooks in `hookspecs.py`. Importing
+this package imports pluggy and nothing heavy, so `code_puppy.hookimpl` stays cheap for plugins to use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import pluggy
+
+PROJECT_NAME = "code_puppy"
+ENTRY_POINT_GROUP = "code_puppy.plugins"
+"""The entry-point group installed distributions register plugins in."""
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+"""Marks a plugin's function as the implementation of the hook it is named after."""
+
+
+class PromptBlocked(Exception):
+    """Raised by a `user_prompt_submit` hook to block the prompt: nothing is sent, `reason` is shown to the user."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.plugin: str | None = None
+        """The plugin that raised it; code-puppy sets it."""
+
+
+class RegisterCommand(Protocol):
+    """What `register_commands` receives: adds the slash command `/NAME` to the interactive chat.
+
+    `handler` is called with the text after the command (sync or async); `help` is its one-line description.
+    """
+
+    def __call__(self, name: str, handler: Callable[[str], Any], help: str) -> None: ...

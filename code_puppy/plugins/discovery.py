@@ -1,0 +1,147 @@
+"""Plugin discovery (DESIGN §3), in order: the bundled plugins, the `code_puppy.plugins` entry points, the user's
+plugins folder, and the project's `.code-puppy/plugins/` once the user trusts its content.
+
+A plugin is `NAME/__init__.py` or `NAME.py` in a folder, or an entry point named NAME. A later plugin with an
+earlier one's name replaces it, with a one-line note. A plugin that cannot be imported is reported and left out.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from collections.abc import Callable
+from importlib.metadata import EntryPoint, entry_points
+from pathlib import Path
+from typing import TextIO
+
+import code_puppy
+from code_puppy.config import Settings, config_dir
+from code_puppy.plugins import ENTRY_POINT_GROUP
+from code_puppy.plugins.host import Plugin, PluginHost, describe
+from code_puppy.trust import plugins_trust, project_plugins_dir, trust_project
+
+AskTrust = Callable[[str], bool]
+"""Asks the user a yes/no question; only the interactive chat has one, headless runs never ask."""
+
+
+def load_plugins(
+    settings: Settings,
+    project_root: Path,
+    *,
+    ask: AskTrust | None = None,
+    debug: bool = False,
+    stderr: TextIO | None = None,
+) -> PluginHost:
+    """Find, import and register the plugins of `project_root`; `[plugins] disabled` ones are listed, not imported."""
+    host = PluginHost(project_dir=project_root, debug=debug, stderr=stderr)
+    found = [
+        *plugins_in(bundled_plugins_dir(), "bundled"),
+        *(Plugin(point.name, "entry point", point.value) for point in entry_points(group=ENTRY_POINT_GROUP)),
+        *plugins_in(config_dir() / "plugins", "user"),
+        *_project_plugins(project_root, ask, host),
+    ]
+    active: dict[str, Plugin] = {}
+    for plugin in found:
+        if plugin.status == "enabled":
+            if (earlier := active.get(plugin.name)) is not None:
+                earlier.status = "replaced"
+                host.note(
+                    f"the {plugin.source} plugin {plugin.name} ({plugin.location}) replaces the {earlier.source} one"
+                )
+            active[plugin.name] = plugin
+    for plugin in found:
+        if plugin.status == "enabled" and plugin.name in settings.plugins.disabled:
+            plugin.status = "disabled"
+        elif plugin.status == "enabled":
+            try:
+                plugin.namespace = _import(plugin)
+            except Exception as exc:
+                plugin.status = "failed"
+                host.add(plugin)
+                host.fail(plugin.name, f"cannot be loaded from {plugin.location}: {describe(exc)}", exc)
+                continue
+        host.add(plugin)
+    return host
+
+
+def bundled_plugins_dir() -> Path | None:
+    """The bundled plugins: `code_puppy/bundled_plugins` in the wheel, the top-level `plugins/` in a source checkout."""
+    package = Path(code_puppy.__file__).parent
+    if (shipped := package / "bundled_plugins").is_dir():
+        return shipped
+    checkout = package.parent
+    if (checkout / "pyproject.toml").is_file() and (checkout / "plugins").is_dir():
+        return checkout / "plugins"
+    return None
+
+
+def plugins_in(folder: Path | None, source: str) -> list[Plugin]:
+    """The `NAME/__init__.py` and `NAME.py` plugins in `folder`, by name."""
+    if folder is None or not folder.is_dir():
+        return []
+    found: list[Plugin] = []
+    for path in sorted(folder.iterdir()):
+        if path.name.startswith(("_", ".")):
+            continue
+        if (path / "__init__.py").is_file():
+            found.append(Plugin(path.name, source, str(path)))
+        elif path.suffix == ".py" and path.is_file():
+            found.append(Plugin(path.stem, source, str(path)))
+    return found
+
+
+def _project_plugins(project_root: Path, ask: AskTrust | None, host: PluginHost) -> list[Plugin]:
+    """The project's plugins, enabled only when the user trusts the folder's current content (asking if possible)."""
+    found = plugins_in(project_plugins_dir(project_root), "project")
+    if not found:
+        return found
+    folder = project_plugins_dir(project_root)
+    trust = plugins_trust(project_root)
+    names = ", ".join(plugin.name for plugin in found)
+    if trust != "trusted" and ask is not None:
+        changed = " They changed since you trusted them." if trust == "changed" else ""
+        if ask(
+            f"This project has plugins ({names}) in {folder}: Python code that runs inside code-puppy.{changed} "
+            "Trust and run them?"
+        ):
+            trust_project(project_root)
+            trust = "trusted"
+    if trust == "trusted":
+        return found
+    if trust == "changed":
+        host.note(
+            f"not running the plugins in {folder} ({names}): they changed since you trusted them "
+            "(`code-puppy plugins trust` trusts them again)"
+        )
+    else:
+        host.note(
+            f"not running the plugins in {folder} ({names}): this project is not trusted "
+            "(`code-puppy plugins trust` trusts them)"
+        )
+    for plugin in found:
+        plugin.status = trust
+    return found
+
+
+def _import(plugin: Plugin) -> object:
+    """The plugin's module (or an entry point's object), imported under a name of its own."""
+    if plugin.source == "entry point":
+        return EntryPoint(plugin.name, plugin.location, ENTRY_POINT_GROUP).load()
+    path = Path(plugin.location)
+    package = path.is_dir()
+    name = re.sub(r"\W", "_", f"code_puppy_plugin_{plugin.source}_{plugin.name}")
+    spec = importlib.util.spec_from_file_location(
+        name, path / "__init__.py" if package else path, submodule_search_locations=[str(path)] if package else None
+    )
+    assert spec is not None and spec.loader is not None  # a .py file always has a source loader
+    module = importlib.util.module_from_spec(spec)
+    for loaded in [loaded for loaded in sys.modules if loaded.startswith(f"{name}.")]:
+        del sys.modules[loaded]  # submodules of an earlier load of the same name
+    sys.modules[name] = module  # relative imports inside a package plugin find it here
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module

@@ -1,0 +1,289 @@
+"""`PluginHost`: the loaded plugins, and the one way code-puppy calls their hooks.
+
+pluggy stops at the first exception and does not say whose it was, so every hook is called one implementation at a
+time: a plugin's failure is reported once (one line naming it; the traceback with --debug) and stays its own.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import json
+import os
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TextIO, cast
+
+import pluggy
+from pydantic_ai import Agent, RunContext, ToolDefinition
+from pydantic_ai.agent import AgentRunResult
+from pydantic_ai.capabilities import AbstractCapability, Hooks
+from pydantic_ai.messages import ModelMessage, ToolCallPart
+
+from code_puppy.config import Settings, data_dir
+from code_puppy.plugins import PROJECT_NAME, PromptBlocked, RegisterCommand, hookspecs
+from code_puppy.sessions.session import Session
+
+Status = Literal["enabled", "disabled", "untrusted", "changed", "replaced", "failed"]
+"""Whether a found plugin runs, and if not, why: `changed` is a trusted project folder whose content changed."""
+ERRORS_FILE = "plugin_errors.json"
+"""Each plugin's last error, kept in the data directory for `code-puppy plugins list`."""
+
+
+@dataclass
+class Plugin:
+    """One plugin discovery found, loaded or not."""
+
+    name: str
+    source: str
+    """bundled | entry point | user | project"""
+    location: str
+    """Where it was found: a path, or an entry point's `module:attr`."""
+    status: Status = "enabled"
+    error: str | None = None
+    """Why it did not load, or the last error one of its hooks raised in this process."""
+    namespace: object | None = field(default=None, repr=False)
+    """The loaded module (or object) whose `@hookimpl` functions are registered."""
+
+
+@dataclass(frozen=True)
+class SessionView:
+    """What hooks see of a session, read-only; `messages` is the durable history at the moment it is read."""
+
+    _session: Session = field(repr=False)
+    project_dir: Path
+
+    @property
+    def id(self) -> str:
+        return self._session.id
+
+    @property
+    def model(self) -> str | None:
+        return self._session.model
+
+    @property
+    def messages(self) -> tuple[ModelMessage, ...]:
+        return tuple(self._session.messages)
+
+
+class PluginHost:
+    """The plugins of one code-puppy process, registered with pluggy; an empty host calls nothing."""
+
+    def __init__(self, *, project_dir: Path, debug: bool = False, stderr: TextIO | None = None) -> None:
+        self.plugins: list[Plugin] = []
+        """Every plugin found, in plugin order, whether it runs or not."""
+        self.project_dir = project_dir
+        self.debug = debug
+        """Whether a failure's traceback is shown (`--debug`)."""
+        self.capabilities: list[AbstractCapability[Any]] = []
+        """What `register_capabilities` returned, asked once by `startup`."""
+        self._stderr = stderr
+        self._reported: set[str] = set()
+        self._order: dict[str, int] = {}
+        self._manager = pluggy.PluginManager(PROJECT_NAME)
+        self._manager.add_hookspecs(hookspecs)
+
+    def add(self, plugin: Plugin) -> None:
+        """Take in a found plugin; an enabled, loaded one is registered and its hooks are called from now on."""
+        self.plugins.append(plugin)
+        if plugin.status == "enabled" and plugin.namespace is not None:
+            self._order[plugin.name] = len(self._order)
+            self._register(plugin)
+
+    def _register(self, plugin: Plugin) -> None:
+        try:
+            self._manager.register(plugin.namespace, name=plugin.name)
+        except Exception as exc:  # pluggy's PluginValidationError: an argument its hook does not have, …
+            plugin.status = "failed"
+            self.fail(plugin.name, f"cannot be registered: {describe(exc)}", exc)
+            return
+        unknown = [caller.name for caller in self._manager.get_hookcallers(plugin.namespace) or [] if not caller.spec]
+        if unknown:
+            self.fail(plugin.name, f"implements unknown hooks, ignored: {', '.join(sorted(unknown))}")
+
+    def note(self, text: str) -> None:
+        """One line for the user on stderr."""
+        print(f"code-puppy: note: {text}", file=self._stderr or sys.stderr, flush=True)
+
+    def fail(self, name: str, error: str, exc: BaseException | None = None) -> None:
+        """Record a plugin's error; its first one is reported in one line (with --debug, after the traceback)."""
+        for plugin in self.plugins:
+            if plugin.name == name and plugin.status != "replaced":
+                plugin.error = error
+        _remember_error(name, error)
+        if name in self._reported:
+            return
+        self._reported.add(name)
+        stream = self._stderr or sys.stderr
+        if self.debug and exc is not None:
+            traceback.print_exception(exc, file=stream)
+        print(f"code-puppy: plugin {name}: {error}", file=stream, flush=True)
+
+    def view(self, session: Session) -> SessionView:
+        return SessionView(session, self.project_dir)
+
+    def for_agent(self, session: Session) -> AgentHooks:
+        """The tool hooks and capabilities of an agent whose runs belong to `session`."""
+        return AgentHooks(self, session)
+
+    def _implementations(self, hook: str) -> list[pluggy.HookImpl]:
+        """The hook's implementations in plugin order, `tryfirst` ones first and `trylast` ones last."""
+        caller: pluggy.HookCaller = getattr(self._manager.hook, hook)
+        impls = [impl for impl in caller.get_hookimpls() if not (impl.wrapper or impl.hookwrapper)]
+        return sorted(impls, key=lambda impl: (not impl.tryfirst, impl.trylast, self._order[impl.plugin_name]))
+
+    @staticmethod
+    async def _call(impl: pluggy.HookImpl, arguments: dict[str, Any]) -> Any:
+        outcome = impl.function(*(arguments[name] for name in impl.argnames))
+        return await outcome if inspect.isawaitable(outcome) else outcome
+
+    async def _call_all(self, hook: str, **arguments: Any) -> list[tuple[str, Any]]:
+        """Every implementation's result, by plugin name; one that raises is reported and left out."""
+        results: list[tuple[str, Any]] = []
+        for impl in self._implementations(hook):
+            try:
+                results.append((impl.plugin_name, await self._call(impl, arguments)))
+            except Exception as exc:
+                self.fail(impl.plugin_name, f"{hook} raised {describe(exc)}", exc)
+        return results
+
+    @staticmethod
+    def _text(hook: str, value: object) -> str | None:
+        """A hook's returned prompt or reason: a string, or None; anything else is the plugin's error."""
+        if value is None or isinstance(value, str):
+            return value
+        raise TypeError(f"{hook} returned {type(value).__name__}, not a str or None")
+
+    async def startup(self, settings: Settings) -> None:
+        """Call `startup`, then collect `register_capabilities` into `capabilities`."""
+        await self._call_all("startup", settings=settings)
+        for name, returned in await self._call_all("register_capabilities", settings=settings):
+            items: list[object] = list(returned) if isinstance(returned, list | tuple) else [returned]  # pyright: ignore[reportUnknownArgumentType]
+            for item in items:
+                if isinstance(item, AbstractCapability):
+                    self.capabilities.append(item)  # pyright: ignore[reportUnknownArgumentType]
+                elif item is not None:
+                    self.fail(name, f"register_capabilities returned {type(item).__name__}, not a capability")
+
+    async def shutdown(self) -> None:
+        await self._call_all("shutdown")
+
+    async def register_commands(self, register: RegisterCommand) -> None:
+        await self._call_all("register_commands", register=register)
+
+    async def user_prompt_submit(self, prompt: str, session: Session) -> str:
+        """The prompt as the plugins rewrote it, in order; `PromptBlocked` (naming the plugin) when one blocks it."""
+        view = self.view(session)
+        for impl in self._implementations("user_prompt_submit"):
+            try:
+                arguments = {"prompt": prompt, "session": view}
+                rewritten = self._text("user_prompt_submit", await self._call(impl, arguments))
+            except PromptBlocked as blocked:
+                blocked.plugin = impl.plugin_name
+                raise
+            except Exception as exc:
+                self.fail(impl.plugin_name, f"user_prompt_submit raised {describe(exc)}", exc)
+                continue
+            if rewritten:
+                prompt = rewritten
+        return prompt
+
+    async def agent_run_start(self, agent: Agent[None, str], prompt: str, session: Session) -> None:
+        await self._call_all("agent_run_start", agent=agent, prompt=prompt, session=self.view(session))
+
+    async def agent_run_end(
+        self,
+        agent: Agent[None, str],
+        result: AgentRunResult[str] | None,
+        error: BaseException | None,
+        session: Session,
+    ) -> None:
+        await self._call_all("agent_run_end", agent=agent, result=result, error=error, session=self.view(session))
+
+    async def pre_tool_call(self, tool_name: str, args: dict[str, Any], session: Session) -> str | None:
+        """What the model is told when a plugin blocks the call, or None; a hook that raises blocks (fail closed)."""
+        arguments = {"tool_name": tool_name, "args": copy.deepcopy(args), "session": self.view(session)}
+        for impl in self._implementations("pre_tool_call"):
+            try:
+                reason = self._text("pre_tool_call", await self._call(impl, arguments))
+            except Exception as exc:
+                self.fail(impl.plugin_name, f"pre_tool_call raised {describe(exc)}", exc)
+                return f"Blocked by plugin {impl.plugin_name}: its pre_tool_call hook failed ({describe(exc)})"
+            if reason:
+                return f"Blocked by plugin {impl.plugin_name}: {reason}"
+        return None
+
+    async def post_tool_call(self, tool_name: str, args: dict[str, Any], result: Any, session: Session) -> None:
+        await self._call_all(
+            "post_tool_call", tool_name=tool_name, args=copy.deepcopy(args), result=result, session=self.view(session)
+        )
+
+    async def turn_end(self, result: AgentRunResult[str], session: Session) -> str | None:
+        """The first non-empty follow-up prompt in plugin order; every plugin is asked."""
+        prompts: list[str] = []
+        for name, value in await self._call_all("turn_end", result=result, session=self.view(session)):
+            try:
+                if text := self._text("turn_end", value):
+                    prompts.append(text)
+            except TypeError as exc:
+                self.fail(name, str(exc), exc)
+        return prompts[0] if prompts else None
+
+
+@dataclass(frozen=True)
+class AgentHooks:
+    """The plugins as one agent sees them: its runs belong to `session`."""
+
+    host: PluginHost
+    session: Session
+
+    @property
+    def capabilities(self) -> list[AbstractCapability[Any]]:
+        """What the plugins' `register_capabilities` returned."""
+        return self.host.capabilities
+
+    async def pre_tool_call(self, tool_name: str, args: dict[str, Any]) -> str | None:
+        return await self.host.pre_tool_call(tool_name, args, self.session)
+
+    def post_tool_call_hook(self) -> Hooks[Any]:
+        """`post_tool_call` as a capability: place it outside the output limits to pass the result the model sees."""
+
+        async def after_tool_execute(
+            ctx: RunContext[Any], /, *, call: ToolCallPart, tool_def: ToolDefinition, args: dict[str, Any], result: Any
+        ) -> Any:
+            await self.host.post_tool_call(call.tool_name, args, result, self.session)
+            return result
+
+        return Hooks[Any](after_tool_execute=after_tool_execute)
+
+
+def describe(exc: BaseException) -> str:
+    """`Type: message` on one short line."""
+    text = f"{type(exc).__name__}: {' '.join(str(exc).split())}".rstrip(": ")
+    return text if len(text) <= 300 else text[:297] + "…"
+
+
+def remembered_errors() -> dict[str, str]:
+    """Each plugin's last recorded error, with its time."""
+    try:
+        known = json.loads((data_dir() / ERRORS_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(known, dict):
+        return {}
+    return {str(key): str(value) for key, value in cast(dict[Any, Any], known).items()}
+
+
+def _remember_error(name: str, error: str) -> None:
+    path = data_dir() / ERRORS_FILE
+    known = remembered_errors() | {name: f"{time.strftime('%Y-%m-%d %H:%M')} {error}"}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f"{path.name}.{os.getpid()}")
+        temporary.write_text(json.dumps(known, indent=1), encoding="utf-8")
+        temporary.replace(path)
+    except OSError:
+        pass  # a record for `plugins list`, not worth failing a run over
