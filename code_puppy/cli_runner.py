@@ -244,17 +244,22 @@ async def _headless(
     started = time.monotonic()
     sink.start(session.id)
 
+    finished: list[TurnOutcome] = []
+
     async def turn() -> TurnOutcome:
         async with agent:  # closes the provider's HTTP client and stops the MCP servers when the turn ends
-            return await run_turn(
-                agent,
-                session,
-                prompt,
-                sink,
-                max_requests=max_requests,
-                plugins=plugins,
-                max_continuations=max_continuations,
+            finished.append(
+                await run_turn(
+                    agent,
+                    session,
+                    prompt,
+                    sink,
+                    max_requests=max_requests,
+                    plugins=plugins,
+                    max_continuations=max_continuations,
+                )
             )
+        return finished[0]
 
     turn_task = asyncio.create_task(turn())
     stopped_by: list[Status] = []
@@ -264,6 +269,10 @@ async def _headless(
         loop.add_signal_handler(signum, _stop, turn_task, stopped_by, status)
     try:
         outcome = await turn_task
+    except asyncio.CancelledError as exc:
+        # The signal came while MCP servers were starting or stopping, outside the run: a turn that had already
+        # ended (and been saved) keeps its outcome; otherwise nothing was sent.
+        outcome = finished[0] if finished else TurnOutcome(None, exc, RunUsage(), 0)
     finally:
         for signum, _ in stops:
             loop.remove_signal_handler(signum)

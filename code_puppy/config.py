@@ -40,8 +40,9 @@ class ModelEndpoint(_Section):
     """The model name sent to the endpoint."""
     base_url: str | None = None
     """The endpoint's base URL, e.g. `http://127.0.0.1:11434/v1`; unset uses the provider's default."""
-    api_key_env: str | None = None
-    """The environment variable holding the API key; unset sends a placeholder key (local servers ignore it)."""
+    api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    """The NAME of the environment variable holding the API key (never the key itself); unset sends a placeholder
+    key, which local servers ignore."""
     context_window: int | None = Field(default=None, gt=0)
     """The model's context window in tokens, for compaction and the context gauge."""
 
@@ -311,8 +312,13 @@ def _describe(exc: ValidationError, merged: Mapping[str, Any], layers: list[tupl
         return f"{source}: missing key '{key}'"
     if error["type"] == "value_error":  # our own validators: the message says it all, and the value may hold secrets
         return f"{source}: '{key}': {error['msg'].removeprefix('Value error, ')}"
-    value = _lookup(merged, location)
-    return f"{source}: '{key}': {error['msg'][0].lower()}{error['msg'][1:]}, got {value!r}"
+    expected = f"{source}: '{key}': {error['msg'][0].lower()}{error['msg'][1:]}"
+    if _SECRET_KEYS & set(location):  # headers, env and key names may hold a secret: never echo it to logs
+        return expected
+    return f"{expected}, got {_lookup(merged, location)!r}"
+
+
+_SECRET_KEYS = frozenset({"headers", "env", "api_key_env"})
 
 
 def _source_of(location: list[str], layers: list[tuple[Path, dict[str, Any]]]) -> Path | None:

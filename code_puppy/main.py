@@ -158,6 +158,8 @@ def guarded(action: Callable[[], int | None]) -> int:
         return action() or 0
     except ConfigError as exc:
         fail(str(exc))
+    except KeyboardInterrupt:  # Ctrl-C before a run installed its own handler: nothing was sent yet
+        fail("interrupted", code=130)
     except BrokenPipeError:  # `code-puppy sessions export ID | head`: the reader has all it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

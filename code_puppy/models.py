@@ -85,6 +85,9 @@ def resolve_model(settings: Settings, name: str) -> Model:
         raise ConfigError(_credential_message(str(exc), name)) from None
     except ImportError:
         raise ConfigError(_missing_extra(provider)) from None
+    except Exception as exc:  # a provider SDK's own set-up error, e.g. google-auth finding no credentials
+        first_line = (str(exc).strip().splitlines() or [""])[0]
+        raise ConfigError(f"model '{name}' could not be set up: {type(exc).__name__}: {first_line}") from None
 
 
 def _endpoint_model(name: str, endpoint: ModelEndpoint) -> Model:

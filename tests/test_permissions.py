@@ -134,19 +134,39 @@ async def test_default_tools_are_the_file_tools_shell_and_delegation(project: Pa
     )
 
 
-async def test_shell_environment_has_no_provider_secrets(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
-    monkeypatch.setenv("LOCAL_API_KEY", "sk-local")
-    monkeypatch.setenv("HARMLESS", "visible")
-    from code_puppy.config import ModelEndpoint
+SECRETS = {
+    "OPENAI_API_KEY": "sk-openai",
+    "GROQ_API_KEY": "sk-groq",
+    "MISTRAL_API_KEY": "sk-mistral",
+    "DEEPSEEK_API_KEY": "sk-deepseek",
+    "CO_API_KEY": "sk-cohere",
+    "XAI_API_KEY": "sk-xai",
+    "HF_TOKEN": "hf-token",
+    "AWS_SECRET_ACCESS_KEY": "aws-secret",
+    "AZURE_OPENAI_API_KEY": "azure-key",
+    "LOCAL_MODEL_KEY": "sk-local",
+    "MCP_SERVER_TOKEN": "mcp-token",
+}
 
-    settings = Settings(models={"local": ModelEndpoint(name="m", api_key_env="LOCAL_API_KEY")})
+
+async def test_shell_environment_has_no_secrets(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in SECRETS.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("HARMLESS", "visible")
+    from code_puppy.config import McpServerConfig, ModelEndpoint
+
+    settings = Settings(
+        models={"local": ModelEndpoint(name="m", api_key_env="LOCAL_MODEL_KEY")},
+        mcp_servers={
+            "gh": McpServerConfig(url="http://127.0.0.1:1/mcp", headers={"Authorization": "${MCP_SERVER_TOKEN}"})
+        },
+    )
     script = scripted([ToolCallPart("shell", {"command": "env > env.txt"}, tool_call_id="s")], "ok")
     agent = build_pydantic_agent(settings, model=script.model, project_root=project, permission_mode="yolo")
     await agent.run("dump env")
     env = (project / "env.txt").read_text()
     assert "HARMLESS=visible" in env
-    assert "sk-secret" not in env and "sk-local" not in env
+    assert [value for value in SECRETS.values() if value in env] == []
 
 
 async def test_agents_md_reaches_the_instructions(project: Path) -> None:

@@ -136,7 +136,7 @@ def test_a_failed_run_keeps_the_prompt_and_the_finished_tool_exchange(server: An
 
 
 def test_sigint_during_a_tool_checkpoints_with_the_dangling_call_repaired(server: Any, project: Path) -> None:
-    server.script(tool_calls(call("shell", {"command": "sleep 30"})))
+    server.script(tool_calls(call("shell", {"command": "touch started && sleep 30"})))
     process = subprocess.Popen(
         [str(CODE_PUPPY), "-p", "run the slow thing", "--permission-mode", "yolo", "--output-format", "json"],
         cwd=project,
@@ -145,10 +145,9 @@ def test_sigint_during_a_tool_checkpoints_with_the_dangling_call_repaired(server
         stderr=subprocess.PIPE,
         text=True,
     )
-    deadline = time.monotonic() + 20
-    while len(server.requests) < 1 and time.monotonic() < deadline:
+    deadline = time.monotonic() + 30
+    while not (project / "started").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
-    time.sleep(1.0)  # the model's reply has arrived and the shell tool is running
     process.send_signal(signal.SIGINT)
     stdout, stderr = process.communicate(timeout=30)
     assert process.returncode == 130, stderr
@@ -190,3 +189,19 @@ def test_kill_9_mid_run_leaves_a_consistent_resumable_database(
     assert (resumed["exit"], resumed["session_id"], resumed["output"]) == (0, completed["session_id"], "resumed fine")
     prompts = user_prompts(export(completed["session_id"], project))
     assert prompts[0] == "first run completes" and prompts[-1] == "still there?"
+
+
+def test_an_invocation_that_fails_before_its_first_save_leaves_no_session(server: Any, project: Path) -> None:
+    server.script(text("saved"))
+    first = headless_json("-p", "a real session", cwd=project)
+    failed = run_cli("-c", "-p", "x", "-m", "unknown-model-name", cwd=project)
+    assert failed.returncode == 2
+    (project / ".code-puppy").mkdir()
+    (project / ".code-puppy" / "config.toml").write_text('[history]\nprocessors = ["no_such_module:fn"]\n')
+    run_cli("trust", cwd=project)
+    broken = run_cli("-p", "x", cwd=project)
+    assert broken.returncode == 2 and "no_such_module:fn" in broken.stderr
+    listed = run_cli("sessions", "list", "--all", cwd=project).stdout.splitlines()
+    assert [line[:8] for line in listed[1:]] == [first["session_id"][:8]]
+    info = export(first["session_id"], project)["session"]
+    assert info["model"] == "fake"

@@ -22,7 +22,7 @@ from code_puppy.agents.compaction import PersistentCompaction, compaction_strate
 from code_puppy.agents.history_persistence import DurableHistory, HistoryPersistence
 from code_puppy.agents.history_processors import HistoryRevision, resolve_history_processing
 from code_puppy.agents.instructions import build_instructions
-from code_puppy.agents.mcp_servers import McpServers
+from code_puppy.agents.mcp_servers import McpServers, referenced_variables
 from code_puppy.agents.permissions import PermissionPolicy
 from code_puppy.agents.user_history_processor import UserHistoryProcessor
 from code_puppy.config import PermissionMode, Settings
@@ -31,6 +31,21 @@ from code_puppy.sessions.session import Session
 
 FILE_TOOLS = ("read_file", "write_file", "edit_file", "create_directory", "list_files", "grep")
 """The harness file tools offered; `create_directory` is included because `write_file` needs an existing parent."""
+SECRET_ENV_PATTERNS = (
+    *LLM_API_KEY_ENV_PATTERNS,
+    "*_API_KEY",
+    "*_API_TOKEN",
+    "*_ACCESS_KEY*",
+    "*_SECRET_KEY",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AZURE_OPENAI_*",
+    "HF_TOKEN",
+    "HUGGINGFACE_*",
+    "CO_API_KEY",
+)
+"""Variables stripped from the shell tool's environment: every provider's credentials, not just the chosen one's.
+Plain `*_TOKEN` stays (GITHUB_TOKEN for `gh`, say) unless an MCP server's config reads it."""
 MAX_READ_CHARS = 60_000
 """Characters of complete lines per `read_file`, under `MAX_OUTPUT_CHARS` so the output cap never cuts a read."""
 MAX_OUTPUT_CHARS = 64_000
@@ -76,6 +91,7 @@ def build_pydantic_agent(
         pre_tool_call=plugins.pre_tool_call if plugins is not None else None,
     )
     secret_variables = [endpoint.api_key_env for endpoint in settings.models.values() if endpoint.api_key_env]
+    secret_variables += [name for server in settings.mcp_servers.values() for name in referenced_variables(server)]
     return Agent(
         model,
         instructions=build_instructions(root),
@@ -91,7 +107,7 @@ def build_pydantic_agent(
                 default_timeout=MAX_FOREGROUND_WAIT,
                 allow_interactive=True,
                 env=dict(shell_env if shell_env is not None else os.environ),
-                denied_env_patterns=[*LLM_API_KEY_ENV_PATTERNS, *secret_variables],
+                denied_env_patterns=[*SECRET_ENV_PATTERNS, *secret_variables],
                 tools=["shell"],
             ),
             RepoContext(workspace_dir=root, expose_inventory_tool=False),

@@ -49,6 +49,12 @@ def permission_name(server: str, tool: str) -> str:
     return f"mcp__{server}__{tool}"
 
 
+def referenced_variables(config: McpServerConfig) -> set[str]:
+    """The environment variables a server's config reads through `${VAR}`: secrets the shell tool must not see."""
+    values = [config.command or "", *config.args, *config.env.values(), config.url or "", *config.headers.values()]
+    return {match.group(1) for value in values for match in _ENV_REFERENCE.finditer(value)}
+
+
 def expand_env(name: str, config: McpServerConfig) -> McpServerConfig:
     """`config` with `${VAR}` and `${VAR:-default}` expanded; a missing variable is a `ConfigError` naming it."""
 

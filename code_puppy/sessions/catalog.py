@@ -9,7 +9,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pydantic_ai import Conversation
 from pydantic_ai.conversation_store import ConversationRecord
 from pydantic_ai.messages import ModelMessage, ModelRequest, TextContent, UserPromptPart
 
@@ -107,13 +106,12 @@ class SessionCatalog:
     def __init__(self, database: Database) -> None:
         self._database = database
 
-    def create(self, project_dir: Path, *, model: str | None = None, session_id: str | None = None) -> SessionInfo:
-        """Start a session in `project_dir`, by default under a new id.
+    def create(self, project_dir: Path, *, session_id: str, model: str | None = None) -> SessionInfo:
+        """Record a session of `project_dir` under `session_id`.
 
         Raises:
             ValueError: If a session with `session_id` exists.
         """
-        session_id = session_id if session_id is not None else Conversation().conversation_id  # pydantic-ai's uuid7
         now = timestamp(datetime.now(UTC))
         with self._database.write() as db:
             row = db.execute(

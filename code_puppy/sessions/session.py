@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from pydantic_ai import Conversation
@@ -15,10 +15,6 @@ from code_puppy.config import ConfigError
 
 from .catalog import SessionInfo
 from .store import SqliteConversationStore
-
-
-class SessionNotFound(LookupError):
-    """No session matches an id or prefix, or several do (the message lists them)."""
 
 
 class Session:
@@ -51,6 +47,12 @@ class Session:
         self._stored_revision = (cache_epoch, history_version)
         self._stored_usage = conversation.usage
         self._run_usage: dict[str, RunUsage] = {}
+        self._before_first_save: Callable[[], object] | None = None
+        """The catalog change a new or resumed session makes with its first save, so that an invocation that fails
+        before it (a bad processor path, a missing variable) leaves no empty session or changed model behind."""
+
+    project_dir: Path | None = None
+    """The project the session belongs to, when it is stored."""
 
     @property
     def id(self) -> str:
@@ -76,18 +78,22 @@ class Session:
     @classmethod
     async def start(cls, store: SqliteConversationStore, project_dir: Path, *, model: str | None) -> Session:
         """A new, empty session of `project_dir`; it is listed once its first save lands."""
-        # Random ids, not pydantic-ai's time-ordered uuid7: their first 8 characters, which is what people type
-        # after `-r` and what `sessions list` shows, would be the same for every session of the same minute.
-        info = store.sessions.create(project_dir, model=model, session_id=str(uuid.uuid4()))
-        return cls(store, Conversation(conversation_id=info.id), model=model)
+        session = cls(store, Conversation(conversation_id=new_session_id()), model=model)
+        session.project_dir = project_dir
+        session._before_first_save = lambda: store.sessions.create(project_dir, model=model, session_id=session.id)
+        return session
 
     @classmethod
     async def resume(cls, store: SqliteConversationStore, info: SessionInfo, *, model: str | None) -> Session:
         """Continue a stored session from its current history."""
         conversation = await store.load(info.id) or Conversation(conversation_id=info.id)
+        session = cls(
+            store, conversation, model=model, cache_epoch=info.cache_epoch, history_version=info.history_version
+        )
+        session.project_dir = Path(info.project_dir)
         if model is not None and model != info.model:
-            store.sessions.update(info.id, model=model)
-        return cls(store, conversation, model=model, cache_epoch=info.cache_epoch, history_version=info.history_version)
+            session._before_first_save = lambda: store.sessions.update(info.id, model=model)
+        return session
 
     async def set_message_history(
         self, messages: Sequence[ModelMessage], *, run_id: str | None = None, run_usage: RunUsage | None = None
@@ -97,6 +103,9 @@ class Session:
             self._run_usage[run_id] = run_usage
         self.conversation.messages = list(messages)
         self.conversation.usage = self.usage
+        if self._before_first_save is not None:
+            self._before_first_save()
+            self._before_first_save = None
         try:
             await self.store.save(self.conversation)
         except ConversationConflict:
@@ -109,12 +118,9 @@ class Session:
     async def _move_to_new_session(self) -> None:
         old_id = self.id
         catalog = self.store.sessions if isinstance(self.store, SqliteConversationStore) else None
+        new_id = new_session_id()
         if catalog is not None:
-            original = catalog.get(old_id)
-            project_dir = Path(original.project_dir) if original is not None else Path.cwd()
-            new_id = catalog.create(project_dir, model=self.model, session_id=str(uuid.uuid4())).id
-        else:
-            new_id = str(uuid.uuid4())
+            catalog.create(self.project_dir or Path.cwd(), model=self.model, session_id=new_id)
         self.conversation = Conversation(
             messages=list(self.conversation.messages), usage=self.conversation.usage, conversation_id=new_id
         )
@@ -124,6 +130,12 @@ class Session:
             f"session {old_id[:8]} was changed by another code-puppy process since this one loaded it; "
             f"nothing was overwritten: this conversation continues as session {new_id[:8]}"
         )
+
+
+def new_session_id() -> str:
+    """A random id: pydantic-ai's time-ordered uuid7s share their first 8 characters (what `sessions list` shows and
+    people type after `-r`) with every other session started within the same minute."""
+    return str(uuid.uuid4())
 
 
 async def open_session(

@@ -351,7 +351,7 @@ def test_title_is_the_first_prompt_on_one_line_shortened():
 
 async def test_session_metadata_follows_saves(store: SqliteConversationStore, tmp_path: Path):
     project = tmp_path / "project"
-    info = store.sessions.create(project, model="openai:gpt-5.1")
+    info = store.sessions.create(project, model="openai:gpt-5.1", session_id="s-1")
     assert info == SessionInfo(
         id=info.id,
         project_dir=str(project.resolve()),
