@@ -18,8 +18,10 @@ from pydantic_ai.usage import RunUsage, UsageLimits
 
 from code_puppy.agents.builder import build_pydantic_agent
 from code_puppy.agents.history_persistence import persist_checkpoint, persist_result_history
+from code_puppy.agents.steering import SteeringInbox, accepting_steers, held_steers
 from code_puppy.config import PermissionMode, data_dir, load_settings
 from code_puppy.models import choose_model_name, resolve_model
+from code_puppy.sessions.runs import RunRegistry
 from code_puppy.sessions.session import Session, open_session
 from code_puppy.sessions.store import SqliteConversationStore
 from code_puppy.ui.sinks import SINKS, EventSink, RunOutcome, Status, Usage
@@ -40,6 +42,8 @@ class HeadlessOptions:
     max_requests: int | None = None
     continue_last: bool = False
     resume: str | None = None
+    input_format: str = "text"
+    """`stream-json`: further user messages arrive as JSON lines on stdin and steer the running turn."""
 
 
 @dataclass
@@ -103,6 +107,7 @@ def run_headless(options: HeadlessOptions) -> int:
                 continue_last=options.continue_last,
                 resume=options.resume,
             )
+            inbox = SteeringInbox()
             agent = build_pydantic_agent(
                 settings,
                 model=model,
@@ -110,9 +115,15 @@ def run_headless(options: HeadlessOptions) -> int:
                 permission_mode=options.permission_mode,
                 allow=options.allow,
                 session=session,
+                steering=inbox,
             )
             sink: EventSink = SINKS[options.output_format]()
-            return await _headless(agent, session, options.prompt, sink, max_requests=options.max_requests)
+            steers = Steers(
+                RunRegistry(store.database), options.project_root, inbox, options.input_format == "stream-json"
+            )
+            return await _headless(
+                agent, session, options.prompt, sink, max_requests=options.max_requests, steers=steers
+            )
 
         return asyncio.run(main())
 
@@ -182,15 +193,36 @@ async def run_turn(
     return TurnOutcome(result, None, usage, max_continuations + 1)
 
 
+@dataclass(frozen=True)
+class Steers:
+    """Where a headless run takes steers from: `code-puppy steer` through sessions.db, and stdin if asked."""
+
+    registry: RunRegistry
+    project_root: Path
+    inbox: SteeringInbox
+    from_stdin: bool = False
+
+
 async def _headless(
-    agent: Agent[None, str], session: Session, prompt: str, sink: EventSink, *, max_requests: int | None
+    agent: Agent[None, str], session: Session, prompt: str, sink: EventSink, *, max_requests: int | None, steers: Steers
 ) -> int:
     started = time.monotonic()
     sink.start(session.id)
+    if steers.from_stdin:
+        from code_puppy.ui.stdin_messages import read_messages
+
+        loop = asyncio.get_running_loop()
+        # Delivered on the loop's thread, so the turn's last look at the inbox and its closing can't miss one.
+        read_messages(sys.stdin, lambda text: loop.call_soon_threadsafe(_steer_or_report, steers.inbox, text))
 
     async def turn() -> TurnOutcome:
-        async with agent:  # closes the provider's HTTP client when the turn ends
-            return await run_turn(agent, session, prompt, sink, max_requests=max_requests)
+        # `async with agent` closes the provider's HTTP client when the turn ends.
+        async with agent, accepting_steers(steers.registry, session.id, steers.project_root, steers.inbox):
+            outcome = await run_turn(
+                agent, session, prompt, sink, max_requests=max_requests, follow_up=held_steers(steers.inbox, sink.event)
+            )
+            steers.inbox.close()
+            return outcome
 
     turn_task = asyncio.create_task(turn())
     stopped_by: list[Status] = []
@@ -208,6 +240,11 @@ async def _headless(
     report = _report(session, outcome, stopped_by, started)
     sink.finish(report)
     return EXIT_CODES[report.status]
+
+
+def _steer_or_report(inbox: SteeringInbox, text: str) -> None:
+    if inbox.steer(text) == "closed":
+        print(f"code-puppy: the run is over; not delivered: {text[:60]}", file=sys.stderr, flush=True)
 
 
 def _stop(turn_task: asyncio.Task[TurnOutcome], stopped_by: list[Status], status: Status) -> None:
@@ -230,7 +267,7 @@ def _report(session: Session, outcome: TurnOutcome, stopped_by: list[Status], st
     elif isinstance(error, UsageLimitExceeded):
         status, message = "limit", f"stopped by a limit: {error}"
     else:
-        status, message = "error", f"run failed: {_describe(error)}"
+        status, message = "error", f"run failed: {describe_error(error)}"
     return RunOutcome(
         session_id=session.id,
         output=outcome.result.output if error is None and outcome.result is not None else None,
@@ -241,6 +278,7 @@ def _report(session: Session, outcome: TurnOutcome, stopped_by: list[Status], st
     )
 
 
-def _describe(error: BaseException) -> str:
+def describe_error(error: BaseException) -> str:
+    """An error on one line, cut to 300 characters."""
     text = " ".join(str(error).split()) or type(error).__name__
     return text if len(text) <= 300 else text[:297] + "…"

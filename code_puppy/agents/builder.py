@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from pydantic_ai import Agent
-from pydantic_ai.capabilities import HandleDeferredToolCalls, LocalWorkspace
+from pydantic_ai.capabilities import HandleDeferredToolCalls, LocalWorkspace, RequestInput
 from pydantic_ai.models import Model
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, RunContext, ToolDenied
 from pydantic_ai_harness.filesystem import FileSystem
@@ -21,6 +21,7 @@ from pydantic_ai_harness.tool_output_limits import Band, ToolOutputLimits, Trunc
 from code_puppy.agents.history_persistence import DurableHistory, HistoryPersistence
 from code_puppy.agents.instructions import build_instructions
 from code_puppy.agents.permissions import PermissionPolicy
+from code_puppy.agents.steering import Steering, SteeringInbox
 from code_puppy.config import PermissionMode, Settings
 from code_puppy.sessions.session import Session
 
@@ -30,6 +31,9 @@ MAX_READ_CHARS = 60_000
 """Characters of complete lines per `read_file`, under `MAX_OUTPUT_CHARS` so the output cap never cuts a read."""
 MAX_OUTPUT_CHARS = 64_000
 """Characters kept from any tool result."""
+
+AskUser = Callable[[RunContext[Any], DeferredToolRequests, str], Awaitable[DeferredToolResults | None]]
+"""Answers the calls waiting for approval in one model step (pydantic-ai's `RequestInput.ask`)."""
 
 
 def build_pydantic_agent(
@@ -42,19 +46,23 @@ def build_pydantic_agent(
     interactive: bool = False,
     shell_env: Mapping[str, str] | None = None,
     session: DurableHistory | None = None,
+    steering: SteeringInbox | None = None,
+    ask: AskUser | None = None,
 ) -> Agent[None, str]:
     """Assemble the agent: one capabilities list, outermost first.
 
     `permission_mode` and `allow` extend the config's `[permissions]`; `shell_env` is the environment the shell
     tool starts commands with (secrets are stripped from it either way); `session` is the durable history
-    successful runs are absorbed into (an in-memory session when none is given).
+    successful runs are absorbed into (an in-memory session when none is given); `steering` is the inbox whose
+    text reaches the running run; `ask` answers approvals while the run waits (it makes the policy interactive;
+    without it, a call that would ask is denied).
     """
     root = project_root.resolve()
     policy = PermissionPolicy(
         root,
         mode=permission_mode or settings.permissions.mode,
         allow=(*settings.permissions.allow, *allow),
-        interactive=interactive,
+        interactive=interactive or ask is not None,
     )
     secret_variables = [endpoint.api_key_env for endpoint in settings.models.values() if endpoint.api_key_env]
     return Agent(
@@ -62,6 +70,7 @@ def build_pydantic_agent(
         instructions=build_instructions(root),
         capabilities=[
             LocalWorkspace(root),
+            Steering(steering if steering is not None else SteeringInbox()),
             policy,
             FileSystem(root_dir=root, content_hashes=False, max_read_chars=MAX_READ_CHARS, tools=FILE_TOOLS),
             Shell(
@@ -77,9 +86,9 @@ def build_pydantic_agent(
             SubAgents(include_self=True, agent_folders=None),
             TruncatedToolOutputs(bands=[Band(over=MAX_OUTPUT_CHARS, action=Truncate(max_chars=MAX_OUTPUT_CHARS))]),
             RepairToolArguments(),
-            # Innermost safety net: a deferral nobody answers (headless, or a tool that defers by itself) is
-            # denied with a reason instead of ending the run with DeferredToolRequests output.
-            HandleDeferredToolCalls(handler=_deny_unanswered),
+            # Approvals: the user answers while the run waits (RequestInput); with nobody to ask, the innermost
+            # safety net denies with a reason instead of ending the run with DeferredToolRequests output.
+            RequestInput(ask) if ask is not None else HandleDeferredToolCalls(handler=_deny_unanswered),
             # The only after_run implementer, so its position is inert; it sits last as the run's final custodian.
             HistoryPersistence(session if session is not None else Session.in_memory()),
         ],
