@@ -265,6 +265,7 @@ class Chat:
     async def confirm(self, items: list[Any], question: str) -> Answer:
         """Show `items` above the prompt and ask `question` in it; y / n / a answer, Ctrl-C cancels the turn."""
         self.screen.print(*items)
+        await self.screen.drain()  # the command or diff first, then the question
         answer: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         self.approval = Approval(question, answer)
         activity, self.live.activity = self.live.activity, "waiting for your answer"

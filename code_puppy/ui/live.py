@@ -47,6 +47,7 @@ class Screen:
         self.session = session
         self._pending: list[str] = []
         self._scheduled = False
+        self._written: asyncio.Future[None] | None = None
 
     @property
     def width(self) -> int:
@@ -81,6 +82,12 @@ class Screen:
             self._scheduled = True
             asyncio.get_running_loop().call_soon(self._flush)
 
+    async def drain(self) -> None:
+        """Wait until everything queued so far is on the screen."""
+        self._flush()
+        if self._written is not None:
+            await self._written
+
     def _flush(self) -> None:
         self._scheduled = False
         data, self._pending = "".join(self._pending), []
@@ -92,7 +99,7 @@ class Screen:
             output.write_raw(data)
             output.flush()
 
-        run_in_terminal(write, in_executor=False)
+        self._written = asyncio.ensure_future(run_in_terminal(write, in_executor=False))
 
     def invalidate(self) -> None:
         if self.session.app.is_running:

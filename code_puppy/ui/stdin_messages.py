@@ -39,13 +39,13 @@ def parse_user_message(line: str) -> str:
 
 def read_first_message(stream: TextIO) -> str | None:
     """The first valid user message on `stream`, or None at end of input; bad lines are reported and skipped."""
-    for number, line in enumerate(iter(stream.readline, ""), start=1):
+    for line in iter(stream.readline, ""):
         if not line.strip():
             continue
         try:
             return parse_user_message(line)
         except ValueError as exc:
-            _report(number, exc)
+            _report(line, exc)
     return None
 
 
@@ -57,13 +57,13 @@ def read_messages(stream: TextIO, deliver: Callable[[str], object]) -> threading
     """
 
     def read() -> None:
-        for number, line in enumerate(iter(stream.readline, ""), start=1):
+        for line in iter(stream.readline, ""):
             if not line.strip():
                 continue
             try:
                 text = parse_user_message(line)
             except ValueError as exc:
-                _report(number, exc)
+                _report(line, exc)
                 continue
             deliver(text)
 
@@ -72,5 +72,7 @@ def read_messages(stream: TextIO, deliver: Callable[[str], object]) -> threading
     return thread
 
 
-def _report(number: int, error: ValueError) -> None:
-    print(f"code-puppy: ignored stdin line {number}: {error}", file=sys.stderr, flush=True)
+def _report(line: str, error: ValueError) -> None:
+    shown = line.strip()
+    shown = shown if len(shown) <= 60 else shown[:59] + "…"
+    print(f"code-puppy: ignored a stdin line ({error}): {shown}", file=sys.stderr, flush=True)
