@@ -142,7 +142,7 @@ def cli(
         fail("use either -c/--continue or -r/--resume, not both")
     text = _stream_json_prompt(prompt) if input_format == "stream-json" else _headless_prompt(prompt)
     ensure_own_scripts_on_path()
-    from code_puppy.config import find_project_root
+    from code_puppy.paths import find_project_root
 
     if text is None:
         if not sys.stdin.isatty():
@@ -182,13 +182,13 @@ def cli(
 
 def guarded(action: Callable[[], int | None]) -> int:
     """Run a command: a `ConfigError` is one line and exit 2, anything unexpected one line and exit 1."""
-    from code_puppy.config import ConfigError
-
     try:
         return action() or 0
-    except ConfigError as exc:
-        fail(str(exc))
     except Exception as exc:  # the last line of defence: never a traceback without --debug
+        from code_puppy.config import ConfigError  # here, not above: the chat starts without pydantic
+
+        if isinstance(exc, ConfigError):
+            fail(str(exc))
         fail(f"internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)", code=1)
 
 
@@ -207,7 +207,7 @@ def steer(*, session_id: str | None, text: tuple[str, ...]) -> None:
         fail("nothing to send: TEXT is empty")
 
     def run() -> int:
-        from code_puppy.config import data_dir, find_project_root
+        from code_puppy.paths import data_dir, find_project_root
         from code_puppy.sessions.runs import RunRegistry
         from code_puppy.sessions.runs import steer as send
         from code_puppy.sessions.schema import Database

@@ -25,12 +25,13 @@ from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
 from prompt_toolkit.patch_stdout import patch_stdout
 from prompt_toolkit.styles import Style
 
-from code_puppy.config import PermissionMode, Settings, data_dir
+from code_puppy.paths import data_dir
 from code_puppy.ui.commands import CommandRegistry, split_command
 from code_puppy.ui.input import ChatCompleter, ProjectFiles, expand_mentions, history_path
 from code_puppy.ui.live import Live, Screen
 
 if TYPE_CHECKING:
+    from code_puppy.config import PermissionMode, Settings
     from code_puppy.ui.approvals import Answer
     from code_puppy.ui.runtime import ChatRuntime
 
@@ -56,13 +57,20 @@ class ChatOptions:
 
 
 def run_chat(options: ChatOptions) -> int:
-    """Config and model name are checked before the prompt shows (exit 2); everything heavy loads behind it."""
+    """Show the prompt, then load config, model, session and agent behind it (a bad config: exit 2 after all)."""
+    return asyncio.run(Chat(options).run())
+
+
+def _load_heavy(options: ChatOptions) -> tuple[Settings, str]:
+    """In a worker thread: the runtime's imports (pydantic-ai and the rest), the config and the model's name."""
+    import importlib
+
+    importlib.import_module("code_puppy.ui.runtime")  # here, so the event loop never waits for the import
     from code_puppy.config import load_settings
     from code_puppy.models import choose_model_name
 
     settings = load_settings(options.project_root)
-    model_name = choose_model_name(settings, options.model)
-    return asyncio.run(Chat(options, settings, model_name).run())
+    return settings, choose_model_name(settings, options.model)
 
 
 @dataclass
@@ -72,12 +80,13 @@ class Approval:
 
 
 class Chat:
-    def __init__(self, options: ChatOptions, settings: Settings, model_name: str) -> None:
+    def __init__(self, options: ChatOptions) -> None:
         from code_puppy.ui.slash import register_builtins
 
         self.options = options
-        self.settings = settings
-        self.model_name = model_name
+        self.settings: Settings | None = None
+        self.model_name = options.model or os.environ.get("CODE_PUPPY_MODEL") or ""
+        """The model's name; known for sure once the config has loaded."""
         self.commands = CommandRegistry()
         register_builtins(self)
         self.live = Live()
@@ -109,7 +118,7 @@ class Chat:
     # --- the loop -------------------------------------------------------------------------------------------------
 
     async def run(self) -> int:
-        print(f"\x1b[2mcode-puppy · {self.model_name} · {self.options.project_root} · /help, Ctrl-D quits\x1b[0m")
+        print(f"\x1b[2mcode-puppy · {self.options.project_root} · /help for commands, Ctrl-D quits\x1b[0m")
         self.session.app.after_render += self._first_render
         ticker = asyncio.create_task(self._tick())
         try:
@@ -135,12 +144,10 @@ class Chat:
         self.loading.add_done_callback(self._loaded)
 
     async def _load(self) -> ChatRuntime:
-        import importlib
-
-        await asyncio.to_thread(importlib.import_module, "code_puppy.ui.runtime")
+        options = self.options
+        self.settings, self.model_name = await asyncio.to_thread(_load_heavy, options)
         from code_puppy.ui.runtime import ChatRuntime
 
-        options = self.options
         return await ChatRuntime.open(
             options.project_root,
             self.settings,
@@ -347,7 +354,7 @@ class Chat:
 
     def _toolbar(self) -> str:
         runtime = self.runtime
-        parts = [self.model_name, f"session {runtime.session.id[:8]}" if runtime is not None else "loading…"]
+        parts = [self.model_name or "…", f"session {runtime.session.id[:8]}" if runtime is not None else "loading…"]
         if runtime is not None:
             parts += [runtime.context_used(), runtime.policy.mode]
         if self.busy():

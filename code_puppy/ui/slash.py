@@ -13,7 +13,6 @@ import signal
 import time
 from typing import TYPE_CHECKING, Any, get_args
 
-from code_puppy.config import PermissionMode
 from code_puppy.ui.input import expand_mentions
 
 if TYPE_CHECKING:
@@ -38,7 +37,7 @@ def register_builtins(chat: Chat) -> None:
     async def model(args: str) -> str:
         runtime = await chat.ready()
         if not args:
-            named = ", ".join(sorted(chat.settings.models)) or "none"
+            named = ", ".join(sorted(runtime.settings.models)) or "none"
             return f"model: {runtime.model_name} (named in config: {named}); /model NAME switches"
         await runtime.switch_model(args)
         chat.model_name = args
@@ -75,6 +74,8 @@ def register_builtins(chat: Chat) -> None:
         )
 
     def permissions(args: str) -> str:
+        from code_puppy.config import PermissionMode
+
         modes: tuple[str, ...] = get_args(PermissionMode)
         if chat.runtime is None:
             return "still loading"

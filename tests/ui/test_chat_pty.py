@@ -200,3 +200,14 @@ def test_code_puppy_steer_reaches_a_running_chat_turn(server: FakeLLMServer, cha
     assert "↪ steer: from another terminal" in chat.text
     assert user_messages(server.requests[1].body) == ["start", "from another terminal"]
     assert json.loads(json.dumps(server.requests[1].body))  # the request went through the real client
+
+
+def test_a_bad_config_ends_the_chat_with_one_line_and_exit_2(code_puppy_home: Path, project: Path) -> None:
+    (code_puppy_home / "config.toml").write_text("modle = 'typo'\n")
+    chat = PtyChat(project)
+    try:
+        assert chat.wait_exit() == 2
+        assert f"code-puppy: error: {code_puppy_home / 'config.toml'}: unknown key 'modle'" in chat.text
+        assert "Traceback" not in chat.text
+    finally:
+        chat.close()
