@@ -101,6 +101,7 @@ class Chat:
         self.approval: Approval | None = None
         self.hint = ""
         self.exit_code = 0
+        self.quitting = False
         self._interrupted_at = 0.0
         history = history_path(data_dir(), options.project_root)
         history.parent.mkdir(parents=True, exist_ok=True)
@@ -111,6 +112,7 @@ class Chat:
             bottom_toolbar=self._toolbar,
             completer=ChatCompleter(files, self.commands.names),
             complete_while_typing=True,
+            prompt_continuation=lambda width, line_number, wrapped: " " * width,
             style=STYLE,
         )
         self.screen = Screen(self.session)
@@ -123,7 +125,7 @@ class Chat:
         ticker = asyncio.create_task(self._tick())
         try:
             with patch_stdout(raw=True):
-                while True:
+                while not self.quitting:
                     try:
                         text = await self.session.prompt_async(self._message)
                     except (EOFError, KeyboardInterrupt):
@@ -138,8 +140,9 @@ class Chat:
     def _first_render(self, app: Application[Any]) -> None:
         app.after_render -= self._first_render
         if trace := os.environ.get(STARTUP_TRACE):
+            heavy = [name for name in ("pydantic", "pydantic_ai", "openai", "anthropic") if name in sys.modules]
             with open(trace, "a") as file:
-                file.write(f"prompt pydantic_ai_imported={'pydantic_ai' in sys.modules}\n")
+                file.write(f"prompt drawn; imported so far: {', '.join(heavy) or 'none of pydantic, pydantic_ai'}\n")
         self.loading = asyncio.ensure_future(self._load())
         self.loading.add_done_callback(self._loaded)
 
@@ -169,7 +172,7 @@ class Chat:
             self.exit_code = 2 if isinstance(error, ConfigError) else 1
             what = str(error) if isinstance(error, ConfigError) else f"internal error: {type(error).__name__}: {error}"
             self.screen.write(f"code-puppy: error: {what}\n")
-            self.session.app.exit(exception=EOFError())
+            self.quit()
             return
         self.runtime = task.result()
         if self.options.continue_last or self.options.resume:
@@ -177,6 +180,12 @@ class Chat:
 
             show_resumed(self)
         self.screen.invalidate()
+
+    def quit(self) -> None:
+        """Leave the chat: now if the prompt is up, else before it comes up again."""
+        self.quitting = True
+        if self.session.app.is_running:
+            self.session.app.exit(exception=EOFError())
 
     async def ready(self) -> ChatRuntime:
         """The runtime, once loaded."""
@@ -245,7 +254,7 @@ class Chat:
         if (parsed := split_command(text)) is not None:
             if parsed[0] in _BUSY_COMMANDS or self.commands.get(parsed[0]) is None:
                 if self.run_command(*parsed):
-                    self.session.app.exit(exception=EOFError())
+                    self.quit()
             else:
                 self.screen.print(f"/{parsed[0]} waits until this turn ends (Ctrl-C cancels it; Tab queues it)")
             return
@@ -409,7 +418,7 @@ class Chat:
             elif buffer.text:
                 buffer.reset()
             elif time.monotonic() - self._interrupted_at < 2:
-                event.app.exit(exception=EOFError())
+                self.quit()
             else:
                 self._interrupted_at = time.monotonic()
                 self.hint = "Ctrl-C again (or Ctrl-D) to quit"

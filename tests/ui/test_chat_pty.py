@@ -14,7 +14,7 @@ from tests.conftest import run_cli
 from tests.fake_llm import FakeLLMServer, call, hang, text, tool_calls
 from tests.pty_chat import PtyChat
 
-CTRL_C, CTRL_D, CTRL_U = "\x03", "\x04", "\x15"
+CTRL_C, CTRL_D = "\x03", "\x04"
 
 
 @pytest.fixture
@@ -51,7 +51,7 @@ def test_the_prompt_shows_before_pydantic_ai_is_imported(server: FakeLLMServer, 
     try:
         terminal.wait_for("\n›")
         wait_until(trace.exists)
-        assert trace.read_text() == "prompt pydantic_ai_imported=False\n"
+        assert trace.read_text() == "prompt drawn; imported so far: none of pydantic, pydantic_ai\n"
         terminal.wait_for("session ")
         terminal.type("/exit\r")
         assert terminal.wait_exit() == 0
@@ -115,11 +115,16 @@ def test_ctrl_c_cancels_the_turn_keeps_the_draft_and_the_chat_goes_on(server: Fa
     server.script(hang(), text("After the cancel."))
     chat.type("wait forever\r")
     wait_until(lambda: len(server.requests) == 1)
+    chat.type("run this next\t")
+    chat.wait_for("1 queued")
     chat.type("half typed")
     chat.type(CTRL_C)
     chat.wait_for("turn cancelled")
-    assert chat.wait_for(lambda _: chat.prompt_line() == "› half typed")
-    chat.type(CTRL_U + "next\r")
+    # Nothing typed is lost: the queued turn and the draft are back in the input, to edit or send.
+    chat.wait_for(lambda screen: "› run this next\n  half typed" in screen)
+    chat.type(CTRL_C)  # at the idle prompt it clears the input
+    chat.wait_for(lambda _: chat.prompt_line() == "›")
+    chat.type("next\r")
     chat.wait_for("After the cancel.")
     assert user_messages(server.requests[1].body) == ["wait forever", "next"]  # the cancelled prompt was kept
 
@@ -211,3 +216,49 @@ def test_a_bad_config_ends_the_chat_with_one_line_and_exit_2(code_puppy_home: Pa
         assert "Traceback" not in chat.text
     finally:
         chat.close()
+
+
+def test_ctrl_c_at_an_approval_denies_and_cancels(server: FakeLLMServer, chat: PtyChat, project: Path) -> None:
+    server.script(tool_calls(call("shell", {"command": "touch never.txt"})), text("After."))
+    chat.type("try it\r")
+    chat.wait_for("Allow?")
+    chat.type(CTRL_C)
+    chat.wait_for("turn cancelled")
+    assert not (project / "never.txt").exists()
+    chat.type("go on\r")
+    chat.wait_for("After.")
+    tool = [m for m in server.requests[1].body["messages"] if m["role"] == "tool"]
+    assert len(tool) == 1 and "interrupted" in tool[0]["content"]  # the call never ran, the history stays valid
+
+
+def test_shell_escape_multiline_input_and_per_project_history(
+    server: FakeLLMServer, chat: PtyChat, code_puppy_home: Path
+) -> None:
+    server.script(text("Seen."))
+    chat.type("!echo from-the-shell\r")
+    chat.wait_for("exit 0")
+    assert "$ echo from-the-shell\nfrom-the-shell" in chat.text
+    chat.type("first line\\\rsecond line\x1b\rthird line\r")
+    chat.wait_for("Seen.")
+    prompt = user_messages(server.requests[0].body)[-1]
+    assert prompt.endswith("\n\nfirst line\nsecond line\nthird line")
+    assert prompt.startswith('<shell-command exit_code="0">\n$ echo from-the-shell\nfrom-the-shell\n</shell-command>')
+    (history,) = (code_puppy_home / "history").iterdir()
+    assert "+first line\n+second line\n+third line\n" in history.read_text()
+
+
+def test_continue_shows_where_the_session_left_off(server: FakeLLMServer, chat: PtyChat, project: Path) -> None:
+    server.script(text("The first answer."), text("Continued."))
+    chat.type("remember this\r")
+    chat.wait_for("The first answer.")
+    chat.type("/exit\r")
+    assert chat.wait_exit() == 0
+    again = PtyChat(project, "-c")
+    try:
+        again.wait_for("resumed session")
+        assert "› remember this" in again.text and "The first answer." in again.text
+        again.type("and then?\r")
+        again.wait_for("Continued.")
+        assert user_messages(server.requests[1].body) == ["remember this", "and then?"]
+    finally:
+        again.close()
