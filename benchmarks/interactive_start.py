@@ -4,7 +4,8 @@
 
 Starts the installed `code-puppy` chat in a 120x40 pty (pexpect; pyte plays the terminal and answers its cursor
 position requests) and reports, as medians: launch → the prompt is drawn and accepts input, and launch → the model,
-session and agent have loaded behind it (the toolbar names the session). Needs the `test` extra.
+session and agent have loaded behind it (the toolbar names the session). For scale on a busy machine it also times
+a bare prompt-toolkit prompt, the floor any prompt-toolkit chat starts from. Needs the `test` extra.
 """
 
 from __future__ import annotations
@@ -22,20 +23,32 @@ import pexpect
 import pyte
 
 BIN = Path(sys.executable).parent
+BARE_PROMPT = """
+import asyncio
+from prompt_toolkit import PromptSession
+async def main():
+    try:
+        await PromptSession(bottom_toolbar=" · session bare").prompt_async("› ")
+    except EOFError:
+        pass
+asyncio.run(main())
+"""
 
 
-def one_start(home: Path, project: Path) -> tuple[float, float]:
+def one_start(home: Path, project: Path, command: list[str]) -> tuple[float, float, float]:
+    """Seconds from launch to the prompt, from the prompt to a typed key's echo, and from launch to the agent."""
     screen = pyte.Screen(120, 40)
     stream = pyte.ByteStream(screen)
     started = time.perf_counter()
     child = pexpect.spawn(
-        str(BIN / "code-puppy"),
+        command[0],
+        command[1:],
         cwd=str(project),
         env={**os.environ, "CODE_PUPPY_HOME": str(home), "TERM": "xterm-256color"},
         dimensions=(40, 120),
     )
     screen.write_process_input = lambda data: child.send(data.encode())  # pyright: ignore[reportAttributeAccessIssue]
-    prompt_at = ready_at = None
+    prompt_at = echo_at = ready_at = None
     try:
         while ready_at is None:
             with contextlib.suppress(pexpect.TIMEOUT):
@@ -46,13 +59,17 @@ def one_start(home: Path, project: Path) -> tuple[float, float]:
             lines = [line.rstrip() for line in screen.display]
             if prompt_at is None and "›" in lines:
                 prompt_at = now
-            if prompt_at is not None and any(" · session " in line for line in lines):
+                child.send(b"x")  # typed at once, while the agent loads behind the prompt
+            if echo_at is None and "› x" in lines:
+                echo_at = now
+            if echo_at is not None and any(" · session " in line for line in lines):
                 ready_at = now
-        child.send(b"\x04")
+        child.send(b"\x15\x04")
         child.expect(pexpect.EOF, timeout=10)
     finally:
         child.close(force=True)
-    return prompt_at - started, ready_at - started
+    assert prompt_at is not None and echo_at is not None
+    return prompt_at - started, echo_at - prompt_at, ready_at - started
 
 
 def main() -> None:
@@ -67,10 +84,15 @@ def main() -> None:
         (home / "config.toml").write_text(
             'model = "fake"\n[models.fake]\nname = "fake-model"\nbase_url = "http://127.0.0.1:9/v1"\n'
         )
-        one_start(home, project)  # warm the file cache and the bytecode
-        prompts, readies = zip(*(one_start(home, project) for _ in range(runs)), strict=True)
+        chat, bare = [str(BIN / "code-puppy")], [sys.executable, "-c", BARE_PROMPT]
+        for command in (chat, bare):
+            one_start(home, project, command)  # warm the file cache and the bytecode
+        prompts, echoes, readies = zip(*(one_start(home, project, chat) for _ in range(runs)), strict=True)
+        floor = [one_start(home, project, bare)[0] for _ in range(runs)]
     print(f"launch → usable prompt        {statistics.median(prompts) * 1000:6.0f} ms   (budget 300 ms)")
+    print(f"key typed at once → echoed    {statistics.median(echoes) * 1000:6.0f} ms   (while the agent loads)")
     print(f"launch → agent loaded behind  {statistics.median(readies) * 1000:6.0f} ms")
+    print(f"bare prompt-toolkit prompt    {statistics.median(floor) * 1000:6.0f} ms   (the floor)")
     print(f"medians of {runs} runs (min {min(prompts) * 1000:.0f} / max {max(prompts) * 1000:.0f} ms to the prompt)")
 
 
