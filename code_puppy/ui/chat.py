@@ -18,16 +18,15 @@ from typing import TYPE_CHECKING, Any
 
 from prompt_toolkit import PromptSession
 from prompt_toolkit.application import Application
-from prompt_toolkit.filters import Condition
 from prompt_toolkit.formatted_text import StyleAndTextTuples
 from prompt_toolkit.history import FileHistory
-from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
 from prompt_toolkit.patch_stdout import patch_stdout
 from prompt_toolkit.styles import Style
 
 from code_puppy.paths import data_dir
 from code_puppy.ui.commands import CommandRegistry, split_command
 from code_puppy.ui.input import ChatCompleter, ProjectFiles, expand_mentions, history_path
+from code_puppy.ui.keys import chat_key_bindings
 from code_puppy.ui.live import Live, Screen
 
 if TYPE_CHECKING:
@@ -40,7 +39,6 @@ STARTUP_TRACE = "CODE_PUPPY_STARTUP_TRACE"
 STYLE = Style.from_dict(
     {"prompt": "bold ansicyan", "spinner": "ansicyan", "partial": "", "approval": "bold ansiyellow", "hint": "ansigray"}
 )
-_ANSWERS: dict[str, Answer] = {"y": "yes", "n": "no", "a": "always"}
 _BUSY_COMMANDS = frozenset({"help", "queue", "steer", "usage", "permissions", "exit"})
 """Slash commands that make sense while a turn runs; the others wait for the prompt."""
 
@@ -84,7 +82,6 @@ class Chat:
         from code_puppy.ui.slash import register_builtins
 
         self.options = options
-        self.settings: Settings | None = None
         self.model_name = options.model or os.environ.get("CODE_PUPPY_MODEL") or ""
         """The model's name; known for sure once the config has loaded."""
         self.commands = CommandRegistry()
@@ -102,13 +99,13 @@ class Chat:
         self.hint = ""
         self.exit_code = 0
         self.quitting = False
-        self._interrupted_at = 0.0
+        self.interrupted_at = 0.0
         history = history_path(data_dir(), options.project_root)
         history.parent.mkdir(parents=True, exist_ok=True)
         files = ProjectFiles(options.project_root)
         self.session: PromptSession[str] = PromptSession(
             history=FileHistory(str(history)),
-            key_bindings=self._bindings(),
+            key_bindings=chat_key_bindings(self),
             bottom_toolbar=self._toolbar,
             completer=ChatCompleter(files, self.commands.names),
             complete_while_typing=True,
@@ -130,7 +127,7 @@ class Chat:
                         text = await self.session.prompt_async(self._message)
                     except (EOFError, KeyboardInterrupt):
                         break
-                    if await self.submit(text):
+                    if self.submit(text):
                         break
         finally:
             ticker.cancel()
@@ -138,7 +135,8 @@ class Chat:
         return self.exit_code
 
     def _first_render(self, app: Application[Any]) -> None:
-        app.after_render -= self._first_render
+        if self.loading is not None:
+            return
         if trace := os.environ.get(STARTUP_TRACE):
             heavy = [name for name in ("pydantic", "pydantic_ai", "openai", "anthropic") if name in sys.modules]
             with open(trace, "a") as file:
@@ -148,12 +146,12 @@ class Chat:
 
     async def _load(self) -> ChatRuntime:
         options = self.options
-        self.settings, self.model_name = await asyncio.to_thread(_load_heavy, options)
+        settings, self.model_name = await asyncio.to_thread(_load_heavy, options)
         from code_puppy.ui.runtime import ChatRuntime
 
         return await ChatRuntime.open(
             options.project_root,
-            self.settings,
+            settings,
             self.model_name,
             self.confirm,
             continue_last=options.continue_last,
@@ -209,13 +207,13 @@ class Chat:
             await asyncio.sleep(0.1)
             if self.live.started is not None:
                 self.screen.invalidate()
-            if self.hint and time.monotonic() - self._interrupted_at > 2:
+            if self.hint and time.monotonic() - self.interrupted_at > 2:
                 self.hint = ""
                 self.screen.invalidate()
 
     # --- input ----------------------------------------------------------------------------------------------------
 
-    async def submit(self, text: str) -> bool:
+    def submit(self, text: str) -> bool:
         """Act on a line entered at the idle prompt; True means exit."""
         text = text.strip()
         if not text:
@@ -371,66 +369,3 @@ class Chat:
         else:
             keys = "/help · @file · !cmd · Esc-Enter newline"
         return f" {' · '.join(parts)}   {keys}"
-
-    # --- keys -----------------------------------------------------------------------------------------------------
-
-    def _bindings(self) -> KeyBindings:
-        kb = KeyBindings()
-        busy = Condition(self.busy)
-        approving = Condition(lambda: self.approval is not None)
-
-        @kb.add("enter", filter=~approving)
-        def _enter(event: KeyPressEvent) -> None:  # pyright: ignore[reportUnusedFunction]
-            buffer = event.current_buffer
-            if buffer.complete_state is not None and buffer.complete_state.current_completion is not None:
-                buffer.complete_state = None  # accept the highlighted completion
-                return
-            text = buffer.text
-            if text.endswith("\\") and buffer.cursor_position == len(text):
-                buffer.delete_before_cursor()
-                buffer.insert_text("\n")
-            elif not self.busy():
-                buffer.validate_and_handle()
-            elif text.strip():
-                buffer.append_to_history()
-                buffer.reset()
-                self.while_busy(text.strip())
-
-        @kb.add("escape", "enter")
-        def _newline(event: KeyPressEvent) -> None:  # pyright: ignore[reportUnusedFunction]
-            event.current_buffer.insert_text("\n")
-
-        @kb.add("tab", filter=busy & ~approving)
-        def _queue(event: KeyPressEvent) -> None:  # pyright: ignore[reportUnusedFunction]
-            buffer = event.current_buffer
-            if buffer.text.strip():
-                text = buffer.text.strip()
-                buffer.append_to_history()
-                buffer.reset()
-                self.queue(text.removeprefix("/queue ").strip() if text.startswith("/queue ") else text)
-
-        @kb.add("c-c")
-        @kb.add("<sigint>")
-        def _interrupt(event: KeyPressEvent) -> None:  # pyright: ignore[reportUnusedFunction]
-            buffer = event.current_buffer
-            if self.busy():
-                self.cancel_job()  # the draft stays
-            elif buffer.text:
-                buffer.reset()
-            elif time.monotonic() - self._interrupted_at < 2:
-                self.quit()
-            else:
-                self._interrupted_at = time.monotonic()
-                self.hint = "Ctrl-C again (or Ctrl-D) to quit"
-
-        for key, answer in _ANSWERS.items():
-            for variant in (key, key.upper()):
-                kb.add(variant, filter=approving)(self._answer(answer))
-        return kb
-
-    def _answer(self, answer: Answer) -> Any:
-        def handler(event: KeyPressEvent) -> None:
-            if self.approval is not None and not self.approval.answer.done():
-                self.approval.answer.set_result(answer)
-
-        return handler
