@@ -346,11 +346,11 @@ class Chat:
             if self.live.partial:
                 lines.append(("class:partial", self.live.partial[-(self.screen.width - 3) :] + "\n"))
             waiting = self.runtime.inbox.waiting if self.runtime is not None else 0
-            self.live.notes = [
+            notes = [
                 *([f"{len(self.queued)} queued"] if self.queued else []),
                 *([f"{waiting} steer{'s' if waiting > 1 else ''} waiting"] if waiting else []),
             ]
-            lines.append(("class:spinner", self.live.spinner_line() + "\n"))
+            lines.append(("class:spinner", self.live.spinner_line(*notes) + "\n"))
         if self.approval is not None:
             lines.append(("class:approval", self.approval.question + " › "))
             return lines

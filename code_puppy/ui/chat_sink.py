@@ -19,6 +19,7 @@ from pydantic_ai.messages import (
     ThinkingPart,
     ThinkingPartDelta,
 )
+from pydantic_ai.usage import RunUsage
 from pydantic_ai_harness.filesystem import FileChangeRequestEvent
 from rich.markdown import Markdown
 from rich.text import Text
@@ -150,8 +151,8 @@ class ChatSink:
             self._text(event.delta.content_delta)
         elif isinstance(event, PartEndEvent) and isinstance(event.part, TextPart):
             self.flush_text()
-        elif isinstance(event, PartStartEvent | PartDeltaEvent) and isinstance(
-            getattr(event, "part", None) or getattr(event, "delta", None), ThinkingPart | ThinkingPartDelta
+        elif (isinstance(event, PartStartEvent) and isinstance(event.part, ThinkingPart)) or (
+            isinstance(event, PartDeltaEvent) and isinstance(event.delta, ThinkingPartDelta)
         ):
             self.live.activity = "thinking"
         elif isinstance(event, FunctionToolCallEvent):
@@ -199,6 +200,7 @@ class ChatSink:
         items: list[Any] = [line]
         path = self._relative(args.get("path"))
         diff = self._diffs.pop(path, None) if path is not None else None
+        self.diff_shown.discard(path or "")  # a denied change never reached the file system
         if diff and outcome == "success":
             items.append(diff_text(diff))
         self.screen.print(*items)
@@ -215,7 +217,7 @@ class ChatSink:
             return None
 
 
-def describe_usage(usage: Any, seconds: float) -> str:
+def describe_usage(usage: RunUsage, seconds: float) -> str:
     """`3.2s · 2 requests · 1.2k in / 300 out` for the line under a finished turn."""
 
     def tokens(count: int) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import io
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from prompt_toolkit import PromptSession
@@ -29,15 +29,14 @@ class Live:
     """What it is doing: `waiting for the model`, `writing`, `running shell(pytest)`…"""
     partial: str = ""
     """The line of the answer still being written."""
-    notes: list[str] = field(default_factory=list[str])
-    """Extra status, e.g. `1 queued`."""
 
-    def spinner_line(self) -> str:
+    def spinner_line(self, *notes: str) -> str:
+        """`⠇ writing  1.9s · 1 queued`; empty when idle."""
         if self.started is None:
             return ""
         elapsed = time.monotonic() - self.started
         frame = SPINNER[int(elapsed * 10) % len(SPINNER)]
-        return " · ".join([f"{frame} {self.activity or 'working'}  {elapsed:.1f}s", *self.notes])
+        return " · ".join([f"{frame} {self.activity or 'working'}  {elapsed:.1f}s", *notes])
 
 
 class Screen:
