@@ -14,6 +14,8 @@ import pyte
 from tests.conftest import CODE_PUPPY
 
 ROWS, COLUMNS = 50, 120
+IDLE_KEYS = "/help · @file · !cmd"
+"""What the toolbar shows when no turn runs."""
 
 
 class PtyChat:
@@ -54,6 +56,10 @@ class PtyChat:
                 return self.text
             if time.monotonic() > deadline:
                 raise AssertionError(f"timed out waiting for {what!r}; screen:\n{self.text}")
+
+    def wait_turn(self, text: str, timeout: float = 15) -> str:
+        """Wait until `text` is on the screen and the turn is over (the toolbar shows the idle keys again)."""
+        return self.wait_for(lambda screen: text in screen and IDLE_KEYS in screen, timeout)
 
     def type(self, text: str) -> None:
         self.child.send(text.encode())

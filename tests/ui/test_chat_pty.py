@@ -64,7 +64,7 @@ def test_a_turn_streams_then_shows_markdown(server: FakeLLMServer, chat: PtyChat
     chat.type("hello\r")
     streaming = chat.wait_for(lambda screen: "writing" in screen and "**Bold** start" in screen)
     assert "\nsteer›" in streaming  # the input stays live while it streams
-    screen = chat.wait_for("• two")
+    screen = chat.wait_turn("• two")
     assert "Bold start of a streamed answer." in screen and "**" not in screen
     assert chat.screen.buffer[chat.row_of("Bold start")][0].bold
     assert user_messages(server.requests[0].body) == ["hello"]
@@ -80,7 +80,7 @@ def test_enter_during_the_final_answer_reaches_the_next_request_of_the_same_run(
     chat.type("explain\r")
     chat.wait_for("A long first")
     chat.type("mention the tests\r")
-    chat.wait_for("Second round, with the steer.")
+    chat.wait_turn("Second round, with the steer.")
     assert "↪ steer: mention the tests" in chat.text
     assert len(server.requests) == 2
     second = server.requests[1].body["messages"]
@@ -93,7 +93,7 @@ def test_enter_during_a_tool_call_reaches_the_next_request(server: FakeLLMServer
     chat.type("read the readme\r")
     wait_until(lambda: len(server.requests) == 1)
     chat.type("and summarise it\r")
-    chat.wait_for("done")
+    chat.wait_turn("done")
     messages = server.requests[1].body["messages"]
     assert [m["role"] for m in messages if m["role"] != "system"] == ["user", "assistant", "tool", "user"]
     assert messages[-1]["content"] == "and summarise it"
@@ -105,7 +105,7 @@ def test_tab_queues_the_next_turn(server: FakeLLMServer, chat: PtyChat) -> None:
     chat.wait_for("First turn")
     chat.type("then this\t")
     chat.wait_for("1 queued")
-    chat.wait_for("Queued turn answer.")
+    chat.wait_turn("Queued turn answer.")
     assert "› then this" in chat.text
     assert user_messages(server.requests[1].body) == ["first", "then this"]
     assert len(server.requests[1].body["messages"]) > len(server.requests[0].body["messages"])
@@ -125,7 +125,7 @@ def test_ctrl_c_cancels_the_turn_keeps_the_draft_and_the_chat_goes_on(server: Fa
     chat.type(CTRL_C)  # at the idle prompt it clears the input
     chat.wait_for(lambda _: chat.prompt_line() == "›")
     chat.type("next\r")
-    chat.wait_for("After the cancel.")
+    chat.wait_turn("After the cancel.")
     assert user_messages(server.requests[1].body) == ["wait forever", "next"]  # the cancelled prompt was kept
 
 
@@ -157,13 +157,13 @@ def test_approvals_yes_and_no_with_the_diff(server: FakeLLMServer, chat: PtyChat
     chat.wait_for("Allow?")
     assert "touch made.txt" in chat.text
     chat.type("y")
-    chat.wait_for("Made it.")
+    chat.wait_turn("Made it.")
     assert (project / "made.txt").exists()
     chat.type("rename the readme title\r")
     chat.wait_for("Allow?")
     assert (chat.colour_at("-# demo project"), chat.colour_at("+# renamed")) == ("red", "green")
     chat.type("n")
-    chat.wait_for("Left it.")
+    chat.wait_turn("Left it.")
     assert (project / "README.md").read_text() == "# demo project\n"
     denied = [m for m in server.requests[3].body["messages"] if m["role"] == "tool"][-1]
     assert "The user denied this call" in denied["content"]
@@ -177,7 +177,7 @@ def test_an_accepted_edit_renders_as_a_coloured_diff(server: FakeLLMServer, proj
     try:
         chat.wait_for("session ")
         chat.type("write notes\r")
-        chat.wait_for("Wrote.")
+        chat.wait_turn("Wrote.")
         assert "⚙ write_file(notes.txt)" in chat.text
         assert (chat.colour_at("+first line"), chat.colour_at("+second line")) == ("green", "green")
     finally:
@@ -201,7 +201,7 @@ def test_code_puppy_steer_reaches_a_running_chat_turn(server: FakeLLMServer, cha
     wait_until(lambda: len(server.requests) == 1)
     completed = run_cli("steer", "from another terminal", cwd=project)
     assert completed.returncode == 0, completed.stderr
-    chat.wait_for("Adjusted.")
+    chat.wait_turn("Adjusted.")
     assert "↪ steer: from another terminal" in chat.text
     assert user_messages(server.requests[1].body) == ["start", "from another terminal"]
     assert json.loads(json.dumps(server.requests[1].body))  # the request went through the real client
@@ -226,7 +226,7 @@ def test_ctrl_c_at_an_approval_denies_and_cancels(server: FakeLLMServer, chat: P
     chat.wait_for("turn cancelled")
     assert not (project / "never.txt").exists()
     chat.type("go on\r")
-    chat.wait_for("After.")
+    chat.wait_turn("After.")
     tool = [m for m in server.requests[1].body["messages"] if m["role"] == "tool"]
     assert len(tool) == 1 and "interrupted" in tool[0]["content"]  # the call never ran, the history stays valid
 
@@ -239,7 +239,7 @@ def test_shell_escape_multiline_input_and_per_project_history(
     chat.wait_for("exit 0")
     assert "$ echo from-the-shell\nfrom-the-shell" in chat.text
     chat.type("first line\\\rsecond line\x1b\rthird line\r")
-    chat.wait_for("Seen.")
+    chat.wait_turn("Seen.")
     prompt = user_messages(server.requests[0].body)[-1]
     assert prompt.endswith("\n\nfirst line\nsecond line\nthird line")
     assert prompt.startswith('<shell-command exit_code="0">\n$ echo from-the-shell\nfrom-the-shell\n</shell-command>')
@@ -250,7 +250,7 @@ def test_shell_escape_multiline_input_and_per_project_history(
 def test_continue_shows_where_the_session_left_off(server: FakeLLMServer, chat: PtyChat, project: Path) -> None:
     server.script(text("The first answer."), text("Continued."))
     chat.type("remember this\r")
-    chat.wait_for("The first answer.")
+    chat.wait_turn("The first answer.")
     chat.type("/exit\r")
     assert chat.wait_exit() == 0
     again = PtyChat(project, "-c")
@@ -258,7 +258,7 @@ def test_continue_shows_where_the_session_left_off(server: FakeLLMServer, chat: 
         again.wait_for("resumed session")
         assert "› remember this" in again.text and "The first answer." in again.text
         again.type("and then?\r")
-        again.wait_for("Continued.")
+        again.wait_turn("Continued.")
         assert user_messages(server.requests[1].body) == ["remember this", "and then?"]
     finally:
         again.close()
