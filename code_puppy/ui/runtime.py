@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -106,8 +106,10 @@ class ChatRuntime:
     async def _ask(
         self, ctx: RunContext[Any], requests: DeferredToolRequests, token: str
     ) -> DeferredToolResults | None:
-        shown: Callable[[], set[str]] = lambda: self.sink.diff_shown if self.sink is not None else set()  # noqa: E731
-        return await Approver(self.policy, self.project_root, self.confirm, shown)(ctx, requests, token)
+        return await Approver(self.policy, self.project_root, self.confirm, self._diff_shown)(ctx, requests, token)
+
+    def _diff_shown(self) -> set[str]:
+        return self.sink.diff_shown if self.sink is not None else set()
 
     async def close(self) -> None:
         try:

@@ -262,3 +262,28 @@ def test_continue_shows_where_the_session_left_off(server: FakeLLMServer, chat: 
         assert user_messages(server.requests[1].body) == ["remember this", "and then?"]
     finally:
         again.close()
+
+
+def test_session_model_usage_and_permission_commands(server: FakeLLMServer, chat: PtyChat) -> None:
+    server.script(text("One."), text("Two."))
+    chat.type("first question\r")
+    chat.wait_turn("One.")
+    first = chat.wait_for("session ").split(" · session ")[1][:8]
+    chat.type("/usage\r")
+    chat.wait_for(f"session {first}: 1 requests")
+    chat.type("/permissions yolo\r")
+    chat.wait_for("permission mode: yolo")
+    chat.wait_for(" · yolo   /help")  # the toolbar
+    chat.type("/new\r")
+    second = chat.wait_for("new session ").split("new session ")[1][:8]
+    assert second != first
+    chat.type("/sessions\r")
+    chat.wait_for("first question")
+    chat.type(f"/resume {first}\r")
+    chat.wait_for(f"resumed session {first}")
+    chat.type("/model fake\r")
+    chat.wait_for("model: fake")
+    chat.type("second question\r")
+    chat.wait_turn("Two.")
+    assert user_messages(server.requests[1].body) == ["first question", "second question"]
+    assert " · yolo   /help" in chat.text  # the mode survives a new session and a model switch
