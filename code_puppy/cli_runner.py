@@ -19,11 +19,13 @@ from pydantic_ai.usage import RunUsage, UsageLimits
 from code_puppy.agents.builder import build_pydantic_agent
 from code_puppy.agents.history_persistence import persist_checkpoint, persist_result_history
 from code_puppy.agents.history_validation import HistoryProcessingError
+from code_puppy.agents.steering import SteeringInbox, accepting_steers, held_steers
 from code_puppy.config import PermissionMode, data_dir, load_settings
 from code_puppy.models import choose_model_name, resolve_model
 from code_puppy.plugins import PromptBlocked
 from code_puppy.plugins.discovery import load_plugins
 from code_puppy.plugins.host import PluginHost
+from code_puppy.sessions.runs import RunRegistry
 from code_puppy.sessions.session import Session, open_session
 from code_puppy.sessions.store import SqliteConversationStore
 from code_puppy.ui.sinks import SINKS, EventSink, RunOutcome, Status, Usage
@@ -47,6 +49,8 @@ class HeadlessOptions:
     no_mcp: bool = False
     no_plugins: bool = False
     debug: bool = False
+    input_format: str = "text"
+    """`stream-json`: further user messages arrive as JSON lines on stdin and steer the running turn."""
 
 
 @dataclass
@@ -119,6 +123,7 @@ def run_headless(options: HeadlessOptions) -> int:
             )
             await plugins.startup(settings)
             try:
+                inbox = SteeringInbox()
                 agent = build_pydantic_agent(
                     settings,
                     model=model,
@@ -127,8 +132,12 @@ def run_headless(options: HeadlessOptions) -> int:
                     allow=options.allow,
                     session=session,
                     plugins=plugins.for_agent(session),
+                    steering=inbox,
                 )
                 sink: EventSink = SINKS[options.output_format]()
+                steers = Steers(
+                    RunRegistry(store.database), options.project_root, inbox, options.input_format == "stream-json"
+                )
                 return await _headless(
                     agent,
                     session,
@@ -137,6 +146,7 @@ def run_headless(options: HeadlessOptions) -> int:
                     max_requests=options.max_requests,
                     plugins=plugins,
                     max_continuations=settings.plugins.max_continuations,
+                    steers=steers,
                 )
             finally:
                 await plugins.shutdown()
@@ -231,6 +241,16 @@ async def run_turn(
     return TurnOutcome(result, None, usage, runs, unrun_follow_up=prompt)
 
 
+@dataclass(frozen=True)
+class Steers:
+    """Where a headless run takes steers from: `code-puppy steer` through sessions.db, and stdin if asked."""
+
+    registry: RunRegistry
+    project_root: Path
+    inbox: SteeringInbox
+    from_stdin: bool = False
+
+
 async def _headless(
     agent: Agent[None, str],
     session: Session,
@@ -240,14 +260,22 @@ async def _headless(
     max_requests: int | None,
     plugins: PluginHost,
     max_continuations: int,
+    steers: Steers,
 ) -> int:
     started = time.monotonic()
     sink.start(session.id)
+    if steers.from_stdin:
+        from code_puppy.ui.stdin_messages import read_messages
+
+        loop = asyncio.get_running_loop()
+        # Delivered on the loop's thread, so the turn's last look at the inbox and its closing can't miss one.
+        read_messages(sys.stdin, lambda text: loop.call_soon_threadsafe(_steer_or_report, steers.inbox, text))
 
     finished: list[TurnOutcome] = []
 
     async def turn() -> TurnOutcome:
-        async with agent:  # closes the provider's HTTP client and stops the MCP servers when the turn ends
+        # `async with agent` closes the provider's HTTP client and stops the MCP servers when the turn ends.
+        async with agent, accepting_steers(steers.registry, session.id, steers.project_root, steers.inbox):
             finished.append(
                 await run_turn(
                     agent,
@@ -255,10 +283,12 @@ async def _headless(
                     prompt,
                     sink,
                     max_requests=max_requests,
+                    follow_up=held_steers(steers.inbox, sink.event),
                     plugins=plugins,
                     max_continuations=max_continuations,
                 )
             )
+            steers.inbox.close()
         return finished[0]
 
     turn_task = asyncio.create_task(turn())
@@ -289,6 +319,11 @@ async def _headless(
     return EXIT_CODES[report.status]
 
 
+def _steer_or_report(inbox: SteeringInbox, text: str) -> None:
+    if inbox.steer(text) == "closed":
+        print(f"code-puppy: the run is over; not delivered: {text[:60]}", file=sys.stderr, flush=True)
+
+
 def _stop(turn_task: asyncio.Task[TurnOutcome], stopped_by: list[Status], status: Status) -> None:
     """Cancel the turn on the first signal; later ones only wait for its checkpoint to land."""
     if not stopped_by:
@@ -311,9 +346,9 @@ def _report(session: Session, outcome: TurnOutcome, stopped_by: list[Status], st
     elif isinstance(error, UsageLimitExceeded):
         status, message = "limit", f"stopped by a limit: {error}"
     elif isinstance(error, HistoryProcessingError):  # the class says whether the output was invalid or it crashed
-        status, message = "error", f"run failed: {type(error).__name__} {_describe(error)}"
+        status, message = "error", f"run failed: {type(error).__name__} {describe_error(error)}"
     else:
-        status, message = "error", f"run failed: {_describe(error)}"
+        status, message = "error", f"run failed: {describe_error(error)}"
     return RunOutcome(
         session_id=session.id,
         output=outcome.result.output if error is None and outcome.result is not None else None,
@@ -324,6 +359,7 @@ def _report(session: Session, outcome: TurnOutcome, stopped_by: list[Status], st
     )
 
 
-def _describe(error: BaseException) -> str:
+def describe_error(error: BaseException) -> str:
+    """An error on one line, cut to 300 characters."""
     text = " ".join(str(error).split()) or type(error).__name__
     return text if len(text) <= 300 else text[:297] + "…"

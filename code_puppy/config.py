@@ -9,7 +9,6 @@ A project's `.code-puppy/config.toml` overrides the user config key by key, tabl
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
 import tomllib
@@ -18,6 +17,12 @@ from pathlib import Path
 from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+# Re-exported: the locations live in a module without pydantic, for the chat's fast start.
+from code_puppy.paths import code_puppy_home as code_puppy_home
+from code_puppy.paths import config_dir as config_dir
+from code_puppy.paths import data_dir as data_dir
+from code_puppy.paths import find_project_root as find_project_root
 
 PermissionMode = Literal["ask", "accept-edits", "yolo", "read-only"]
 CompactionKind = Literal["tiered", "summarize", "sliding", "off"]
@@ -150,39 +155,6 @@ PROJECT_MCP_FILES = ("mcp.json", ".mcp.json")
 """The `{"mcpServers": {...}}` files read from a trusted project's root, later ones overriding earlier ones."""
 _MCP_JSON_KEYS = frozenset(McpServerConfig.model_fields) - {"enabled"}
 """Keys honoured in `.mcp.json` entries; others (written for other MCP clients) are ignored."""
-
-
-def code_puppy_home() -> Path | None:
-    """The `CODE_PUPPY_HOME` root, when set."""
-    home = os.environ.get("CODE_PUPPY_HOME")
-    return Path(home).expanduser() if home else None
-
-
-def config_dir() -> Path:
-    """Where config.toml and user plugins live."""
-    if home := code_puppy_home():
-        return home
-    import platformdirs
-
-    return Path(platformdirs.user_config_dir("code-puppy"))
-
-
-def data_dir() -> Path:
-    """Where sessions.db and prompt history live."""
-    if home := code_puppy_home():
-        return home
-    import platformdirs
-
-    return Path(platformdirs.user_data_dir("code-puppy"))
-
-
-def find_project_root(start: Path) -> Path:
-    """The nearest ancestor holding `.git` or `.code-puppy`, else `start` itself."""
-    start = start.resolve()
-    for directory in (start, *start.parents):
-        if (directory / ".git").exists() or (directory / ".code-puppy").is_dir():
-            return directory
-    return start
 
 
 def load_settings(project_root: Path) -> Settings:

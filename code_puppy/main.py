@@ -63,6 +63,20 @@ def _headless_prompt(prompt: str | None) -> str | None:
     return prompt
 
 
+def _stream_json_prompt(prompt: str | None) -> str:
+    """With `--input-format stream-json`: `-p TEXT`, or else the first user message on stdin."""
+    if prompt is not None and prompt != "-":
+        if not prompt.strip():
+            fail("the prompt is empty")
+        return prompt
+    from code_puppy.ui.stdin_messages import read_first_message
+
+    text = read_first_message(sys.stdin)
+    if text is None:
+        fail("--input-format stream-json: stdin ended before the first user message")
+    return text
+
+
 def ensure_own_scripts_on_path() -> None:
     """Let the harness find the `rg` installed next to us when our environment is not activated (pipx, venv/bin/...)."""
     import shutil
@@ -86,6 +100,13 @@ def ensure_own_scripts_on_path() -> None:
     help="Headless output: the answer, one JSON object, or JSON lines.",
 )
 @click.option(
+    "--input-format",
+    type=click.Choice(["text", "stream-json"]),
+    default="text",
+    show_default=True,
+    help="Headless input: the prompt as text, or JSON-lines user messages on stdin that steer the running turn.",
+)
+@click.option(
     "--permission-mode",
     type=click.Choice(["ask", "accept-edits", "yolo", "read-only"]),
     help="What tools may do without asking (default from config: ask).",
@@ -105,6 +126,7 @@ def cli(
     prompt: str | None,
     model: str | None,
     output_format: str,
+    input_format: str,
     permission_mode: str | None,
     allow: tuple[str, ...],
     max_requests: int | None,
@@ -122,11 +144,28 @@ def cli(
         return
     if continue_last and resume:
         fail("use either -c/--continue or -r/--resume, not both")
-    text = _headless_prompt(prompt)
-    if text is None:
-        fail("the interactive chat is not built yet; run headless with -p PROMPT")
+    text = _stream_json_prompt(prompt) if input_format == "stream-json" else _headless_prompt(prompt)
     ensure_own_scripts_on_path()
-    from code_puppy.config import find_project_root
+    from code_puppy.paths import find_project_root
+
+    if text is None:
+        if not sys.stdin.isatty():
+            fail("no prompt: pass -p PROMPT or pipe one in (the interactive chat needs a terminal)")
+        from code_puppy.ui.chat import ChatOptions, run_chat
+
+        chat = ChatOptions(
+            project_root=find_project_root(Path.cwd()),
+            model=model,
+            permission_mode=permission_mode,  # type: ignore[arg-type]  # click.Choice guarantees the literal
+            allow=allow,
+            max_requests=max_requests,
+            continue_last=continue_last,
+            resume=resume,
+            no_mcp=no_mcp,
+            no_plugins=no_plugins,
+            debug=_debug_requested(),
+        )
+        sys.exit(guarded(lambda: run_chat(chat)))
 
     def run() -> int:
         from code_puppy.cli_runner import HeadlessOptions, run_headless
@@ -144,6 +183,7 @@ def cli(
             no_mcp=no_mcp,
             no_plugins=no_plugins,
             debug=_debug_requested(),
+            input_format=input_format,
         )
         return run_headless(options)
 
@@ -152,19 +192,51 @@ def cli(
 
 def guarded(action: Callable[[], int | None]) -> int:
     """Run a command: a `ConfigError` is one line and exit 2, anything unexpected one line and exit 1."""
-    from code_puppy.config import ConfigError
-
     try:
         return action() or 0
-    except ConfigError as exc:
-        fail(str(exc))
     except KeyboardInterrupt:  # Ctrl-C before a run installed its own handler: nothing was sent yet
         fail("interrupted", code=130)
     except BrokenPipeError:  # `code-puppy sessions export ID | head`: the reader has all it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except Exception as exc:  # the last line of defence: never a traceback without --debug
+        from code_puppy.config import ConfigError  # here, not above: the chat starts without pydantic
+
+        if isinstance(exc, ConfigError):
+            fail(str(exc))
         fail(f"internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)", code=1)
+
+
+@cli.command()
+@click.option(
+    "--session", "session_id", metavar="ID", help="A session id or prefix (default: the newest running one here)."
+)
+@click.argument("text", nargs=-1, required=True)
+def steer(*, session_id: str | None, text: tuple[str, ...]) -> None:
+    """Send TEXT into the running turn of a code-puppy session, from another terminal.
+
+    It reaches the model with the run's next request. Exit 1 when no run of the session is active.
+    """
+    message = " ".join(text)
+    if not message.strip():
+        fail("nothing to send: TEXT is empty")
+
+    def run() -> int:
+        from code_puppy.paths import data_dir, find_project_root
+        from code_puppy.sessions.runs import RunRegistry
+        from code_puppy.sessions.runs import steer as send
+        from code_puppy.sessions.schema import Database
+
+        database = Database(data_dir() / "sessions.db")
+        try:
+            registry = RunRegistry(database)
+            ok, line = send(registry, message, project_dir=find_project_root(Path.cwd()), session_prefix=session_id)
+        finally:
+            database.close()
+        click.echo(line if ok else f"code-puppy: {line}", err=not ok)
+        return 0 if ok else 1
+
+    sys.exit(guarded(run))
 
 
 @cli.group()

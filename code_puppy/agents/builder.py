@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from pydantic_ai import Agent
-from pydantic_ai.capabilities import HandleDeferredToolCalls, LocalWorkspace
+from pydantic_ai.capabilities import HandleDeferredToolCalls, LocalWorkspace, RequestInput
 from pydantic_ai.models import Model
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, RunContext, ToolDenied
 from pydantic_ai_harness.filesystem import FileSystem
@@ -24,6 +24,7 @@ from code_puppy.agents.history_processors import HistoryRevision, resolve_histor
 from code_puppy.agents.instructions import build_instructions
 from code_puppy.agents.mcp_servers import McpServers, referenced_variables
 from code_puppy.agents.permissions import PermissionPolicy
+from code_puppy.agents.steering import Steering, SteeringInbox
 from code_puppy.agents.user_history_processor import UserHistoryProcessor
 from code_puppy.config import PermissionMode, Settings
 from code_puppy.plugins.host import AgentHooks
@@ -51,6 +52,9 @@ MAX_READ_CHARS = 60_000
 MAX_OUTPUT_CHARS = 64_000
 """Characters kept from any tool result."""
 
+AskUser = Callable[[RunContext[Any], DeferredToolRequests, str], Awaitable[DeferredToolResults | None]]
+"""Answers the calls waiting for approval in one model step (pydantic-ai's `RequestInput.ask`)."""
+
 
 def build_pydantic_agent(
     settings: Settings,
@@ -65,6 +69,8 @@ def build_pydantic_agent(
     history_processors: Sequence[Callable[..., Any]] | None = None,
     history_processor_condition: Callable[..., Any] | None = None,
     plugins: AgentHooks | None = None,
+    steering: SteeringInbox | None = None,
+    ask: AskUser | None = None,
 ) -> Agent[None, str]:
     """Assemble the agent: one capabilities list, outermost first.
 
@@ -72,7 +78,9 @@ def build_pydantic_agent(
     tool starts commands with (secrets are stripped from it either way); `session` is the durable history
     successful runs are absorbed into (an in-memory session when none is given). `history_processors` and
     `history_processor_condition`, when given, replace `[history] processors` and `processor_condition`;
-    `plugins` adds the plugins' tool hooks and capabilities.
+    `plugins` adds the plugins' tool hooks and capabilities; `steering` is the inbox whose text reaches the running
+    run; `ask` answers approvals while the run waits (it makes the policy interactive; without it, a call that would
+    ask is denied).
 
     Raises:
         ConfigError: A history processor or condition that cannot be imported or used.
@@ -87,7 +95,7 @@ def build_pydantic_agent(
         root,
         mode=permission_mode or settings.permissions.mode,
         allow=(*settings.permissions.allow, *allow),
-        interactive=interactive,
+        interactive=interactive or ask is not None,
         pre_tool_call=plugins.pre_tool_call if plugins is not None else None,
     )
     secret_variables = [endpoint.api_key_env for endpoint in settings.models.values() if endpoint.api_key_env]
@@ -97,6 +105,7 @@ def build_pydantic_agent(
         instructions=build_instructions(root),
         capabilities=[
             LocalWorkspace(root),
+            Steering(steering if steering is not None else SteeringInbox()),
             policy,
             # Outside the output limits, so plugins' post_tool_call gets the result the model gets.
             *([plugins.post_tool_call_hook()] if plugins is not None else []),
@@ -116,9 +125,9 @@ def build_pydantic_agent(
             TruncatedToolOutputs(bands=[Band(over=MAX_OUTPUT_CHARS, action=Truncate(max_chars=MAX_OUTPUT_CHARS))]),
             RepairToolArguments(),
             *(plugins.capabilities if plugins is not None else []),
-            # Innermost safety net: a deferral nobody answers (headless, or a tool that defers by itself) is
-            # denied with a reason instead of ending the run with DeferredToolRequests output.
-            HandleDeferredToolCalls(handler=_deny_unanswered),
+            # Approvals: the user answers while the run waits (RequestInput); with nobody to ask, the safety net
+            # denies with a reason instead of ending the run with DeferredToolRequests output.
+            RequestInput(ask) if ask is not None else HandleDeferredToolCalls(handler=_deny_unanswered),
             # User policy first, compaction as the safety net on what remains (agents/compaction.py): both see the
             # request as every capability above left it, and what they accept becomes the run's history.
             UserHistoryProcessor(processing.processors, condition=processing.condition, revision=revision),

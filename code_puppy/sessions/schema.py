@@ -70,7 +70,37 @@ def m002_sessions(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX sessions_project ON sessions (project_dir, updated_at)")
 
 
-MIGRATIONS: list[Migration] = [m001_conversations, m002_sessions]
+def m003_running_runs(db: sqlite3.Connection) -> None:
+    # `running_runs`: the sessions a live process is running a turn of, so `code-puppy steer` finds them; a row
+    # whose pid is dead (or reused: `pid_started` differs) is stale. `steers`: text for a running run, claimed by
+    # the running process's poller; `status` is pending, then delivered or rejected.
+    db.execute(
+        """
+        CREATE TABLE running_runs (
+            session_id TEXT PRIMARY KEY,
+            pid INTEGER NOT NULL,
+            pid_started TEXT,
+            project_dir TEXT NOT NULL,
+            started_at TEXT NOT NULL
+        )
+        """
+    )
+    db.execute("CREATE INDEX running_runs_project ON running_runs (project_dir, started_at)")
+    db.execute(
+        """
+        CREATE TABLE steers (
+            id INTEGER PRIMARY KEY,
+            session_id TEXT NOT NULL,
+            text TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            status TEXT NOT NULL DEFAULT 'pending'
+        )
+        """
+    )
+    db.execute("CREATE INDEX steers_pending ON steers (session_id, status)")
+
+
+MIGRATIONS: list[Migration] = [m001_conversations, m002_sessions, m003_running_runs]
 """Applied in order; append new ones, never edit or reorder applied ones."""
 
 

@@ -80,7 +80,9 @@ class Session:
         """A new, empty session of `project_dir`; it is listed once its first save lands."""
         session = cls(store, Conversation(conversation_id=new_session_id()), model=model)
         session.project_dir = project_dir
-        session._before_first_save = lambda: store.sessions.create(project_dir, model=model, session_id=session.id)
+        session._before_first_save = lambda: store.sessions.create(
+            project_dir, model=session.model, session_id=session.id
+        )
         return session
 
     @classmethod
@@ -92,8 +94,14 @@ class Session:
         )
         session.project_dir = Path(info.project_dir)
         if model is not None and model != info.model:
-            session._before_first_save = lambda: store.sessions.update(info.id, model=model)
+            session._before_first_save = lambda: store.sessions.update(info.id, model=session.model)
         return session
+
+    def switch_model(self, model: str) -> None:
+        """Record that the session goes on with `model`: now if it is stored, else with its first save."""
+        self.model = model
+        if self._before_first_save is None and isinstance(self.store, SqliteConversationStore):
+            self.store.sessions.update(self.id, model=model)
 
     async def set_message_history(
         self, messages: Sequence[ModelMessage], *, run_id: str | None = None, run_usage: RunUsage | None = None

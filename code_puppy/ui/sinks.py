@@ -9,6 +9,7 @@ from typing import Any, Literal, Protocol, TextIO
 
 from pydantic_ai.messages import (
     AgentStreamEvent,
+    EnqueuedMessagesEvent,
     FunctionToolCallEvent,
     FunctionToolResultEvent,
     PartDeltaEvent,
@@ -18,6 +19,8 @@ from pydantic_ai.messages import (
     ThinkingPart,
     ThinkingPartDelta,
 )
+
+from code_puppy.agents.steering import steered_text
 
 Status = Literal["success", "error", "limit", "interrupted", "terminated"]
 
@@ -89,6 +92,8 @@ class TextSink:
             print(f"⚙ {tool_call_line(event.part.tool_name, event.part.args_as_dict())}", file=self._err, flush=True)
         elif isinstance(event, FunctionToolResultEvent):
             print(f"  ↳ {tool_result_line(event)}", file=self._err, flush=True)
+        elif isinstance(event, EnqueuedMessagesEvent):
+            print(f"↪ steer: {steered_text(event)}", file=self._err, flush=True)
 
     def finish(self, outcome: RunOutcome) -> None:
         if outcome.output is not None:
@@ -159,6 +164,8 @@ class StreamJsonSink:
                 outcome=getattr(event.part, "outcome", "success"),
                 content=event.part.model_response_str(),
             )
+        elif isinstance(event, EnqueuedMessagesEvent):
+            self._emit(type="steer", run=self._run, enqueue_id=event.enqueue_id, text=steered_text(event))
 
     def finish(self, outcome: RunOutcome) -> None:
         self._emit(type="result", **asdict(outcome))

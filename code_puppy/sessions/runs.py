@@ -1,0 +1,190 @@
+"""Running runs and their steer inbox in sessions.db: how `code-puppy steer` reaches a run in another process.
+
+A process running a turn registers its session in `running_runs` (pid, project, start) and polls `steers` for
+pending rows every ~200 ms. `code-puppy steer` inserts a row for a live registration, in the same transaction
+that checks it, then waits for the running process to mark it delivered. A registration whose process died
+(kill -9, a crash) is stale: its pid is gone or belongs to a newer process, and it is dropped when seen.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+from .schema import Database, timestamp
+
+SteerStatus = Literal["pending", "delivered", "rejected"]
+
+
+@dataclass(frozen=True)
+class RunningRun:
+    """A session some process is running a turn of."""
+
+    session_id: str
+    pid: int
+    pid_started: str | None
+    project_dir: str
+    started_at: str
+
+
+def process_started(pid: int) -> str | None:
+    """When process `pid` started (Linux clock ticks since boot), to tell it from a later process with its pid."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: count fields from the last ')'.
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def is_alive(run: RunningRun) -> bool:
+    """Whether the registering process still runs: its pid exists and, where knowable, is the same process."""
+    try:
+        os.kill(run.pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # someone else's process holds the pid now, or ours under another user: alive either way
+    return run.pid_started is None or process_started(run.pid) in (None, run.pid_started)
+
+
+class RunRegistry:
+    """The `running_runs` and `steers` tables of one sessions database."""
+
+    def __init__(self, database: Database) -> None:
+        self._database = database
+
+    def register(self, session_id: str, project_dir: Path) -> None:
+        """Mark `session_id` as running in this process (replacing a registration a dead process left)."""
+        pid = os.getpid()
+        with self._database.write() as db:
+            db.execute(
+                """
+                INSERT INTO running_runs (session_id, pid, pid_started, project_dir, started_at)
+                VALUES (?, ?, ?, ?, ?)
+                ON CONFLICT (session_id) DO UPDATE SET pid = excluded.pid, pid_started = excluded.pid_started,
+                    project_dir = excluded.project_dir, started_at = excluded.started_at
+                """,
+                (session_id, pid, process_started(pid), str(project_dir.resolve()), _now()),
+            )
+
+    def unregister(self, session_id: str) -> None:
+        """This process stopped running `session_id`: drop its registration and reject steers nobody took."""
+        with self._database.write() as db:
+            db.execute("DELETE FROM running_runs WHERE session_id = ? AND pid = ?", (session_id, os.getpid()))
+            _reject_pending(db, session_id)
+
+    def running(self, *, project_dir: Path | None = None, session_prefix: str | None = None) -> list[RunningRun]:
+        """Live registrations, newest first, of a project or of sessions whose id starts with a prefix.
+
+        Stale registrations met on the way are deleted, and their pending steers rejected.
+        """
+        with self._database.read() as db:
+            rows = db.execute(
+                """
+                SELECT session_id, pid, pid_started, project_dir, started_at FROM running_runs
+                WHERE (:project IS NULL OR project_dir = :project)
+                    AND (:prefix IS NULL OR substr(session_id, 1, length(:prefix)) = :prefix)
+                ORDER BY started_at DESC
+                """,
+                {
+                    "project": None if project_dir is None else str(project_dir.resolve()),
+                    "prefix": session_prefix,
+                },
+            ).fetchall()
+        runs = [RunningRun(*row) for row in rows]
+        stale = [run for run in runs if not is_alive(run)]
+        if stale:
+            with self._database.write() as db:
+                for run in stale:
+                    db.execute("DELETE FROM running_runs WHERE session_id = ? AND pid = ?", (run.session_id, run.pid))
+                    _reject_pending(db, run.session_id)
+        return [run for run in runs if run not in stale]
+
+    def send(self, session_id: str, text: str) -> int | None:
+        """Queue `text` for the running run of `session_id`; None when it is not registered (nothing is queued)."""
+        with self._database.write() as db:
+            if db.execute("SELECT 1 FROM running_runs WHERE session_id = ?", (session_id,)).fetchone() is None:
+                return None
+            row = db.execute(
+                "INSERT INTO steers (session_id, text, created_at) VALUES (?, ?, ?) RETURNING id",
+                (session_id, text, _now()),
+            ).fetchone()
+        return int(row[0])
+
+    def status(self, steer_id: int) -> SteerStatus | None:
+        with self._database.read() as db:
+            row = db.execute("SELECT status FROM steers WHERE id = ?", (steer_id,)).fetchone()
+        return None if row is None else row[0]
+
+    def withdraw(self, steer_id: int) -> bool:
+        """Take back a steer nobody claimed yet; False when the running process already settled it."""
+        with self._database.write() as db:
+            return db.execute("DELETE FROM steers WHERE id = ? AND status = 'pending'", (steer_id,)).rowcount > 0
+
+    def pending(self, session_id: str) -> list[tuple[int, str]]:
+        """(id, text) of the steers waiting for `session_id`, oldest first: one cheap read, for polling."""
+        with self._database.read() as db:
+            rows = db.execute(
+                "SELECT id, text FROM steers WHERE session_id = ? AND status = 'pending' ORDER BY id", (session_id,)
+            ).fetchall()
+        return [(int(steer_id), str(text)) for steer_id, text in rows]
+
+    def settle(self, steer_id: int, status: SteerStatus) -> bool:
+        """Mark a pending steer delivered or rejected; False when it was withdrawn or settled meanwhile."""
+        with self._database.write() as db:
+            return (
+                db.execute(
+                    "UPDATE steers SET status = ? WHERE id = ? AND status = 'pending'", (status, steer_id)
+                ).rowcount
+                > 0
+            )
+
+
+def _reject_pending(db: sqlite3.Connection, session_id: str) -> None:
+    db.execute("UPDATE steers SET status = 'rejected' WHERE session_id = ? AND status = 'pending'", (session_id,))
+
+
+def _now() -> str:
+    return timestamp(datetime.now(UTC))
+
+
+def steer(
+    registry: RunRegistry,
+    text: str,
+    *,
+    project_dir: Path,
+    session_prefix: str | None = None,
+    timeout: float = 5.0,
+) -> tuple[bool, str]:
+    """`code-puppy steer`: deliver `text` into the newest running run of a project or session; (ok, one line).
+
+    Waits up to `timeout` seconds for the running process to take it; a steer it did not take is withdrawn, so
+    nothing stays queued silently.
+    """
+    import time
+
+    runs = (
+        registry.running(session_prefix=session_prefix) if session_prefix else registry.running(project_dir=project_dir)
+    )
+    if not runs:
+        where = f"of session {session_prefix}" if session_prefix else f"in {project_dir}"
+        return False, f"no running code-puppy run {where}; nothing was sent"
+    if session_prefix and len({run.session_id for run in runs}) > 1:
+        listed = ", ".join(run.session_id[:8] for run in runs)
+        return False, f"'{session_prefix}' matches several running sessions ({listed}); give more of the id"
+    run = runs[0]
+    steer_id = registry.send(run.session_id, text)
+    deadline = time.monotonic() + timeout
+    while steer_id is not None:
+        status = registry.status(steer_id)
+        if status == "delivered":
+            return True, f"steered session {run.session_id[:8]} (pid {run.pid})"
+        if status != "pending" or (time.monotonic() > deadline and registry.withdraw(steer_id)):
+            break
+        time.sleep(0.05)
+    return False, f"session {run.session_id[:8]} is no longer running a turn; nothing was sent"

@@ -1,0 +1,105 @@
+"""Approvals in `ask` mode: the user answers y / n / always-for-this-session, seeing the command or the diff.
+
+Bound as pydantic-ai's `RequestInput(ask)`: the permission policy raises `ApprovalRequired(metadata={'scope',
+'summary'})`, the run waits in `ask`, and the answer goes back as `DeferredToolResults`.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic_ai import RunContext
+from pydantic_ai.messages import ToolCallPart
+from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, ToolDenied
+from rich.padding import Padding
+from rich.syntax import Syntax
+from rich.text import Text
+
+from code_puppy.agents.permissions import PermissionPolicy
+from code_puppy.ui.chat_sink import diff_text
+
+Answer = Literal["yes", "no", "always"]
+Confirm = Callable[[list[Any], str], Awaitable[Answer]]
+"""Shows renderables above the prompt, asks the question in the prompt, and returns the user's answer."""
+
+
+def proposed_diff(root: Path, tool_name: str, args: dict[str, Any]) -> str | None:
+    """The unified diff a `write_file` or `edit_file` call would make, from its arguments and the file as it is."""
+    path = args.get("path")
+    if tool_name not in ("write_file", "edit_file") or not isinstance(path, str):
+        return None
+    target = (root / path).resolve()
+    try:
+        relative = target.relative_to(root).as_posix()
+        old = target.read_text(encoding="utf-8") if target.is_file() else ""
+    except (ValueError, OSError, UnicodeDecodeError):
+        return None
+    if tool_name == "write_file":
+        new = str(args.get("content", ""))
+    else:
+        old_text, new_text = str(args.get("old_text", "")), str(args.get("new_text", ""))
+        if not old_text or old_text not in old:
+            return None  # the edit will fail; the tool says why
+        new = old.replace(old_text, new_text, 1)
+    lines = difflib.unified_diff(old.splitlines(), new.splitlines(), f"a/{relative}", f"b/{relative}", lineterm="")
+    return "\n".join(lines)
+
+
+@dataclass
+class Approver:
+    """Answers the calls that wait for approval in one model step, asking the user about each in turn.
+
+    Calls whose scope the user allowed "always" (this one or an earlier step) pass without asking. Project-relative
+    paths whose diff was shown go into `diff_shown`, so the change is not shown twice when it is made.
+    """
+
+    policy: PermissionPolicy
+    project_root: Path
+    confirm: Confirm
+    diff_shown: Callable[[], set[str]]
+    """The running job's set of paths already shown (the sink's `diff_shown`)."""
+
+    async def __call__(
+        self, ctx: RunContext[Any], requests: DeferredToolRequests, token: str
+    ) -> DeferredToolResults | None:
+        approvals: dict[str, bool | ToolDenied] = {}
+        for call in requests.approvals:
+            metadata = requests.metadata.get(call.tool_call_id, {})
+            scope = metadata.get("scope")
+            if scope is not None and scope in self.policy.session_allowed:
+                approvals[call.tool_call_id] = True
+                continue
+            answer = await self.confirm(self._view(call, metadata), "Allow?  y yes · n no · a always this session")
+            if answer == "always" and scope is not None:
+                self.policy.session_allowed.add(scope)
+            approvals[call.tool_call_id] = (
+                True if answer != "no" else ToolDenied(f"The user denied this call ({self._summary(call, metadata)}).")
+            )
+        # Questions and external calls have no answerer in the chat.
+        calls = {call.tool_call_id: ToolDenied("No one can answer this call here.") for call in requests.calls}
+        return requests.build_results(approvals=approvals, calls=calls)
+
+    def _summary(self, call: ToolCallPart, metadata: dict[str, Any]) -> str:
+        return str(metadata.get("summary") or self.policy.summary(call.tool_name, call.args_as_dict()))
+
+    def _view(self, call: ToolCallPart, metadata: dict[str, Any]) -> list[Any]:
+        args = call.args_as_dict()
+        title = Text("⚠ ", style="yellow bold")
+        command = args.get("command")
+        if isinstance(command, str):
+            title.append(f"{call.tool_name} wants to run:", style="bold")
+            syntax = Syntax(command, "bash", theme="ansi_dark", word_wrap=True, background_color="default")
+            view: list[Any] = [title, Padding(syntax, (0, 0, 0, 2))]
+        else:
+            title.append(f"{call.tool_name} wants to {self._summary(call, metadata)}", style="bold")
+            view = [title]
+        diff = proposed_diff(self.project_root, call.tool_name, args)
+        if diff:
+            view.append(diff_text(diff))
+            path = str(args.get("path"))
+            self.diff_shown().add((self.project_root / path).resolve().relative_to(self.project_root).as_posix())
+        return view

@@ -1,0 +1,110 @@
+"""What the chat's input line knows: `/command` and `@path` completion, `@path` expansion, per-project history."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import time
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+
+from prompt_toolkit.completion import CompleteEvent, Completer, Completion
+from prompt_toolkit.document import Document
+
+MAX_ATTACHED_CHARS = 100_000
+"""The most characters of one `@file` put into a prompt."""
+_SKIPPED_DIRS = frozenset(
+    {".git", ".hg", ".svn", "node_modules", ".venv", "venv", "__pycache__", ".mypy_cache", ".pytest_cache"}
+    | {".ruff_cache", ".tox", "dist", "build", ".idea", ".code-puppy"}
+)
+_MAX_LISTED = 20_000
+_AT_WORD = re.compile(r"(?:^|(?<=\s))@([^\s@]*)$")
+_AT_TOKEN = re.compile(r"(?:^|(?<=\s))@([^\s@]+)")
+
+
+def history_path(data_dir: Path, project_root: Path) -> Path:
+    """The prompt-history file of one project, inside the data directory."""
+    digest = hashlib.sha256(str(project_root.resolve()).encode()).hexdigest()[:16]
+    return data_dir / "history" / f"{project_root.name or 'root'}-{digest}.txt"
+
+
+class ProjectFiles:
+    """The project's file and directory paths (relative, `/`-separated), listed at most every few seconds."""
+
+    def __init__(self, root: Path, *, ttl: float = 5.0) -> None:
+        self.root = root
+        self._ttl = ttl
+        self._listed_at = -ttl
+        self._paths: list[str] = []
+
+    def paths(self) -> list[str]:
+        if time.monotonic() - self._listed_at > self._ttl:
+            self._paths = list(self._walk())
+            self._listed_at = time.monotonic()
+        return self._paths
+
+    def _walk(self) -> Iterator[str]:
+        count = 0
+        for directory, dirs, files in os.walk(self.root):
+            dirs[:] = sorted(d for d in dirs if d not in _SKIPPED_DIRS)
+            relative = Path(directory).relative_to(self.root).as_posix()
+            prefix = "" if relative == "." else relative + "/"
+            for name in [*(d + "/" for d in dirs), *sorted(files)]:
+                yield prefix + name
+                count += 1
+                if count >= _MAX_LISTED:
+                    return
+
+
+class ChatCompleter(Completer):
+    """Slash commands at the start of the line, project paths after `@`."""
+
+    def __init__(self, files: ProjectFiles, command_names: Callable[[], Iterable[str]]) -> None:
+        self._files = files
+        self._command_names = command_names
+
+    def get_completions(self, document: Document, complete_event: CompleteEvent) -> Iterator[Completion]:
+        before = document.text_before_cursor
+        if before.startswith("/") and " " not in before and "\n" not in before:
+            for name in self._command_names():
+                if name.startswith(before[1:]):
+                    yield Completion("/" + name, start_position=-len(before))
+            return
+        match = _AT_WORD.search(before)
+        if match is None:
+            return
+        typed = match.group(1).lower()
+        paths = self._files.paths()
+        starts = [path for path in paths if path.lower().startswith(typed)]
+        contains = [path for path in paths if typed in path.lower() and not path.lower().startswith(typed)]
+        for path in [*starts, *contains][:50]:
+            yield Completion("@" + path, start_position=-len(match.group(0)), display=path)
+
+
+def expand_mentions(text: str, root: Path) -> tuple[str, list[str]]:
+    """`text` with each `@path` naming a file in the project attached after it; and the attached paths.
+
+    The text itself is kept as typed; files are appended as `<file path="…">` blocks (cut to
+    `MAX_ATTACHED_CHARS`), directories as their listing. Paths outside the project are left alone.
+    """
+    attachments: list[str] = []
+    attached: list[str] = []
+    for token in dict.fromkeys(match.group(1).rstrip(".,;:!?)") for match in _AT_TOKEN.finditer(text)):
+        target = (root / token).resolve()
+        if target != root and root not in target.parents:
+            continue
+        if target.is_file():
+            content = target.read_text(encoding="utf-8", errors="replace")
+            if len(content) > MAX_ATTACHED_CHARS:
+                content = content[:MAX_ATTACHED_CHARS] + f"\n… (cut at {MAX_ATTACHED_CHARS} characters)"
+            attachments.append(f'<file path="{token}">\n{content.rstrip()}\n</file>')
+        elif target.is_dir():
+            names = sorted(entry.name + ("/" if entry.is_dir() else "") for entry in target.iterdir())
+            attachments.append(f'<directory path="{token}">\n' + "\n".join(names[:500]) + "\n</directory>")
+        else:
+            continue
+        attached.append(token)
+    if not attachments:
+        return text, []
+    return text + "\n\n" + "\n\n".join(attachments), attached

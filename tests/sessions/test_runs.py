@@ -1,0 +1,94 @@
+"""Running runs and the steer inbox in sessions.db: registration, stale pids, delivery, withdrawal."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from code_puppy.agents.steering import SteeringInbox, accepting_steers
+from code_puppy.sessions.runs import RunRegistry, steer
+from code_puppy.sessions.schema import Database
+
+
+def registry(tmp_path: Path) -> RunRegistry:
+    return RunRegistry(Database(tmp_path / "sessions.db"))
+
+
+def dead_pid() -> int:
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
+def test_no_running_run_sends_nothing(tmp_path: Path) -> None:
+    runs = registry(tmp_path)
+    assert steer(runs, "hello", project_dir=tmp_path, timeout=0.1) == (
+        False,
+        f"no running code-puppy run in {tmp_path}; nothing was sent",
+    )
+    assert runs.send("some-session", "hello") is None
+
+
+def test_a_crashed_process_leaves_no_running_session(tmp_path: Path) -> None:
+    database = Database(tmp_path / "sessions.db")
+    runs = RunRegistry(database)
+    runs.register("crashed", tmp_path)
+    with database.write() as db:  # as if the registering process had been killed with -9
+        db.execute("UPDATE running_runs SET pid = ?", (dead_pid(),))
+        db.execute("INSERT INTO steers (session_id, text, created_at) VALUES ('crashed', 'x', 'now')")
+    assert runs.running(project_dir=tmp_path) == []
+    with database.read() as db:
+        assert db.execute("SELECT count(*) FROM running_runs").fetchone() == (0,)
+        assert db.execute("SELECT status FROM steers").fetchall() == [("rejected",)]
+
+
+def test_a_reused_pid_is_not_the_registered_process(tmp_path: Path) -> None:
+    database = Database(tmp_path / "sessions.db")
+    runs = RunRegistry(database)
+    runs.register("old", tmp_path)
+    with database.write() as db:  # our pid, but a different start time: a later process reusing the pid
+        db.execute("UPDATE running_runs SET pid_started = '1'")
+    assert runs.running(project_dir=tmp_path) == []
+
+
+def test_newest_running_run_of_the_project_is_chosen(tmp_path: Path) -> None:
+    runs = registry(tmp_path)
+    runs.register("older", tmp_path)
+    runs.register("newer", tmp_path)
+    runs.register("elsewhere", tmp_path / "other")
+    assert [run.session_id for run in runs.running(project_dir=tmp_path)] == ["newer", "older"]
+    assert [run.session_id for run in runs.running(session_prefix="else")] == ["elsewhere"]
+    assert runs.running()[0].pid == os.getpid()
+
+
+async def test_a_steer_reaches_the_inbox_of_the_running_process(tmp_path: Path) -> None:
+    runs = registry(tmp_path)
+    inbox = SteeringInbox()
+    async with accepting_steers(runs, "session-1", tmp_path, inbox, interval=0.02):
+        ok, message = await asyncio.to_thread(steer, runs, "focus on the parser", project_dir=tmp_path, timeout=5)
+        assert (ok, message) == (True, f"steered session session- (pid {os.getpid()})")
+        assert inbox.take_undelivered() == ["focus on the parser"]  # held: no run was bound to the inbox
+    assert runs.running(project_dir=tmp_path) == []
+    assert steer(runs, "late", project_dir=tmp_path, timeout=0.1)[0] is False
+
+
+async def test_a_steer_nobody_takes_is_withdrawn(tmp_path: Path) -> None:
+    database = Database(tmp_path / "sessions.db")
+    runs = RunRegistry(database)
+    runs.register("stuck", tmp_path)  # registered, but nothing polls
+    ok, message = steer(runs, "hello?", project_dir=tmp_path, timeout=0.2)
+    assert (ok, message) == (False, "session stuck is no longer running a turn; nothing was sent")
+    with database.read() as db:
+        assert db.execute("SELECT count(*) FROM steers").fetchone() == (0,)
+
+
+async def test_leaving_rejects_pending_steers(tmp_path: Path) -> None:
+    database = Database(tmp_path / "sessions.db")
+    runs = RunRegistry(database)
+    async with accepting_steers(runs, "s", tmp_path, SteeringInbox(), interval=60):
+        steer_id = runs.send("s", "never polled")
+        assert steer_id is not None
+    assert runs.status(steer_id) == "rejected"

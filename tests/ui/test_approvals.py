@@ -1,0 +1,68 @@
+"""Approvals through pydantic-ai's RequestInput: yes, no, always-for-this-session, and the diff shown."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+from pydantic_ai.messages import ToolCallPart
+
+from code_puppy.agents.builder import build_pydantic_agent
+from code_puppy.agents.permissions import PermissionPolicy
+from code_puppy.cli_runner import run_turn
+from code_puppy.config import Settings
+from code_puppy.sessions.session import Session
+from code_puppy.ui.approvals import Answer, Approver, proposed_diff
+from code_puppy.ui.sinks import TextSink
+from tests.scripted_model import scripted, tool_returns
+
+
+def shell(command: str, call_id: str) -> list[ToolCallPart]:
+    return [ToolCallPart("shell", {"command": command}, tool_call_id=call_id)]
+
+
+async def test_always_allows_the_same_command_for_the_rest_of_the_session(project: Path) -> None:
+    asked: list[str] = []
+    answers: list[Answer] = ["always", "no"]
+
+    async def confirm(items: list[Any], question: str) -> Answer:
+        asked.append(str(items[0]))
+        return answers[len(asked) - 1]
+
+    session = Session.in_memory()
+    script = scripted(shell("echo one", "a"), shell("echo one", "b"), shell("touch other.txt", "c"), "done")
+    shown: set[str] = set()
+    policy: list[PermissionPolicy] = []
+
+    async def ask(ctx: Any, requests: Any, token: str) -> Any:
+        return await Approver(policy[0], project.resolve(), confirm, lambda: shown)(ctx, requests, token)
+
+    agent = build_pydantic_agent(Settings(), model=script.model, project_root=project, session=session, ask=ask)
+    policy.append(next(c for c in agent.root_capability.capabilities if isinstance(c, PermissionPolicy)))
+    outcome = await run_turn(agent, session, "go", TextSink(io.StringIO(), io.StringIO()))
+    assert outcome.error is None
+    assert asked == ["⚠ shell wants to run:", "⚠ shell wants to run:"]  # `echo one` was asked about once
+    assert policy[0].session_allowed == {"shell:echo one"}
+    returns = tool_returns(session.messages)
+    assert [(name, outcome) for name, outcome, _ in returns] == [
+        ("shell", "success"),
+        ("shell", "success"),
+        ("shell", "denied"),
+    ]
+    assert "The user denied this call (run `touch other.txt`)." in returns[2][2]
+    assert not (project / "other.txt").exists()
+
+
+def test_the_proposed_diff_of_an_edit_and_a_write(project: Path) -> None:
+    (project / "app.py").write_text("a = 1\nb = 2\n")
+    edit = {"path": "app.py", "old_text": "b = 2", "new_text": "b = 3"}
+    assert proposed_diff(project, "edit_file", edit) == (
+        "--- a/app.py\n+++ b/app.py\n@@ -1,2 +1,2 @@\n a = 1\n-b = 2\n+b = 3"
+    )
+    assert proposed_diff(project, "write_file", {"path": "new.txt", "content": "hello\n"}) == (
+        "--- a/new.txt\n+++ b/new.txt\n@@ -0,0 +1 @@\n+hello"
+    )
+    assert proposed_diff(project, "edit_file", {**edit, "old_text": "missing"}) is None
+    assert proposed_diff(project, "write_file", {"path": "../outside.txt", "content": "x"}) is None
+    assert proposed_diff(project, "shell", {"command": "ls"}) is None

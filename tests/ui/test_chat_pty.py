@@ -1,0 +1,289 @@
+"""The interactive chat in a real pseudo-terminal, against the fake model server with delayed replies."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import run_cli
+from tests.fake_llm import FakeLLMServer, call, hang, text, tool_calls
+from tests.pty_chat import PtyChat
+
+CTRL_C, CTRL_D = "\x03", "\x04"
+
+
+@pytest.fixture
+def server(code_puppy_home: Path) -> Iterator[FakeLLMServer]:
+    with FakeLLMServer() as fake:
+        (code_puppy_home / "config.toml").write_text(
+            f'model = "fake"\n[models.fake]\nname = "fake-model"\nbase_url = "{fake.base_url}"\n'
+        )
+        yield fake
+
+
+@pytest.fixture
+def chat(server: FakeLLMServer, project: Path) -> Iterator[PtyChat]:
+    terminal = PtyChat(project)
+    terminal.wait_for("session ")  # the toolbar names the session once the runtime has loaded
+    yield terminal
+    terminal.close()
+
+
+def user_messages(body: dict[str, Any]) -> list[str]:
+    return [m["content"] for m in body["messages"] if m["role"] == "user"]
+
+
+def wait_until(condition: Any, timeout: float = 15) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def test_the_prompt_shows_before_pydantic_ai_is_imported(server: FakeLLMServer, project: Path, tmp_path: Path) -> None:
+    trace = tmp_path / "trace"
+    terminal = PtyChat(project, env={"CODE_PUPPY_STARTUP_TRACE": str(trace)})
+    try:
+        terminal.wait_for("\n›")
+        wait_until(trace.exists)
+        assert trace.read_text() == "prompt drawn; imported so far: none of pydantic, pydantic_ai\n"
+        terminal.wait_for("session ")
+        terminal.type("/exit\r")
+        assert terminal.wait_exit() == 0
+    finally:
+        terminal.close()
+
+
+def test_a_turn_streams_then_shows_markdown(server: FakeLLMServer, chat: PtyChat) -> None:
+    server.script(text("**Bold** start of a streamed answer.\n\n- one\n- two", chunk_delay=0.15))
+    chat.type("hello\r")
+    streaming = chat.wait_for(lambda screen: "writing" in screen and "**Bold** start" in screen)
+    assert "\nsteer›" in streaming  # the input stays live while it streams
+    screen = chat.wait_turn("• two")
+    assert "Bold start of a streamed answer." in screen and "**" not in screen
+    assert chat.screen.buffer[chat.row_of("Bold start")][0].bold
+    assert user_messages(server.requests[0].body) == ["hello"]
+
+
+def test_enter_during_the_final_answer_reaches_the_next_request_of_the_same_run(
+    server: FakeLLMServer, chat: PtyChat
+) -> None:
+    server.script(
+        text("A long first answer that streams slowly, word by word.", chunk_delay=0.2),
+        text("Second round, with the steer."),
+    )
+    chat.type("explain\r")
+    chat.wait_for("A long first")
+    chat.type("mention the tests\r")
+    chat.wait_turn("Second round, with the steer.")
+    assert "↪ steer: mention the tests" in chat.text
+    assert len(server.requests) == 2
+    second = server.requests[1].body["messages"]
+    assert [m["role"] for m in second if m["role"] != "system"] == ["user", "assistant", "user"]
+    assert user_messages(server.requests[1].body) == ["explain", "mention the tests"]
+
+
+def test_enter_during_a_tool_call_reaches_the_next_request(server: FakeLLMServer, chat: PtyChat) -> None:
+    server.script(tool_calls(call("read_file", {"path": "README.md"}), delay=1.0), text("done"))
+    chat.type("read the readme\r")
+    wait_until(lambda: len(server.requests) == 1)
+    chat.type("and summarise it\r")
+    chat.wait_turn("done")
+    messages = server.requests[1].body["messages"]
+    assert [m["role"] for m in messages if m["role"] != "system"] == ["user", "assistant", "tool", "user"]
+    assert messages[-1]["content"] == "and summarise it"
+
+
+def test_tab_queues_the_next_turn(server: FakeLLMServer, chat: PtyChat) -> None:
+    server.script(text("First turn answer, streaming slowly.", chunk_delay=0.2), text("Queued turn answer."))
+    chat.type("first\r")
+    chat.wait_for("First turn")
+    chat.type("then this\t")
+    chat.wait_for("1 queued")
+    chat.wait_turn("Queued turn answer.")
+    assert "› then this" in chat.text
+    assert user_messages(server.requests[1].body) == ["first", "then this"]
+    assert len(server.requests[1].body["messages"]) > len(server.requests[0].body["messages"])
+
+
+def test_ctrl_c_cancels_the_turn_keeps_the_draft_and_the_chat_goes_on(server: FakeLLMServer, chat: PtyChat) -> None:
+    server.script(hang(), text("After the cancel."))
+    chat.type("wait forever\r")
+    wait_until(lambda: len(server.requests) == 1)
+    chat.type("run this next\t")
+    chat.wait_for("1 queued")
+    chat.type("half typed")
+    chat.type(CTRL_C)
+    chat.wait_for("turn cancelled")
+    # Nothing typed is lost: the queued turn and the draft are back in the input, to edit or send.
+    chat.wait_for(lambda screen: "› run this next\n  half typed" in screen)
+    chat.type(CTRL_C)  # at the idle prompt it clears the input
+    chat.wait_for(lambda _: chat.prompt_line() == "›")
+    chat.type("next\r")
+    chat.wait_turn("After the cancel.")
+    assert user_messages(server.requests[1].body) == ["wait forever", "next"]  # the cancelled prompt was kept
+
+
+def test_ctrl_c_during_a_shell_command_returns_promptly(server: FakeLLMServer, project: Path) -> None:
+    server.script(tool_calls(call("shell", {"command": "sleep 30"})), text("never"))
+    chat = PtyChat(project, "--permission-mode", "yolo")
+    try:
+        chat.wait_for("session ")
+        chat.type("sleep\r")
+        chat.wait_for("running shell(sleep 30)")
+        started = time.monotonic()
+        chat.type(CTRL_C)
+        chat.wait_for("turn cancelled", timeout=5)
+        assert time.monotonic() - started < 3
+        chat.type("/exit\r")
+        assert chat.wait_exit() == 0
+    finally:
+        chat.close()
+
+
+def test_approvals_yes_and_no_with_the_diff(server: FakeLLMServer, chat: PtyChat, project: Path) -> None:
+    server.script(
+        tool_calls(call("shell", {"command": "touch made.txt"})),
+        text("Made it."),
+        tool_calls(call("edit_file", {"path": "README.md", "old_text": "# demo project", "new_text": "# renamed"})),
+        text("Left it."),
+    )
+    chat.type("make a file\r")
+    chat.wait_for("Allow?")
+    assert "touch made.txt" in chat.text
+    chat.type("y")
+    chat.wait_turn("Made it.")
+    assert (project / "made.txt").exists()
+    chat.type("rename the readme title\r")
+    chat.wait_for("Allow?")
+    assert (chat.colour_at("-# demo project"), chat.colour_at("+# renamed")) == ("red", "green")
+    chat.type("n")
+    chat.wait_turn("Left it.")
+    assert (project / "README.md").read_text() == "# demo project\n"
+    denied = [m for m in server.requests[3].body["messages"] if m["role"] == "tool"][-1]
+    assert "The user denied this call" in denied["content"]
+
+
+def test_an_accepted_edit_renders_as_a_coloured_diff(server: FakeLLMServer, project: Path) -> None:
+    server.script(
+        tool_calls(call("write_file", {"path": "notes.txt", "content": "first line\nsecond line\n"})), text("Wrote.")
+    )
+    chat = PtyChat(project, "--permission-mode", "accept-edits")
+    try:
+        chat.wait_for("session ")
+        chat.type("write notes\r")
+        chat.wait_turn("Wrote.")
+        assert "⚙ write_file(notes.txt)" in chat.text
+        assert (chat.colour_at("+first line"), chat.colour_at("+second line")) == ("green", "green")
+    finally:
+        chat.close()
+
+
+def test_exit_with_slash_exit_ctrl_d_or_ctrl_c_twice(server: FakeLLMServer, project: Path) -> None:
+    for keys in ("/exit\r", CTRL_D, CTRL_C + CTRL_C):
+        chat = PtyChat(project)
+        try:
+            chat.wait_for("\n›")
+            chat.type(keys)
+            assert chat.wait_exit() == 0, keys
+        finally:
+            chat.close()
+
+
+def test_code_puppy_steer_reaches_a_running_chat_turn(server: FakeLLMServer, chat: PtyChat, project: Path) -> None:
+    server.script(text("Working on it", delay=1.5), text("Adjusted."))
+    chat.type("start\r")
+    wait_until(lambda: len(server.requests) == 1)
+    completed = run_cli("steer", "from another terminal", cwd=project)
+    assert completed.returncode == 0, completed.stderr
+    chat.wait_turn("Adjusted.")
+    assert "↪ steer: from another terminal" in chat.text
+    assert user_messages(server.requests[1].body) == ["start", "from another terminal"]
+    assert json.loads(json.dumps(server.requests[1].body))  # the request went through the real client
+
+
+def test_a_bad_config_ends_the_chat_with_one_line_and_exit_2(code_puppy_home: Path, project: Path) -> None:
+    (code_puppy_home / "config.toml").write_text("modle = 'typo'\n")
+    chat = PtyChat(project)
+    try:
+        assert chat.wait_exit() == 2
+        assert f"code-puppy: error: {code_puppy_home / 'config.toml'}: unknown key 'modle'" in chat.text
+        assert "Traceback" not in chat.text
+    finally:
+        chat.close()
+
+
+def test_ctrl_c_at_an_approval_denies_and_cancels(server: FakeLLMServer, chat: PtyChat, project: Path) -> None:
+    server.script(tool_calls(call("shell", {"command": "touch never.txt"})), text("After."))
+    chat.type("try it\r")
+    chat.wait_for("Allow?")
+    chat.type(CTRL_C)
+    chat.wait_for("turn cancelled")
+    assert not (project / "never.txt").exists()
+    chat.type("go on\r")
+    chat.wait_turn("After.")
+    tool = [m for m in server.requests[1].body["messages"] if m["role"] == "tool"]
+    assert len(tool) == 1 and "interrupted" in tool[0]["content"]  # the call never ran, the history stays valid
+
+
+def test_shell_escape_multiline_input_and_per_project_history(
+    server: FakeLLMServer, chat: PtyChat, code_puppy_home: Path
+) -> None:
+    server.script(text("Seen."))
+    chat.type("!echo from-the-shell\r")
+    chat.wait_for("exit 0")
+    assert "$ echo from-the-shell\nfrom-the-shell" in chat.text
+    chat.type("first line\\\rsecond line\x1b\rthird line\r")
+    chat.wait_turn("Seen.")
+    prompt = user_messages(server.requests[0].body)[-1]
+    assert prompt.endswith("\n\nfirst line\nsecond line\nthird line")
+    assert prompt.startswith('<shell-command exit_code="0">\n$ echo from-the-shell\nfrom-the-shell\n</shell-command>')
+    (history,) = (code_puppy_home / "history").iterdir()
+    assert "+first line\n+second line\n+third line\n" in history.read_text()
+
+
+def test_continue_shows_where_the_session_left_off(server: FakeLLMServer, chat: PtyChat, project: Path) -> None:
+    server.script(text("The first answer."), text("Continued."))
+    chat.type("remember this\r")
+    chat.wait_turn("The first answer.")
+    chat.type("/exit\r")
+    assert chat.wait_exit() == 0
+    again = PtyChat(project, "-c")
+    try:
+        again.wait_for("resumed session")
+        assert "› remember this" in again.text and "The first answer." in again.text
+        again.type("and then?\r")
+        again.wait_turn("Continued.")
+        assert user_messages(server.requests[1].body) == ["remember this", "and then?"]
+    finally:
+        again.close()
+
+
+def test_session_model_usage_and_permission_commands(server: FakeLLMServer, chat: PtyChat) -> None:
+    server.script(text("One."), text("Two."))
+    chat.type("first question\r")
+    chat.wait_turn("One.")
+    first = chat.wait_for("session ").split(" · session ")[1][:8]
+    chat.type("/usage\r")
+    chat.wait_for(f"session {first}: 1 requests")
+    chat.type("/permissions yolo\r")
+    chat.wait_for("permission mode: yolo")
+    chat.wait_for(" · yolo   /help")  # the toolbar
+    chat.type("/new\r")
+    second = chat.wait_for("new session ").split("new session ")[1][:8]
+    assert second != first
+    chat.type("/sessions\r")
+    chat.wait_for("first question")
+    chat.type(f"/resume {first}\r")
+    chat.wait_for(f"resumed session {first}")
+    chat.type("/model fake\r")
+    chat.wait_for("model: fake")
+    chat.type("second question\r")
+    chat.wait_turn("Two.")
+    assert user_messages(server.requests[1].body) == ["first question", "second question"]
+    assert " · yolo   /help" in chat.text  # the mode survives a new session and a model switch

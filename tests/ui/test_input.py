@@ -1,0 +1,117 @@
+"""Slash-command registry, `/` and `@path` completion, `@path` expansion, per-project history, stdin messages."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from prompt_toolkit.completion import CompleteEvent
+from prompt_toolkit.document import Document
+
+from code_puppy.ui.commands import CommandRegistry, split_command
+from code_puppy.ui.input import ChatCompleter, ProjectFiles, expand_mentions, history_path
+from code_puppy.ui.stdin_messages import parse_user_message
+
+
+def registry() -> CommandRegistry:
+    commands = CommandRegistry()
+    for name in ("help", "model", "new", "sessions", "resume", "usage", "permissions", "steer", "queue", "exit"):
+        commands.register(name, lambda args: None, f"{name} help")
+    return commands
+
+
+def test_unknown_commands_get_the_nearest_suggestion() -> None:
+    commands = registry()
+    assert [commands.suggest(typo) for typo in ("hepl", "sesions", "perm", "q", "zzz")] == [
+        "help",
+        "sessions",
+        "permissions",
+        "queue",
+        None,
+    ]
+
+
+def test_a_plugin_registers_a_command_and_may_replace_a_builtin() -> None:
+    commands = registry()
+    commands.register("/lint", lambda args: f"linted {args}", "run the linter")
+    commands.register("help", lambda args: "plugin help", "better help")
+    assert commands.get("lint") is not None and commands.get("help") is not None
+    assert commands.get("help").handler("") == "plugin help"  # type: ignore[union-attr]
+    assert "/lint         run the linter" in commands.help_lines()
+    with pytest.raises(ValueError, match="one word"):
+        commands.register("two words", lambda args: None, "")
+
+
+@pytest.mark.parametrize(
+    ("line", "parsed"),
+    [
+        ("/help", ("help", "")),
+        ("/model  openai:gpt-5.1 ", ("model", "openai:gpt-5.1")),
+        ("/", None),
+        ("//comment", None),
+        ("/usr/bin/env is a path", None),
+        ("plain text", None),
+    ],
+)
+def test_split_command(line: str, parsed: tuple[str, str] | None) -> None:
+    assert split_command(line) == parsed
+
+
+def completions(completer: ChatCompleter, text: str) -> list[str]:
+    return [c.text for c in completer.get_completions(Document(text), CompleteEvent(completion_requested=True))]
+
+
+def test_completion_of_commands_and_project_paths(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "app.py").write_text("")
+    (tmp_path / "README.md").write_text("")
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "config").write_text("")
+    completer = ChatCompleter(ProjectFiles(tmp_path), registry().names)
+    assert completions(completer, "/se") == ["/sessions"]
+    assert completions(completer, "look at @sr") == ["@src/", "@src/app.py"]
+    assert completions(completer, "@app") == ["@src/app.py"]  # a substring match anywhere in the path
+    assert completions(completer, "@") == ["@src/", "@README.md", "@src/app.py"]
+    assert completions(completer, "mail me@example") == []
+
+
+def test_mentions_attach_files_and_listings_inside_the_project(tmp_path: Path) -> None:
+    root = tmp_path / "project"
+    (root / "src").mkdir(parents=True)
+    (root / "src" / "app.py").write_text("print('hi')\n")
+    (tmp_path / "secret.txt").write_text("outside")
+    text, attached = expand_mentions("explain @src/app.py, then @src and @../secret.txt @missing", root)
+    assert attached == ["src/app.py", "src"]
+    assert text == (
+        "explain @src/app.py, then @src and @../secret.txt @missing\n\n"
+        "<file path=\"src/app.py\">\nprint('hi')\n</file>\n\n"
+        '<directory path="src">\napp.py\n</directory>'
+    )
+    assert expand_mentions("no mentions here", root) == ("no mentions here", [])
+
+
+def test_prompt_history_is_kept_per_project(tmp_path: Path) -> None:
+    one, two = history_path(tmp_path, tmp_path / "a" / "app"), history_path(tmp_path, tmp_path / "b" / "app")
+    assert one != two and one.parent == two.parent == tmp_path / "history"
+    assert one == history_path(tmp_path, tmp_path / "a" / "app")
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ('{"type": "user", "text": "hi"}', "hi"),
+        ('{"type": "user", "message": {"role": "user", "content": "hi"}}', "hi"),
+        ('{"type": "user", "message": {"content": [{"type": "text", "text": "a"}, {"type": "image"}]}}', "a"),
+    ],
+)
+def test_stdin_user_messages(line: str, expected: str) -> None:
+    assert parse_user_message(line) == expected
+
+
+@pytest.mark.parametrize(
+    ("line", "error"),
+    [("{", "not JSON"), ('{"type": "result"}', "not a user message"), ('{"type": "user", "text": " "}', "no text")],
+)
+def test_bad_stdin_lines_say_why(line: str, error: str) -> None:
+    with pytest.raises(ValueError, match=error):
+        parse_user_message(line)
