@@ -308,12 +308,12 @@ async def test_closing_the_server_ends_a_hanging_request() -> None:
     with pytest.raises(openai.APIConnectionError):
         await request
     await client.close()
-    assert time.monotonic() - started < 1
+    assert time.monotonic() - started < 5  # the client's own timeout is 10 s
 
 
 @pytest.mark.parametrize("protocol", ["chat", "anthropic"])
 async def test_stream_can_be_interrupted_mid_text(server: FakeLLMServer, agent: Agent) -> None:
-    server.script(text("one two three four five six", chunk_delay=0.2))
+    server.script(text("one two three four five six", chunk_delay=0.5))
 
     deltas: list[str] = []
     started = time.monotonic()
@@ -329,7 +329,7 @@ async def test_stream_can_be_interrupted_mid_text(server: FakeLLMServer, agent: 
                 break
 
     assert deltas == ["two ", "three "]
-    assert time.monotonic() - started < 1.5  # the full stream would take over 1.6s
+    assert time.monotonic() - started < 2.8  # the full stream would take over 3 s
 
 
 def test_standalone_server_cycles_its_script(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic_ai import RunContext
 from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.messages import repair_messages
 from pydantic_ai.models import Model, ModelRequestContext
 from pydantic_ai.usage import RunUsage
 from pydantic_ai_harness.compaction import (
@@ -85,7 +86,9 @@ class PersistentCompaction(AbstractCapability[Any]):
         request_context = await self.strategy.before_model_request(ctx, request_context)
         after = request_context.messages
         if len(after) != len(before) or any(new is not old for new, old in zip(after, before, strict=True)):
-            ctx.messages[:] = after
+            # In the form the next run would normalize it to (a summary request merged with the request after
+            # it), so the stored history does not branch a second time when the next run starts from it.
+            ctx.messages[:] = repair_messages(after, repair_last_response=False)
             if self.revision is not None and in_main_run():
                 self.revision.cache_epoch += 1
                 self.revision.history_version += 1
@@ -126,6 +129,7 @@ async def compact_history(
     )
     usage = RunUsage()
     compacted = await compact_now(strategy, messages, model=model, focus=focus, usage=usage, conversation_id=session.id)
+    compacted = repair_messages(compacted, repair_last_response=False)  # as the next run sends it: no second branch
     changed = compacted != messages
     if changed:
         session.cache_epoch += 1

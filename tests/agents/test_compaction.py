@@ -120,7 +120,8 @@ async def test_an_automatic_compaction_persists_and_is_not_repeated(
     assert (session.cache_epoch, store.sessions.get(session.id).cache_epoch) == (1, 1)  # type: ignore[union-attr]
     await agent.run("and then?", message_history=session.messages)
     assert script.summaries == 1
-    assert texts(script.seen[2])[1:] == [*texts(stored)[2:], "U:and then?"]  # (the wire merges the first two)
+    assert texts(script.seen[2]) == [*texts(stored), "U:and then?"]  # stored as the next run sends it: no 2nd branch
+    assert len((await store.read_record(session.id)).branches) == 1  # type: ignore[union-attr]
 
 
 calls: list[list[str]] = []
@@ -150,9 +151,9 @@ async def test_processors_run_before_compaction_and_see_its_result_later(project
     assert texts(script.seen[0])[:2] == ["system-prompt U:old question 1", "T:a0"]  # (the wire merges requests)
     assert "U:old question 0" not in texts(script.seen[0])
     # request 2: the processor saw the compacted history, the summary in a protected group, and trimmed again
-    assert calls[1][:5] == ["system-prompt", "U:old question 1", "T:a0", "U:q1", "T:a1"]
+    assert calls[1][:4] == ["system-prompt U:old question 1", "T:a0", "U:q1", "T:a1"]
     summary_group = partition(session.messages)[0]
-    assert (summary_group.entry_end, summary_group.protected_reasons) == (3, (SYSTEM_PROMPT,))
+    assert (summary_group.entry_end, summary_group.protected_reasons) == (2, (SYSTEM_PROMPT,))
     assert texts(script.seen[1])[:4] == ["system-prompt U:old question 1", "T:a0", "U:q2", "T:a2"]
     assert texts(session.messages)[-4:] == ["U:new question", "C:r1", "R:r1", "T:done"]
     assert script.summaries == 1
@@ -167,10 +168,10 @@ async def test_compact_history_summarizes_now_and_keeps_tool_pairs(
     old_head = (await store.read_record(session.id)).head_id  # type: ignore[union-attr]
     script = Model([])
     report = await compact_history(session, script.model, focus="the parser")
-    assert (report.messages_before, report.messages_after, report.changed, script.summaries) == (8, 5, True, 1)
+    assert (report.messages_before, report.messages_after, report.changed, script.summaries) == (8, 4, True, 1)
     assert report.usage.requests == 1
     stored = (await store.load(session.id)).messages  # type: ignore[union-attr]
-    assert summarized(stored) and texts(stored[1:]) == ["U:q2", "C:c2", "R:c2", "T:a2"]
+    assert summarized(stored) and texts(stored) == ["system-prompt U:q2", "C:c2", "R:c2", "T:a2"]
     assert orphan_results(stored) == [] and unanswered_calls(stored) == []
     record = await store.read_record(session.id)
     assert record is not None and record.branches == [old_head]
@@ -214,3 +215,22 @@ async def test_tiered_compaction_clears_old_tool_results_first(project: Path) ->
         returns = [str(p.content) for m in sent for p in m.parts if p.part_kind == "tool-return"]
         assert returns[3:] == ["x" * 2_000] * 3 and len(set(returns[:3])) == 1 and len(returns[0]) < 30
     assert script.summaries == 0  # clearing the old tool results alone got under the target
+
+
+async def test_the_default_tiered_compaction_persists_across_runs(
+    project: Path, store: SqliteConversationStore
+) -> None:
+    session = await Session.start(store, project, model="test")
+    await session.set_message_history(long_history())
+    script = Model([read("r1"), "done", "second turn done"])
+    agent = build_pydantic_agent(Settings(), model=script.model, project_root=project, session=session)
+    await agent.run("new question", message_history=session.messages)
+    after_first = session.messages
+    summaries_after_first = script.summaries
+    await agent.run("another question", message_history=session.messages)
+    # The second run starts from what the first one stored, not from the original long history.
+    assert script.seen[2][: len(after_first)] == after_first
+    assert len(after_first) < len(long_history()) + 4
+    assert script.summaries == summaries_after_first  # no re-compaction of an already compacted history
+    record = await store.read_record(session.id)
+    assert record is not None and len(record.branches) == 1
