@@ -155,6 +155,48 @@ def test_plugin_blocks_a_tool_call_and_adds_a_slash_command(
     assert "hunter2" not in json.dumps(server.requests[1].body)
 
 
+STRICT = """
+import code_puppy
+
+@code_puppy.hookimpl
+def user_prompt_submit(prompt):
+    if prompt == "forbidden":
+        raise code_puppy.PromptBlocked("not that")
+
+@code_puppy.hookimpl
+def turn_end(result):
+    return "again"
+
+@code_puppy.hookimpl
+def register_commands(register):
+    def boom(text):
+        raise RuntimeError("kaput")
+    register("boom", boom, "a command that fails")
+"""
+
+
+def test_a_blocked_prompt_a_spent_follow_up_limit_and_a_failing_command_are_one_line_each(
+    server: FakeLLMServer, code_puppy_home: Path, project: Path
+) -> None:
+    user_plugin(code_puppy_home, "strict", STRICT)
+    with (code_puppy_home / "config.toml").open("a") as config:
+        config.write("[plugins]\nmax_continuations = 1\n")
+    server.script(text("One."), text("Two."))
+    chat = open_chat(project)
+    try:
+        chat.type("forbidden\r")
+        chat.wait_turn("✗ prompt blocked by plugin strict: not that")
+        chat.type("/boom\r")
+        chat.wait_for("✗ RuntimeError: kaput")
+        chat.type("go\r")
+        screen = chat.wait_turn("Two.")
+        assert "stopped after 1 follow-ups ([plugins] max_continuations); not run: again" in screen
+        exit_chat(chat)
+    finally:
+        chat.close()
+    assert [user_messages(r.body) for r in server.requests] == [["go"], ["go", "again"]]
+
+
 def test_no_plugins_runs_the_chat_without_them(server: FakeLLMServer, project: Path, plugin_log: Path) -> None:
     server.script(text("Want more?"))
     chat = open_chat(project, "--no-plugins", env={"PLUGIN_LOG": str(plugin_log)})
