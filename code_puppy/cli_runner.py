@@ -309,11 +309,7 @@ async def _headless(
     if session.notice:
         print(f"code-puppy: {session.notice}", file=sys.stderr)
     if outcome.unrun_follow_up:
-        print(
-            f"code-puppy: note: stopped after {max_continuations} follow-ups ([plugins] max_continuations); "
-            f"not run: {' '.join(outcome.unrun_follow_up.split())[:80]}",
-            file=sys.stderr,
-        )
+        print(f"code-puppy: note: {unrun_follow_up_note(outcome.unrun_follow_up, max_continuations)}", file=sys.stderr)
     report = _report(session, outcome, stopped_by, started)
     sink.finish(report)
     return EXIT_CODES[report.status]
@@ -357,6 +353,12 @@ def _report(session: Session, outcome: TurnOutcome, stopped_by: list[Status], st
         duration_ms=round((time.monotonic() - started) * 1000),
         error=message,
     )
+
+
+def unrun_follow_up_note(prompt: str, max_continuations: int) -> str:
+    """What the user is told when `[plugins] max_continuations` left a follow-up unrun."""
+    unrun = " ".join(prompt.split())[:80]
+    return f"stopped after {max_continuations} follow-ups ([plugins] max_continuations); not run: {unrun}"
 
 
 def describe_error(error: BaseException) -> str:

@@ -243,7 +243,11 @@ class Chat:
             nearest = f"; did you mean /{suggestion}?" if suggestion else "; /help lists the commands"
             self.screen.print(f"unknown command /{name}{nearest}")
             return False
-        result = command.handler(args)
+        try:
+            result = command.handler(args)
+        except Exception as error:  # a plugin's command: its failure is one line, as an async command's is
+            self.screen.print(f"✗ {type(error).__name__}: {error}")
+            return False
         if isinstance(result, Coroutine):
             coroutine: Coroutine[Any, Any, object] = result  # pyright: ignore[reportUnknownVariableType]
             self.start_job(self._print_result(coroutine), turn=False)

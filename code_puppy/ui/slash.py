@@ -151,6 +151,7 @@ async def turn_job(chat: Chat, text: str) -> None:
     """One user turn on the shared run path, with `code-puppy steer` accepted while it runs."""
     from rich.text import Text
 
+    from code_puppy.cli_runner import unrun_follow_up_note
     from code_puppy.ui.chat_sink import ChatSink, describe_usage
 
     prompt, attached = expand_mentions(text, chat.options.project_root)
@@ -164,6 +165,9 @@ async def turn_job(chat: Chat, text: str) -> None:
     sink.flush_text()
     chat.job_ok = outcome.error is None
     chat.screen.print(Text(_ending(outcome, time.monotonic() - started, describe_usage), style="dim"), "")
+    if outcome.unrun_follow_up:
+        limit = runtime.settings.plugins.max_continuations
+        chat.screen.print(Text(unrun_follow_up_note(outcome.unrun_follow_up, limit), style="yellow"))
     if runtime.session.notice:
         chat.screen.print(Text(runtime.session.notice, style="yellow"))
         runtime.session.notice = None
@@ -173,6 +177,7 @@ def _ending(outcome: TurnOutcome, seconds: float, describe_usage: Any) -> str:
     from pydantic_ai.exceptions import UsageLimitExceeded
 
     from code_puppy.cli_runner import describe_error
+    from code_puppy.plugins import PromptBlocked
 
     error = outcome.error
     if error is None:
@@ -181,6 +186,8 @@ def _ending(outcome: TurnOutcome, seconds: float, describe_usage: Any) -> str:
         return "⏹ turn cancelled · finished work kept"
     if isinstance(error, UsageLimitExceeded):
         return f"⏹ stopped by a limit: {error}"
+    if isinstance(error, PromptBlocked):
+        return f"✗ prompt blocked by plugin {error.plugin}: {error.reason}"
     return f"✗ run failed: {describe_error(error)}"
 
 
