@@ -127,7 +127,10 @@ def resume_cost(runs: int) -> tuple[float, float, float, float]:
         try:
             assert server.stdout is not None
             base_url = server.stdout.readline().strip()
-            (home / "config.toml").write_text(f'model = "fake"\n[models.fake]\nname = "m"\nbase_url = "{base_url}"\n')
+            # Compaction off: it would (rightly) shrink the 10,000 messages after the first resumed run.
+            (home / "config.toml").write_text(
+                f'model = "fake"\n[history]\ncompaction = "off"\n[models.fake]\nname = "m"\nbase_url = "{base_url}"\n'
+            )
             env = {**os.environ, "CODE_PUPPY_HOME": str(home)}
             fresh = headless_time(runs, ["-p", "hi"], env, project)
             with SqliteConversationStore(home / "sessions.db") as store:
