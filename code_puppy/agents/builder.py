@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -109,7 +110,7 @@ def build_pydantic_agent(
             policy,
             # Outside the output limits, so plugins' post_tool_call gets the result the model gets.
             *([plugins.post_tool_call_hook()] if plugins is not None else []),
-            FileSystem(root_dir=root, content_hashes=False, max_read_chars=MAX_READ_CHARS, tools=FILE_TOOLS),
+            ProjectFileSystem(root_dir=root, content_hashes=False, max_read_chars=MAX_READ_CHARS, tools=FILE_TOOLS),
             Shell(
                 cwd=root,
                 denied_commands=[],
@@ -140,6 +141,19 @@ def build_pydantic_agent(
         retries={"tools": 3},
         defer_model_check=True,
     )
+
+
+@dataclass
+class ProjectFileSystem(FileSystem[Any]):
+    """The harness file tools, built once: the toolset holds only configuration, and building it (a JSON schema per
+    tool, reading docstrings from source) costs ~50 ms that pydantic-ai would otherwise pay again on every run."""
+
+    _toolset: Any = field(default=None, init=False, repr=False, compare=False)
+
+    def get_toolset(self) -> Any:
+        if self._toolset is None:
+            self._toolset = super().get_toolset()
+        return self._toolset
 
 
 class TruncatedToolOutputs(ToolOutputLimits[Any]):
