@@ -20,8 +20,9 @@ from code_puppy.agents.builder import build_pydantic_agent
 from code_puppy.agents.history_persistence import persist_checkpoint, persist_result_history
 from code_puppy.agents.history_validation import HistoryProcessingError
 from code_puppy.agents.steering import SteeringInbox, accepting_steers, held_steers
-from code_puppy.config import PermissionMode, data_dir, load_settings
+from code_puppy.config import data_dir, load_settings
 from code_puppy.models import choose_model_name, resolve_model
+from code_puppy.options import RunOptions
 from code_puppy.plugins import PromptBlocked
 from code_puppy.plugins.discovery import load_plugins
 from code_puppy.plugins.host import PluginHost
@@ -33,22 +34,12 @@ from code_puppy.ui.sinks import SINKS, EventSink, RunOutcome, Status, Usage
 EXIT_CODES: dict[Status, int] = {"success": 0, "error": 1, "limit": 3, "interrupted": 130, "terminated": 143}
 
 
-@dataclass(frozen=True)
-class HeadlessOptions:
+@dataclass(frozen=True, kw_only=True)
+class HeadlessOptions(RunOptions):
     """What the command line asked of one headless invocation."""
 
-    project_root: Path
     prompt: str
-    model: str | None = None
     output_format: str = "text"
-    permission_mode: PermissionMode | None = None
-    allow: tuple[str, ...] = ()
-    max_requests: int | None = None
-    continue_last: bool = False
-    resume: str | None = None
-    no_mcp: bool = False
-    no_plugins: bool = False
-    debug: bool = False
     input_format: str = "text"
     """`stream-json`: further user messages arrive as JSON lines on stdin and steer the running turn."""
 

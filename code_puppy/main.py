@@ -146,46 +146,33 @@ def cli(
         fail("use either -c/--continue or -r/--resume, not both")
     text = _stream_json_prompt(prompt) if input_format == "stream-json" else _headless_prompt(prompt)
     ensure_own_scripts_on_path()
+    from code_puppy.options import RunOptions
     from code_puppy.paths import find_project_root
 
+    options = RunOptions(
+        project_root=find_project_root(Path.cwd()),
+        model=model,
+        permission_mode=permission_mode,  # type: ignore[arg-type]  # click.Choice guarantees the literal
+        allow=allow,
+        max_requests=max_requests,
+        continue_last=continue_last,
+        resume=resume,
+        no_mcp=no_mcp,
+        no_plugins=no_plugins,
+        debug=_debug_requested(),
+    )
     if text is None:
         if not sys.stdin.isatty():
             fail("no prompt: pass -p PROMPT or pipe one in (the interactive chat needs a terminal)")
-        from code_puppy.ui.chat import ChatOptions, run_chat
+        from code_puppy.ui.chat import run_chat
 
-        chat = ChatOptions(
-            project_root=find_project_root(Path.cwd()),
-            model=model,
-            permission_mode=permission_mode,  # type: ignore[arg-type]  # click.Choice guarantees the literal
-            allow=allow,
-            max_requests=max_requests,
-            continue_last=continue_last,
-            resume=resume,
-            no_mcp=no_mcp,
-            no_plugins=no_plugins,
-            debug=_debug_requested(),
-        )
-        sys.exit(guarded(lambda: run_chat(chat)))
+        sys.exit(guarded(lambda: run_chat(options)))
 
     def run() -> int:
         from code_puppy.cli_runner import HeadlessOptions, run_headless
 
-        options = HeadlessOptions(
-            project_root=find_project_root(Path.cwd()),
-            prompt=text,
-            model=model,
-            output_format=output_format,
-            permission_mode=permission_mode,  # type: ignore[arg-type]  # click.Choice guarantees the literal
-            allow=allow,
-            max_requests=max_requests,
-            continue_last=continue_last,
-            resume=resume,
-            no_mcp=no_mcp,
-            no_plugins=no_plugins,
-            debug=_debug_requested(),
-            input_format=input_format,
-        )
-        return run_headless(options)
+        headless = HeadlessOptions(**vars(options), prompt=text, output_format=output_format, input_format=input_format)
+        return run_headless(headless)
 
     sys.exit(guarded(run))
 

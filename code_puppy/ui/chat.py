@@ -13,7 +13,6 @@ import sys
 import time
 from collections.abc import Coroutine
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from prompt_toolkit import PromptSession
@@ -23,6 +22,7 @@ from prompt_toolkit.history import FileHistory
 from prompt_toolkit.patch_stdout import patch_stdout
 from prompt_toolkit.styles import Style
 
+from code_puppy.options import RunOptions
 from code_puppy.paths import data_dir
 from code_puppy.ui.commands import CommandRegistry, split_command
 from code_puppy.ui.input import ChatCompleter, ProjectFiles, expand_mentions, history_path
@@ -30,7 +30,7 @@ from code_puppy.ui.keys import chat_key_bindings
 from code_puppy.ui.live import Live, Screen
 
 if TYPE_CHECKING:
-    from code_puppy.config import PermissionMode, Settings
+    from code_puppy.config import Settings
     from code_puppy.ui.approvals import Answer
     from code_puppy.ui.runtime import ChatRuntime
 
@@ -43,26 +43,12 @@ _BUSY_COMMANDS = frozenset({"help", "queue", "steer", "usage", "permissions", "e
 """Slash commands that make sense while a turn runs; the others wait for the prompt."""
 
 
-@dataclass(frozen=True)
-class ChatOptions:
-    project_root: Path
-    model: str | None = None
-    permission_mode: PermissionMode | None = None
-    allow: tuple[str, ...] = ()
-    max_requests: int | None = None
-    continue_last: bool = False
-    resume: str | None = None
-    no_mcp: bool = False
-    no_plugins: bool = False
-    debug: bool = False
-
-
-def run_chat(options: ChatOptions) -> int:
+def run_chat(options: RunOptions) -> int:
     """Show the prompt, then load config, model, session and agent behind it (a bad config: exit 2 after all)."""
     return asyncio.run(Chat(options).run())
 
 
-def _load_heavy(options: ChatOptions) -> tuple[Settings, str]:
+def _load_heavy(options: RunOptions) -> tuple[Settings, str]:
     """In a worker thread: the runtime's imports (pydantic-ai and the rest), the config and the model's name."""
     import importlib
 
@@ -83,7 +69,7 @@ class Approval:
 
 
 class Chat:
-    def __init__(self, options: ChatOptions) -> None:
+    def __init__(self, options: RunOptions) -> None:
         from code_puppy.ui.slash import register_builtins
 
         self.options = options

@@ -1,0 +1,24 @@
+"""`RunOptions`: what the command line asked of a session, the same for the chat and a headless run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the chat imports this before pydantic is loaded
+    from code_puppy.config import PermissionMode
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunOptions:
+    project_root: Path
+    model: str | None = None
+    permission_mode: PermissionMode | None = None
+    allow: tuple[str, ...] = ()
+    max_requests: int | None = None
+    continue_last: bool = False
+    resume: str | None = None
+    no_mcp: bool = False
+    no_plugins: bool = False
+    debug: bool = False
