@@ -7,10 +7,11 @@ import subprocess
 import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
 
 import pytest
 from pydantic_ai import models
+
+from tests.fake_llm import FakeLLMServer
 
 models.ALLOW_MODEL_REQUESTS = False
 
@@ -60,20 +61,10 @@ def run_cli(
 
 
 @pytest.fixture
-def server(code_puppy_home: Path) -> Iterator[Any]:
+def server(code_puppy_home: Path) -> Iterator[FakeLLMServer]:
     """A fake OpenAI-compatible server, configured in config.toml as the default model `fake`."""
-    from tests.fake_llm import FakeLLMServer
-
     with FakeLLMServer() as fake:
         (code_puppy_home / "config.toml").write_text(
             f'model = "fake"\n[models.fake]\nname = "fake-model"\nbase_url = "{fake.base_url}"\n'
         )
         yield fake
-
-
-@pytest.fixture
-def fake_llm() -> Iterator[object]:
-    from tests.fake_llm import FakeLLMServer
-
-    with FakeLLMServer() as server:
-        yield server

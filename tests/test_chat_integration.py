@@ -7,7 +7,6 @@ records its hooks to a file; the MCP server is the real echo server over stdio.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -67,15 +66,6 @@ def register_commands(register):
         return f"woof woof: {text or 'nothing'}"
     register("woof", woof, "bark back (from the watcher plugin)")
 """
-
-
-@pytest.fixture
-def server(code_puppy_home: Path) -> Iterator[FakeLLMServer]:
-    with FakeLLMServer() as fake:
-        (code_puppy_home / "config.toml").write_text(
-            f'model = "fake"\n[models.fake]\nname = "fake-model"\nbase_url = "{fake.base_url}"\n'
-        )
-        yield fake
 
 
 @pytest.fixture

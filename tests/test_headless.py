@@ -19,16 +19,6 @@ from tests.fake_llm import FakeLLMServer, call, error, text, tool_calls
 RESULT_KEYS = {"session_id", "output", "status", "usage", "duration_ms", "error"}
 
 
-@pytest.fixture
-def server(code_puppy_home: Path) -> Any:
-    """A fake OpenAI-compatible server configured as the default model `fake`."""
-    with FakeLLMServer() as fake:
-        (code_puppy_home / "config.toml").write_text(
-            f'model = "fake"\n[models.fake]\nname = "fake-model"\nbase_url = "{fake.base_url}"\n'
-        )
-        yield fake
-
-
 def two_tools_then_answer(server: Any) -> None:
     server.script(
         tool_calls(call("read_file", {"path": "README.md"})),

@@ -10,21 +10,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
 from pydantic_ai.messages import ModelMessagesTypeAdapter, ModelRequest, ToolReturnPart, UserPromptPart
 
 from code_puppy.sessions.store import SqliteConversationStore
 from tests.conftest import CODE_PUPPY, run_cli
-from tests.fake_llm import FakeLLMServer, call, error, text, tool_calls
-
-
-@pytest.fixture
-def server(code_puppy_home: Path) -> Any:
-    with FakeLLMServer() as fake:
-        (code_puppy_home / "config.toml").write_text(
-            f'model = "fake"\n[models.fake]\nname = "fake-model"\nbase_url = "{fake.base_url}"\n'
-        )
-        yield fake
+from tests.fake_llm import call, error, text, tool_calls
 
 
 def headless_json(*args: str, cwd: Path) -> dict[str, Any]:

@@ -5,23 +5,11 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from tests.conftest import CODE_PUPPY, run_cli
 from tests.fake_llm import FakeLLMServer, text
-
-
-@pytest.fixture
-def server(code_puppy_home: Path) -> Iterator[FakeLLMServer]:
-    with FakeLLMServer() as fake:
-        (code_puppy_home / "config.toml").write_text(
-            f'model = "fake"\n[models.fake]\nname = "fake-model"\nbase_url = "{fake.base_url}"\n'
-        )
-        yield fake
 
 
 def user_messages(body: dict[str, Any]) -> list[str]:

@@ -18,15 +18,6 @@ CTRL_C, CTRL_D = "\x03", "\x04"
 
 
 @pytest.fixture
-def server(code_puppy_home: Path) -> Iterator[FakeLLMServer]:
-    with FakeLLMServer() as fake:
-        (code_puppy_home / "config.toml").write_text(
-            f'model = "fake"\n[models.fake]\nname = "fake-model"\nbase_url = "{fake.base_url}"\n'
-        )
-        yield fake
-
-
-@pytest.fixture
 def chat(server: FakeLLMServer, project: Path) -> Iterator[PtyChat]:
     terminal = PtyChat(project)
     terminal.wait_for("session ")  # the toolbar names the session once the runtime has loaded
