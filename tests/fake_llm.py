@@ -47,6 +47,12 @@ class ToolCall:
     name: str
     args: dict[str, Any]
     id: str | None = None
+    raw_args: str | None = None
+    """The arguments exactly as sent, when they are not `args` as JSON: cut off, or malformed."""
+
+    @property
+    def arguments(self) -> str:
+        return self.raw_args if self.raw_args is not None else json.dumps(self.args)
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,8 @@ class ToolCalls:
     calls: tuple[ToolCall, ...]
     delay: float = 0.0
     chunk_delay: float = 0.0
+    stop: str | None = None
+    """Why the reply ended, when not because of the tool calls: `length` (the output limit) or `none` (no reason)."""
 
 
 @dataclass(frozen=True)
@@ -78,8 +86,13 @@ def call(name: str, args: dict[str, Any], id: str | None = None) -> ToolCall:
     return ToolCall(name, args, id)
 
 
-def tool_calls(*calls: ToolCall, delay: float = 0.0, chunk_delay: float = 0.0) -> ToolCalls:
-    return ToolCalls(calls, delay, chunk_delay)
+def tool_calls(*calls: ToolCall, delay: float = 0.0, chunk_delay: float = 0.0, stop: str | None = None) -> ToolCalls:
+    return ToolCalls(calls, delay, chunk_delay, stop)
+
+
+def cut_call(name: str, args: dict[str, Any], at: int, id: str | None = None) -> ToolCall:
+    """A call whose JSON arguments stop after `at` characters, as when the output limit cuts a reply off."""
+    return ToolCall(name, args, id, raw_args=json.dumps(args)[:at])
 
 
 def error(status: int, message: str, *, delay: float = 0.0) -> Error:
@@ -98,7 +111,8 @@ def step_from_json(data: dict[str, Any]) -> Step:
         case {"text": str(content)}:
             return Text(content, **timing)
         case {"tool_calls": list(calls)}:
-            return ToolCalls(tuple(ToolCall(c["name"], c.get("args", {}), c.get("id")) for c in calls), **timing)
+            parsed = tuple(ToolCall(c["name"], c.get("args", {}), c.get("id"), c.get("raw_args")) for c in calls)
+            return ToolCalls(parsed, stop=data.get("stop"), **timing)
         case {"error": int(status)}:
             return Error(status, data.get("message", "fake server error"), data.get("delay", 0.0))
     raise ValueError(f"unknown script step: {data!r}")
@@ -123,12 +137,18 @@ class _Turn:
     request: RecordedRequest
     text: str | None
     calls: list[ToolCall]
+    stop: str | None = None
 
     @classmethod
     def of(cls, index: int, request: RecordedRequest, step: Text | ToolCalls) -> _Turn:
         if isinstance(step, Text):
             return cls(index, request, step.content, [])
-        return cls(index, request, None, [replace(c, id=c.id or f"call_{index}_{i}") for i, c in enumerate(step.calls)])
+        calls = [replace(c, id=c.id or f"call_{index}_{i}") for i, c in enumerate(step.calls)]
+        return cls(index, request, None, calls, step.stop)
+
+    def finish_reason(self, natural: str, length: str) -> str | None:
+        """The protocol's stop reason: `natural` unless the script says the reply was cut off or gave none."""
+        return {None: natural, "length": length, "none": None}.get(self.stop, self.stop)
 
     @property
     def model(self) -> str:
@@ -138,7 +158,7 @@ class _Turn:
 def _output_tokens(step: Text | ToolCalls) -> int:
     if isinstance(step, Text):
         return len(step.content) // 4 + 1
-    return sum(len(c.name) + len(json.dumps(c.args)) for c in step.calls) // 4 + 1
+    return sum(len(c.name) + len(c.arguments) for c in step.calls) // 4 + 1
 
 
 def _pieces(s: str) -> list[str]:
@@ -177,10 +197,10 @@ def _chat_response(turn: _Turn) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": turn.text}
     if turn.calls:
         message["tool_calls"] = [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.args)}}
-            for c in turn.calls
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in turn.calls
         ]
-    choice = dict(index=0, message=message, finish_reason="tool_calls" if turn.calls else "stop", logprobs=None)
+    finish_reason = turn.finish_reason("tool_calls" if turn.calls else "stop", "length")
+    choice = dict(index=0, message=message, finish_reason=finish_reason, logprobs=None)
     base = dict(id=f"chatcmpl-{turn.index}", object="chat.completion", created=CREATED, model=turn.model)
     return base | {"choices": [choice], "usage": _chat_usage(turn)}
 
@@ -197,9 +217,9 @@ def _chat_events(turn: _Turn) -> Iterator[bytes]:
     for i, c in enumerate(turn.calls):
         function = {"name": c.name, "arguments": ""}
         yield chunk({"tool_calls": [{"index": i, "id": c.id, "type": "function", "function": function}]})
-        for piece in _pieces(json.dumps(c.args)):
+        for piece in _pieces(c.arguments):
             yield chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]})
-    yield chunk({}, "tool_calls" if turn.calls else "stop")
+    yield chunk({}, turn.finish_reason("tool_calls" if turn.calls else "stop", "length"))
     if (turn.request.body.get("stream_options") or {}).get("include_usage"):
         yield _sse(base | {"choices": [], "usage": _chat_usage(turn)})
     yield _sse("[DONE]")
@@ -213,7 +233,7 @@ def _responses_output(turn: _Turn) -> list[dict[str, Any]]:
         content = dict(type="output_text", text=turn.text, annotations=[], logprobs=[])
         return [dict(type="message", id=f"msg_{turn.index}", role="assistant", status="completed", content=[content])]
     return [
-        dict(type="function_call", id=f"fc_{c.id}", call_id=c.id, name=c.name, arguments=json.dumps(c.args))
+        dict(type="function_call", id=f"fc_{c.id}", call_id=c.id, name=c.name, arguments=c.arguments)
         | {"status": "completed"}
         for c in turn.calls
     ]
@@ -290,7 +310,7 @@ def _messages_response(turn: _Turn) -> dict[str, Any]:
         role="assistant",
         model=turn.model,
         content=content,
-        stop_reason="tool_use" if turn.calls else "end_turn",
+        stop_reason=turn.finish_reason("tool_use" if turn.calls else "end_turn", "max_tokens"),
         stop_sequence=None,
         usage=usage,
     )
@@ -305,7 +325,8 @@ def _messages_events(turn: _Turn) -> Iterator[bytes]:
             deltas = [{"type": "text_delta", "text": piece} for piece in _pieces(block["text"])]
         else:
             start = block | {"input": {}}
-            deltas = [{"type": "input_json_delta", "partial_json": p} for p in _pieces(json.dumps(block["input"]))]
+            arguments = next(c.arguments for c in turn.calls if c.id == block["id"])
+            deltas = [{"type": "input_json_delta", "partial_json": p} for p in _pieces(arguments)]
         yield _typed_event("content_block_start", index=index, content_block=start)
         for delta in deltas:
             yield _typed_event("content_block_delta", index=index, delta=delta)

@@ -13,13 +13,13 @@ from pydantic_ai.capabilities import HandleDeferredToolCalls, LocalWorkspace, Re
 from pydantic_ai.models import Model
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, RunContext, ToolDenied
 from pydantic_ai_harness.filesystem import FileSystem
-from pydantic_ai_harness.repair_tool_arguments import RepairToolArguments
 from pydantic_ai_harness.repo_context import RepoContext
 from pydantic_ai_harness.shell import LLM_API_KEY_ENV_PATTERNS, MAX_FOREGROUND_WAIT, Shell
 from pydantic_ai_harness.subagents import SubAgents
 from pydantic_ai_harness.tool_output_limits import Band, ToolOutputLimits, Truncate
 
 from code_puppy.agents.compaction import PersistentCompaction, compaction_strategy
+from code_puppy.agents.cut_off_calls import CutOffCalls
 from code_puppy.agents.history_persistence import DurableHistory, HistoryPersistence
 from code_puppy.agents.history_processors import HistoryRevision, resolve_history_processing
 from code_puppy.agents.instructions import build_instructions
@@ -124,7 +124,7 @@ def build_pydantic_agent(
             SubAgents(include_self=True, agent_folders=None),
             McpServers(settings.mcp_servers, project_root=root),
             TruncatedToolOutputs(bands=[Band(over=MAX_OUTPUT_CHARS, action=Truncate(max_chars=MAX_OUTPUT_CHARS))]),
-            RepairToolArguments(),
+            CutOffCalls(),
             *(plugins.capabilities if plugins is not None else []),
             # Approvals: the user answers while the run waits (RequestInput); with nobody to ask, the safety net
             # denies with a reason instead of ending the run with DeferredToolRequests output.

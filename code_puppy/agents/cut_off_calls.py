@@ -1,0 +1,101 @@
+"""`CutOffCalls`: a tool call whose arguments were cut off never runs a tool that changes anything."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import json_repair
+from pydantic_ai import RunContext, ToolDefinition
+from pydantic_ai.capabilities import AbstractCapability, RawToolArgs
+from pydantic_ai.exceptions import ToolFailed
+from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
+from pydantic_ai_harness.filesystem import READ_ONLY_TOOL_NAMES
+
+READ_ONLY_TOOLS = frozenset({*READ_ONLY_TOOL_NAMES, "check_command"})
+"""Built-in tools that change nothing, whatever their arguments: a cut-off call to one of them may still run."""
+
+
+@dataclass
+class CutOffCalls(AbstractCapability[Any]):
+    """Repairs malformed tool-call JSON where nothing can be lost, and refuses calls that were cut off.
+
+    A call is cut off when the response that made it stopped on the output limit (finish reason `length`), or when
+    its arguments end inside a string, object or array (a stream that ended mid-arguments). Closing such JSON would
+    run the tool with whatever prefix arrived: `write_file` with half its content replaces the whole file. So a
+    cut-off call to a tool that can change anything (an edit, a command, an MCP tool not marked read-only) fails
+    with a result asking the model to send it again, smaller; a read-only tool's call is repaired and runs. Other
+    malformed JSON (a trailing comma, a code fence around it) is repaired with `json-repair`, as the harness's
+    `RepairToolArguments` does.
+    """
+
+    @classmethod
+    def get_serialization_name(cls) -> str | None:
+        return None
+
+    async def before_tool_validate(
+        self, ctx: RunContext[Any], *, call: ToolCallPart, tool_def: ToolDefinition, args: RawToolArgs
+    ) -> RawToolArgs:
+        raw = args if isinstance(args, str) else None
+        valid = raw is None or _parses(raw)
+        cut_by_limit = _stopped_on_length(ctx.messages, call.tool_call_id)
+        if (cut_by_limit or (raw is not None and ends_inside_json(raw))) and not is_read_only(tool_def):
+            why = "it hit the output token limit" if cut_by_limit else "its arguments end mid-JSON"
+            raise ToolFailed(
+                f"Your `{call.tool_name}` call was cut off ({why}), so it was not run and nothing changed. "
+                "Send it again, smaller: split a large file into several writes or make a smaller edit."
+            )
+        if valid or raw is None:
+            return args
+        try:
+            return json_repair.repair_json(raw, skip_json_loads=True, ensure_ascii=False)
+        except (ValueError, RecursionError):
+            return args
+
+
+def is_read_only(tool_def: ToolDefinition) -> bool:
+    """Whether a tool changes nothing: a built-in reader, or an MCP tool its server marks `readOnlyHint`."""
+    if tool_def.name in READ_ONLY_TOOLS:
+        return True
+    annotations = (tool_def.metadata or {}).get("annotations")
+    return isinstance(annotations, dict) and annotations.get("readOnlyHint") is True  # pyright: ignore[reportUnknownMemberType]
+
+
+def ends_inside_json(text: str) -> bool:
+    """Whether JSON text stops inside a string, object or array: what a reply cut off mid-arguments leaves."""
+    depth = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "{[":
+            depth += 1
+        elif char in "}]":
+            depth -= 1
+    return in_string or depth > 0
+
+
+def _parses(text: str) -> bool:
+    try:
+        json.loads(text)
+    except (ValueError, RecursionError):
+        return False
+    return True
+
+
+def _stopped_on_length(messages: Sequence[ModelMessage], tool_call_id: str) -> bool:
+    for message in reversed(messages):
+        if isinstance(message, ModelResponse) and any(
+            isinstance(part, ToolCallPart) and part.tool_call_id == tool_call_id for part in message.parts
+        ):
+            return message.finish_reason == "length"
+    return False
