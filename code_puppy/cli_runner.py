@@ -17,7 +17,11 @@ from pydantic_ai.messages import ModelMessage
 from pydantic_ai.usage import RunUsage, UsageLimits
 
 from code_puppy.agents.builder import build_pydantic_agent
-from code_puppy.agents.history_persistence import persist_checkpoint, persist_result_history
+from code_puppy.agents.history_persistence import (
+    persist_checkpoint,
+    persist_result_history,
+    recover_interrupted_turn,
+)
 from code_puppy.agents.history_validation import HistoryProcessingError
 from code_puppy.agents.steering import SteeringInbox, accepting_steers, held_steers
 from code_puppy.config import data_dir, load_settings
@@ -112,6 +116,8 @@ def run_headless(options: HeadlessOptions) -> int:
                 continue_last=options.continue_last,
                 resume=options.resume,
             )
+            if recovered := await recover_interrupted_turn(session):
+                print(f"code-puppy: note: {recovered}", file=sys.stderr)
             await plugins.startup(settings)
             try:
                 inbox = SteeringInbox()

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -58,6 +59,28 @@ def run_cli(
         text=True,
         timeout=timeout,
     )
+
+
+def start_cli(*args: str, cwd: Path, env: Mapping[str, str] | None = None) -> subprocess.Popen[str]:
+    """Start the installed `code-puppy` in the background, stdin closed, stdout and stderr captured."""
+    return subprocess.Popen(
+        [str(CODE_PUPPY), *args],
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_for(condition: Callable[[], object], *, timeout: float = 20, what: str = "the condition") -> None:
+    """Poll `condition` until it is true; fail the test after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.05)
 
 
 @pytest.fixture

@@ -26,6 +26,7 @@ from code_puppy.agents.instructions import build_instructions
 from code_puppy.agents.mcp_servers import McpServers, referenced_variables
 from code_puppy.agents.permissions import PermissionPolicy
 from code_puppy.agents.steering import Steering, SteeringInbox
+from code_puppy.agents.turn_journal import TurnJournal
 from code_puppy.agents.user_history_processor import UserHistoryProcessor
 from code_puppy.config import PermissionMode, Settings
 from code_puppy.plugins.host import AgentHooks
@@ -133,7 +134,9 @@ def build_pydantic_agent(
             # request as every capability above left it, and what they accept becomes the run's history.
             UserHistoryProcessor(processing.processors, condition=processing.condition, revision=revision),
             PersistentCompaction(compaction_strategy(settings.history.compaction), revision=revision),
-            # The only after_run implementer, so its position is inert; it sits last as the run's final custodian.
+            # Custody of the run: step by step while it runs, then its whole transcript once it succeeds. The only
+            # after_run implementer, so its position is inert; it sits last as the run's final custodian.
+            *([TurnJournal(history)] if isinstance(history, Session) else []),
             HistoryPersistence(history),
         ],
         # A coding model often misses a path or an edit anchor twice in a row; pydantic-ai's default of one

@@ -5,7 +5,9 @@ Every successful run of the main conversation reaches the durable history twice,
 2. `persist_result_history`, called by every loop once the run has ended and `agent_run_end` observers ran.
 Both write `list(result.all_messages())` unconditionally; the store appends only what it lacks, so the second
 write costs a transaction and undoes any history change an observer made in between. Runs that do not succeed
-reach it through `persist_checkpoint`. No other code sets the durable history.
+reach it through `persist_checkpoint`. A run whose process died without either left its steps in the session's
+journal (agents/turn_journal.py); `recover_interrupted_turn` makes them the history on the session's next start.
+No other code sets the durable history.
 """
 
 from __future__ import annotations
@@ -19,8 +21,18 @@ from typing import Any, Protocol
 from pydantic_ai import RunContext
 from pydantic_ai.agent import AgentRunResult
 from pydantic_ai.capabilities import AbstractCapability, WrapRunHandler
-from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart, repair_messages
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    ToolReturnPart,
+    UserPromptPart,
+    repair_messages,
+)
 from pydantic_ai.usage import RunUsage
+
+from code_puppy.sessions.runs import process_alive
+from code_puppy.sessions.session import Session
 
 
 class DurableHistory(Protocol):
@@ -103,3 +115,52 @@ async def persist_compacted_history(
 
 async def _write(agent: DurableHistory, result: AgentRunResult[Any]) -> None:
     await agent.set_message_history(list(result.all_messages()), run_id=result.run_id, run_usage=result.usage)
+
+
+async def recover_interrupted_turn(session: Session) -> str | None:
+    """Make the journaled steps of runs whose process died part of the session; the one-line note, or None.
+
+    Only journals whose process is gone count: a run in progress elsewhere looks exactly like an interrupted one. A
+    journal that continues the session as it is stored becomes its history; one whose session was saved by another
+    process after the run began is recovered as a new session instead, so that neither history overwrites the
+    other. Dangling tool calls are repaired as a checkpoint's are.
+    """
+    journal = session.journal
+    if journal is None:
+        return None
+    notes: list[str] = []
+    for interrupted in journal.read(session.id):
+        if process_alive(interrupted.pid, interrupted.pid_started):
+            continue
+        run_id = f"recovered-{uuid.uuid4()}"
+        usage = RunUsage()
+        own = [message for message in interrupted.messages if message.run_id == interrupted.run_id]
+        for message in own:
+            if isinstance(message, ModelResponse):
+                usage = usage + message.usage
+                usage.requests += 1
+        steps = sum(
+            1
+            if isinstance(message, ModelResponse)
+            else sum(isinstance(p, UserPromptPart | ToolReturnPart) for p in message.parts)
+            for message in own
+        )
+        counted = f"{steps} step{'' if steps == 1 else 's'}"
+        record = await session.store.read_record(session.id)
+        if (record.head_id if record is not None else None) == interrupted.base_head:
+            messages = interrupted.messages if interrupted.snapshot else [*session.messages, *interrupted.messages]
+            await session.set_message_history(repair_messages(messages), run_id=run_id, run_usage=usage)
+            notes.append(f"recovered an interrupted turn: {counted}")
+        else:
+            base: list[ModelMessage] = []
+            if not interrupted.snapshot and interrupted.base_head is not None:
+                base = [entry.message for entry in await session.store.read_history(interrupted.base_head)]
+            elsewhere = await session.sibling()
+            history = repair_messages([*base, *interrupted.messages])
+            await elsewhere.set_message_history(history, run_id=run_id, run_usage=usage)
+            notes.append(
+                f"session {session.id[:8]} went on in another process after a turn of it was interrupted; "
+                f"that turn ({counted}) was recovered as session {elsewhere.id[:8]}"
+            )
+        journal.discard(interrupted.journal_id)
+    return "; ".join(notes) or None

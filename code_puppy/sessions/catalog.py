@@ -99,8 +99,8 @@ class SessionCatalog:
     """The sessions in a database: create, update, find, list and delete them.
 
     A save of a session's conversation updates its usage, message count, `updated_at` and, until it has one, its
-    title, in the same transaction: so create a session before its conversation's first save. Until that save,
-    `get` and `find` see the session but `recent` and `latest` don't.
+    title, in the same transaction: so create a session before its conversation's first save. Until that save or
+    the start of its first run's journal, `get` and `find` see the session but `recent` and `latest` don't.
     """
 
     def __init__(self, database: Database) -> None:
@@ -172,12 +172,15 @@ class SessionCatalog:
         return [_info(rows[0])] if rows and rows[0][0] == id_or_prefix else [_info(row) for row in rows]
 
     def recent(self, project_dir: Path | None = None, *, limit: int | None = None) -> list[SessionInfo]:
-        """The sessions of `project_dir`, or of every project, that have saved messages, most recently updated first."""
+        """The sessions of `project_dir`, or of every project, with saved messages or a journaled turn (a prompt was
+        submitted), most recently updated first."""
         project = None if project_dir is None else str(project_dir.resolve())
         with self._database.read() as db:
             rows = db.execute(
                 f"""
-                SELECT {_COLUMNS} FROM sessions WHERE message_count > 0 AND (:project IS NULL OR project_dir = :project)
+                SELECT {_COLUMNS} FROM sessions
+                WHERE (message_count > 0 OR id IN (SELECT session_id FROM journals))
+                    AND (:project IS NULL OR project_dir = :project)
                 ORDER BY updated_at DESC, created_at DESC, id DESC LIMIT :limit
                 """,
                 {"project": project, "limit": -1 if limit is None else limit},

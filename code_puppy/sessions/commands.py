@@ -25,6 +25,7 @@ from pydantic_ai.messages import (
 from code_puppy.agents.history_groups import describe_groups
 
 from .catalog import SessionInfo
+from .journal import Journal
 from .session import find_session
 from .store import SqliteConversationStore
 
@@ -59,6 +60,16 @@ def show_session(store: SqliteConversationStore, id_or_prefix: str, out: TextIO,
         print(f"cache epoch {info.cache_epoch} · history version {info.history_version}", file=out)
     for line in describe_groups(messages) if groups else transcript(messages):
         print(line, file=out)
+    if groups:
+        return
+    for interrupted in Journal(store.database).read(info.id):
+        print(
+            "\n-- a turn that did not finish (journaled, not yet part of the history; "
+            "it is recovered when the session is next continued, unless it is still running) --",
+            file=out,
+        )
+        for line in transcript(interrupted.messages):
+            print(line, file=out)
 
 
 def transcript(messages: Sequence[ModelMessage]) -> list[str]:

@@ -41,15 +41,15 @@ def process_started(pid: int) -> str | None:
     return stat.rsplit(")", 1)[1].split()[19]
 
 
-def is_alive(run: RunningRun) -> bool:
-    """Whether the registering process still runs: its pid exists and, where knowable, is the same process."""
+def process_alive(pid: int, started: str | None) -> bool:
+    """Whether process `pid` exists and, where knowable, is the one that started at `started`, not a later one."""
     try:
-        os.kill(run.pid, 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         pass  # someone else's process holds the pid now, or ours under another user: alive either way
-    return run.pid_started is None or process_started(run.pid) in (None, run.pid_started)
+    return started is None or process_started(pid) in (None, started)
 
 
 class RunRegistry:
@@ -97,7 +97,7 @@ class RunRegistry:
                 },
             ).fetchall()
         runs = [RunningRun(*row) for row in rows]
-        stale = [run for run in runs if not is_alive(run)]
+        stale = [run for run in runs if not process_alive(run.pid, run.pid_started)]
         if stale:
             with self._database.write() as db:
                 for run in stale:

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
-__all__ = ("MIGRATIONS", "Database", "Migration", "delete_conversation", "migrate", "timestamp")
+__all__ = ("MIGRATIONS", "Database", "Migration", "delete_conversation", "discard_journal", "migrate", "timestamp")
 
 Migration = Callable[[sqlite3.Connection], None]
 """A schema change, recorded in `schema_migrations` under its function's name once applied."""
@@ -100,7 +100,38 @@ def m003_running_runs(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX steers_pending ON steers (session_id, status)")
 
 
-MIGRATIONS: list[Migration] = [m001_conversations, m002_sessions, m003_running_runs]
+def m004_journal(db: sqlite3.Connection) -> None:
+    # The steps of runs in progress (sessions/journal.py): one journal per run, keyed by the process running it, so
+    # that two processes running one session never touch each other's; its rows in order.
+    db.execute(
+        """
+        CREATE TABLE journals (
+            id INTEGER PRIMARY KEY,
+            session_id TEXT NOT NULL,
+            run_id TEXT,
+            base_head TEXT,
+            snapshot INTEGER NOT NULL DEFAULT 0,
+            pid INTEGER NOT NULL,
+            pid_started TEXT,
+            started_at TEXT NOT NULL
+        )
+        """
+    )
+    db.execute("CREATE INDEX journals_session ON journals (session_id, pid)")
+    db.execute(
+        """
+        CREATE TABLE journal_entries (
+            id INTEGER PRIMARY KEY,
+            journal_id INTEGER NOT NULL REFERENCES journals (id) ON DELETE CASCADE,
+            pending INTEGER NOT NULL,
+            message TEXT NOT NULL
+        )
+        """
+    )
+    db.execute("CREATE INDEX journal_entries_journal ON journal_entries (journal_id, pending, id)")
+
+
+MIGRATIONS: list[Migration] = [m001_conversations, m002_sessions, m003_running_runs, m004_journal]
 """Applied in order; append new ones, never edit or reorder applied ones."""
 
 
@@ -173,10 +204,21 @@ class Database:
             yield self._connection
 
     @contextmanager
-    def write(self) -> Generator[sqlite3.Connection]:
-        """The connection inside a write transaction, committed on exit and rolled back on an exception."""
-        with self._lock, _transaction(self._connection) as db:
-            yield db
+    def write(self, *, durable: bool = True) -> Generator[sqlite3.Connection]:
+        """The connection inside a write transaction, committed on exit and rolled back on an exception.
+
+        `durable=False` commits without syncing the log to disk: the write survives a killed process but not a
+        power cut, and costs no fsync (the journal's steps).
+        """
+        with self._lock:
+            if not durable:
+                self._connection.execute("PRAGMA synchronous = NORMAL")
+            try:
+                with _transaction(self._connection) as db:
+                    yield db
+            finally:
+                if not durable:
+                    self._connection.execute("PRAGMA synchronous = FULL")
 
     def close(self) -> None:
         with self._lock:
@@ -188,6 +230,7 @@ def delete_conversation(db: sqlite3.Connection, conversation_id: str) -> bool:
 
     Call it inside a write transaction. Returns whether there was a record or a session row to delete.
     """
+    discard_journal(db, conversation_id)
     row = db.execute("DELETE FROM conversations WHERE id = ? RETURNING family", (conversation_id,)).fetchone()
     deleted = row is not None
     deleted |= db.execute("DELETE FROM sessions WHERE id = ?", (conversation_id,)).rowcount > 0
@@ -210,3 +253,9 @@ def delete_conversation(db: sqlite3.Connection, conversation_id: str) -> bool:
             {"family": row[0]},
         )
     return deleted
+
+
+def discard_journal(db: sqlite3.Connection, session_id: str, *, pid: int | None = None) -> None:
+    """Delete the journals (sessions/journal.py) of a session that process `pid` (default: every process) wrote,
+    inside the transaction that saves or deletes the session."""
+    db.execute("DELETE FROM journals WHERE session_id = ? AND (? IS NULL OR pid = ?)", (session_id, pid, pid))

@@ -14,6 +14,7 @@ from pydantic_ai.usage import RunUsage
 from code_puppy.config import ConfigError
 
 from .catalog import SessionInfo
+from .journal import Journal
 from .store import SqliteConversationStore
 
 
@@ -70,6 +71,21 @@ class Session:
             total = total + usage
         return total
 
+    @property
+    def journal(self) -> Journal | None:
+        """Where this session's runs journal their steps; None for a session kept only in memory."""
+        return Journal(self.store.database) if isinstance(self.store, SqliteConversationStore) else None
+
+    def begin_run(self, journal: Journal, run_id: str | None, prompt: ModelMessage | None) -> int:
+        """A run of this session starts: it is listed from now on; the id of its journal, begun with `prompt`."""
+        self._create_row()
+        return journal.begin(self.id, run_id, prompt)
+
+    async def sibling(self) -> Session:
+        """A new, empty session of the same project and model, in the same store."""
+        assert isinstance(self.store, SqliteConversationStore) and self.project_dir is not None
+        return await Session.start(self.store, self.project_dir, model=self.model)
+
     @classmethod
     def in_memory(cls) -> Session:
         """A session kept only in memory, for agents built without a session store."""
@@ -111,9 +127,7 @@ class Session:
             self._run_usage[run_id] = run_usage
         self.conversation.messages = list(messages)
         self.conversation.usage = self.usage
-        if self._before_first_save is not None:
-            self._before_first_save()
-            self._before_first_save = None
+        self._create_row()
         try:
             await self.store.save(self.conversation)
         except ConversationConflict:
@@ -123,8 +137,15 @@ class Session:
             self.store.sessions.update(self.id, cache_epoch=revision[0], history_version=revision[1])
             self._stored_revision = revision
 
+    def _create_row(self) -> None:
+        if self._before_first_save is not None:
+            self._before_first_save()
+            self._before_first_save = None
+
     async def _move_to_new_session(self) -> None:
         old_id = self.id
+        if (journal := self.journal) is not None:
+            journal.discard_own(old_id)  # the run ended in this save, which goes on under the new id
         catalog = self.store.sessions if isinstance(self.store, SqliteConversationStore) else None
         new_id = new_session_id()
         if catalog is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
@@ -16,15 +17,15 @@ from pydantic_ai.conversation_store import (
 from pydantic_ai.messages import ModelMessage
 
 from .catalog import SessionCatalog, record_save
-from .schema import Database, delete_conversation, timestamp
+from .schema import Database, delete_conversation, discard_journal, timestamp
 
-__all__ = ("SqliteConversationStore",)
+__all__ = ("SqliteConversationStore", "message_adapter")
 
 _record_adapter = TypeAdapter(ConversationRecord)
-# The settings of `ModelMessagesTypeAdapter`, for one message: a stored row is exactly one item of its list.
-_message_adapter: TypeAdapter[ModelMessage] = TypeAdapter(
+message_adapter: TypeAdapter[ModelMessage] = TypeAdapter(
     ModelMessage, config=ConfigDict(defer_build=True, ser_json_bytes="base64", val_json_bytes="base64")
 )
+"""The settings of `ModelMessagesTypeAdapter`, for one message: a stored row is exactly one item of its list."""
 
 
 class SqliteConversationStore(ConversationStore):
@@ -80,7 +81,7 @@ class SqliteConversationStore(ConversationStore):
     ) -> None:
         conversation_id = record.conversation_id
         # Serialized before the write lock is taken, so other processes wait only for the SQL.
-        messages = [_message_adapter.dump_json(entry.message).decode() for entry in new_entries]
+        messages = [message_adapter.dump_json(entry.message).decode() for entry in new_entries]
         record_json = _record_adapter.dump_json(record).decode()
         with self.database.write() as db:
             stored = db.execute(
@@ -133,6 +134,8 @@ class SqliteConversationStore(ConversationStore):
                 message_count=depths[record.head_id],
                 new_messages=[entry.message for entry in new_entries],
             )
+            # The run of this process that journaled its steps has ended in this save.
+            discard_journal(db, conversation_id, pid=os.getpid())
 
     async def delete_record(self, conversation_id: str, *, expected_revision: str) -> None:
         with self.database.write() as db:
@@ -146,7 +149,7 @@ class SqliteConversationStore(ConversationStore):
             row = db.execute("SELECT id, parent_id, message FROM entries WHERE id = ?", (entry_id,)).fetchone()
         if row is None:
             raise KeyError(entry_id)
-        return ConversationEntry(id=row[0], parent_id=row[1], message=_message_adapter.validate_json(row[2]))
+        return ConversationEntry(id=row[0], parent_id=row[1], message=message_adapter.validate_json(row[2]))
 
     async def read_history(self, head_id: str | None, *, limit: int | None = None) -> list[ConversationEntry]:
         if head_id is None or limit == 0:
@@ -169,6 +172,6 @@ class SqliteConversationStore(ConversationStore):
             # The head, or an entry on the way, is gone: a concurrent delete released it.
             raise KeyError(head_id)
         return [
-            ConversationEntry(id=entry_id, parent_id=parent_id, message=_message_adapter.validate_json(message))
+            ConversationEntry(id=entry_id, parent_id=parent_id, message=message_adapter.validate_json(message))
             for entry_id, parent_id, message in rows
         ]

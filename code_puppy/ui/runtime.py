@@ -15,6 +15,7 @@ from pydantic_ai.models import Model
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults
 
 from code_puppy.agents.builder import build_pydantic_agent
+from code_puppy.agents.history_persistence import recover_interrupted_turn
 from code_puppy.agents.permissions import PermissionPolicy
 from code_puppy.agents.steering import SteeringInbox, accepting_steers, held_steers
 from code_puppy.cli_runner import TurnOutcome, open_store, run_turn
@@ -55,6 +56,8 @@ class ChatRuntime:
     """The chat's plugins: started when the chat loads, shut down when it closes."""
     agent: Agent[None, str] = field(init=False)
     policy: PermissionPolicy = field(init=False)
+    recovered: str | None = field(default=None, init=False)
+    """The note about an interrupted turn the last resume recovered, until shown."""
 
     def __post_init__(self) -> None:
         self.registry = RunRegistry(self.store.database)
@@ -93,6 +96,7 @@ class ChatRuntime:
             store.close()
             raise
         runtime = cls(project_root, settings, model_name, model, store, session, confirm, plugins=plugins, **options)
+        runtime.recovered = await recover_interrupted_turn(session)
         await runtime.agent.__aenter__()
         return runtime
 
@@ -169,6 +173,7 @@ class ChatRuntime:
     async def resume(self, id_or_prefix: str) -> None:
         info = find_session(self.store, id_or_prefix)
         self.session = await Session.resume(self.store, info, model=self.model_name)
+        self.recovered = await recover_interrupted_turn(self.session)
         await self._rebuild(keep_allowed=False)
 
     def context_used(self) -> str:

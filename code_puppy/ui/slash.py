@@ -235,3 +235,6 @@ def show_resumed(chat: Chat) -> None:
         Text(f"resumed session {runtime.session.id[:8]} · {len(runtime.session.messages)} messages", style="bold"),
         *(Text(line[:200], style="dim") for line in lines[-8:]),
     )
+    if runtime.recovered:
+        chat.screen.print(Text(runtime.recovered, style="yellow"))
+        runtime.recovered = None

@@ -1,0 +1,141 @@
+"""The journal of a run in progress: what a process that died mid-turn leaves for the next start to recover.
+
+A run writes its journal step by step (`TurnJournal`, agents/turn_journal.py): when it starts, its prompt; after
+each model request, the request and the response; as each tool finishes, its result. Every write is one small
+append-only transaction without an fsync (a killed process loses nothing the OS has; only a power cut can take
+the last steps), so a step costs well under a millisecond. A process's save of a session's conversation deletes
+that process's journals of the session in the same transaction, so a run that ends (a success through
+`HistoryPersistence`, anything else through its checkpoint) leaves none; a journal found later whose process is gone
+belongs to a process that died without either.
+
+A journal's rows are `message` rows, the run's own messages in order (its history from where it started, or the
+whole history once the run rewrote it: `snapshot`), and `pending` rows: a prompt or tool result not yet part of
+those messages.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from pydantic_ai.messages import ModelMessage
+
+from .catalog import title_of
+from .runs import process_started
+from .schema import Database, discard_journal, timestamp
+from .store import message_adapter
+
+__all__ = ("InterruptedTurn", "Journal")
+
+
+@dataclass(frozen=True)
+class InterruptedTurn:
+    """A journal: the steps one run completed before its process stopped (or so far, if it still runs)."""
+
+    journal_id: int
+    session_id: str
+    run_id: str | None
+    """The run that journaled; its own messages carry this `run_id`."""
+    base_head: str | None
+    """The conversation entry the run started from; the journal continues the session only while it still ends there."""
+    snapshot: bool
+    """Whether `messages` are the whole history (the run rewrote it) rather than what follows `base_head`."""
+    messages: list[ModelMessage]
+    """The journaled messages, pending ones (an unanswered prompt, finished tool results) last."""
+    pid: int
+    pid_started: str | None
+
+
+class Journal:
+    """The `journals` and `journal_entries` tables of one sessions database."""
+
+    def __init__(self, database: Database) -> None:
+        self._database = database
+
+    def begin(self, session_id: str, run_id: str | None, prompt: ModelMessage | None) -> int:
+        """A run of `session_id` starts in this process: a journal holding its prompt (pending); the journal's id.
+
+        The session is listed from now on (`SessionCatalog.recent`), under its prompt as title if it has none yet.
+        """
+        pid = os.getpid()
+        now = timestamp(datetime.now(UTC))
+        with self._database.write(durable=False) as db:
+            head = db.execute("SELECT head_id FROM conversations WHERE id = ?", (session_id,)).fetchone()
+            (journal_id,) = db.execute(
+                """
+                INSERT INTO journals (session_id, run_id, base_head, pid, pid_started, started_at)
+                VALUES (?, ?, ?, ?, ?, ?) RETURNING id
+                """,
+                (session_id, run_id, head[0] if head else None, pid, process_started(pid), now),
+            ).fetchone()
+            if prompt is not None:
+                _insert(db, journal_id, [prompt], pending=True)
+            db.execute(
+                "UPDATE sessions SET updated_at = ?, title = CASE WHEN title = '' THEN ? ELSE title END WHERE id = ?",
+                (now, title_of([prompt] if prompt else []), session_id),
+            )
+        return int(journal_id)
+
+    def append(self, journal_id: int, messages: Sequence[ModelMessage], *, snapshot: bool = False) -> None:
+        """Add the run's next messages (pending rows are superseded); `snapshot` replaces every row with them."""
+        with self._database.write(durable=False) as db:
+            if snapshot:
+                db.execute("DELETE FROM journal_entries WHERE journal_id = ?", (journal_id,))
+                db.execute("UPDATE journals SET snapshot = 1 WHERE id = ?", (journal_id,))
+            else:
+                db.execute("DELETE FROM journal_entries WHERE journal_id = ? AND pending = 1", (journal_id,))
+            _insert(db, journal_id, messages, pending=False)
+
+    def pending(self, journal_id: int, message: ModelMessage) -> None:
+        """A step finished that is not yet part of the run's messages (a tool result)."""
+        with self._database.write(durable=False) as db:
+            _insert(db, journal_id, [message], pending=True)
+
+    def read(self, session_id: str) -> list[InterruptedTurn]:
+        """The session's journals, oldest first."""
+        with self._database.read() as db:
+            headers = db.execute(
+                """
+                SELECT id, run_id, base_head, snapshot, pid, pid_started FROM journals
+                WHERE session_id = ? ORDER BY started_at, id
+                """,
+                (session_id,),
+            ).fetchall()
+            rows = {
+                journal_id: db.execute(
+                    "SELECT message FROM journal_entries WHERE journal_id = ? ORDER BY pending, id", (journal_id,)
+                ).fetchall()
+                for journal_id, *_ in headers
+            }
+        return [
+            InterruptedTurn(
+                journal_id=journal_id,
+                session_id=session_id,
+                run_id=run_id,
+                base_head=base_head,
+                snapshot=bool(snapshot),
+                messages=[message_adapter.validate_json(message) for (message,) in rows[journal_id]],
+                pid=pid,
+                pid_started=pid_started,
+            )
+            for journal_id, run_id, base_head, snapshot, pid, pid_started in headers
+        ]
+
+    def discard(self, journal_id: int) -> None:
+        with self._database.write() as db:
+            db.execute("DELETE FROM journals WHERE id = ?", (journal_id,))
+
+    def discard_own(self, session_id: str) -> None:
+        """Delete this process's journals of a session (its run went on under another session id)."""
+        with self._database.write() as db:
+            discard_journal(db, session_id, pid=os.getpid())
+
+
+def _insert(db: sqlite3.Connection, journal_id: int, messages: Sequence[ModelMessage], *, pending: bool) -> None:
+    db.executemany(
+        "INSERT INTO journal_entries (journal_id, pending, message) VALUES (?, ?, ?)",
+        [(journal_id, int(pending), message_adapter.dump_json(message).decode()) for message in messages],
+    )
