@@ -6,14 +6,14 @@ import asyncio
 import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic_ai import Agent, capture_run_messages
 from pydantic_ai.agent import AgentRun, AgentRunResult
-from pydantic_ai.exceptions import RunCancelled, UsageLimitExceeded
-from pydantic_ai.messages import ModelMessage
+from pydantic_ai.exceptions import RunCancelled, RunTimedOut, UsageLimitExceeded
+from pydantic_ai.messages import AgentStreamEvent, ModelMessage
 from pydantic_ai.usage import RunUsage, UsageLimits
 
 from code_puppy.agents.builder import build_pydantic_agent
@@ -23,6 +23,7 @@ from code_puppy.agents.history_persistence import (
     recover_interrupted_turn,
 )
 from code_puppy.agents.history_validation import HistoryProcessingError
+from code_puppy.agents.provider_retries import ProviderStalled
 from code_puppy.agents.steering import SteeringInbox, accepting_steers, held_steers
 from code_puppy.config import data_dir, load_settings
 from code_puppy.models import choose_model_name, resolve_model
@@ -43,6 +44,8 @@ class HeadlessOptions(RunOptions):
     """What the command line asked of one headless invocation."""
 
     prompt: str
+    timeout: float | None = None
+    """Seconds the whole invocation may take (`--timeout`); `[run] timeout` when not given."""
     output_format: str = "text"
     input_format: str = "text"
     """`stream-json`: further user messages arrive as JSON lines on stdin and steer the running turn."""
@@ -73,20 +76,52 @@ async def stream_run(
     handle: RunHandle | None = None,
     message_history: Sequence[ModelMessage] | None = None,
     usage_limits: UsageLimits | None = None,
+    timeout: float | None = None,
+    idle_timeout: float | None = None,
 ) -> AgentRunResult[str]:
-    """One run on `agent.iter()`, every stream event handed to `sink`; the sink is the only UI difference."""
+    """One run on `agent.iter()`, every stream event handed to `sink`; the sink is the only UI difference.
+
+    `timeout` bounds the whole run (pydantic-ai's `RunTimedOut`); `idle_timeout` bounds each silence of a model's
+    stream once it has started (`ProviderStalled`).
+    """
     handle = handle if handle is not None else RunHandle()
     with capture_run_messages() as captured:
         handle.captured = captured
-        async with agent.iter(prompt, message_history=message_history, usage_limits=usage_limits) as run:
+        async with agent.iter(
+            prompt, message_history=message_history, usage_limits=usage_limits, timeout=timeout
+        ) as run:
             handle.run = run
             async for node in run:
                 if Agent.is_model_request_node(node) or Agent.is_call_tools_node(node):
                     async with node.stream(run.ctx) as events:
-                        async for event in events:
+                        limited = events
+                        if idle_timeout is not None and Agent.is_model_request_node(node):
+                            limited = _without_long_silences(events, idle_timeout)
+                        async for event in limited:
                             sink.event(event)
             assert run.result is not None  # the loop only ends on End
             return run.result
+
+
+async def _without_long_silences(
+    events: AsyncIterable[AgentStreamEvent], seconds: float
+) -> AsyncIterator[AgentStreamEvent]:
+    """`events`, failing with `ProviderStalled` when the stream goes silent for `seconds` after its first event."""
+    iterator = aiter(events)
+    started = False
+    while True:
+        try:
+            if started:
+                async with asyncio.timeout(seconds):
+                    event = await anext(iterator)
+            else:
+                event = await anext(iterator)
+        except StopAsyncIteration:
+            return
+        except TimeoutError:
+            raise ProviderStalled(f"the model stopped streaming for {seconds:g} s ([run] idle_timeout)") from None
+        started = True
+        yield event
 
 
 def open_store() -> SqliteConversationStore:
@@ -144,6 +179,8 @@ def run_headless(options: HeadlessOptions) -> int:
                     plugins=plugins,
                     max_continuations=settings.plugins.max_continuations,
                     steers=steers,
+                    timeout=options.timeout or settings.run.timeout,
+                    idle_timeout=settings.run.idle_timeout,
                 )
             finally:
                 await plugins.shutdown()
@@ -177,12 +214,15 @@ async def run_turn(
     follow_up: FollowUp | None = None,
     max_continuations: int = 10,
     plugins: PluginHost | None = None,
+    timeout: float | None = None,
+    idle_timeout: float | None = None,
 ) -> TurnOutcome:
     """One user turn: the prompt's run, then the continuation loop's follow-up runs in the same session.
 
     Every run ends in the session: a successful one through `persist_result_history`, any other through a
     checkpoint of what it completed. A cancelled turn (Ctrl-C, SIGTERM) is checkpointed and returned, not raised.
-    `max_requests` bounds the whole turn; at most `max_continuations` follow-ups run.
+    `max_requests` and `timeout` (seconds) bound the whole turn; at most `max_continuations` follow-ups run;
+    `idle_timeout` bounds each silence of a model's stream.
 
     Plugin hooks, in order: `user_prompt_submit` (once; a block ends the turn with `PromptBlocked`, nothing sent or
     saved), then per run `agent_run_start`, the run, `agent_run_end` (after HistoryPersistence absorbed the run and
@@ -190,6 +230,7 @@ async def run_turn(
     run `turn_end`, whose first follow-up (else `follow_up`'s) is the next run's prompt.
     """
     hooks = plugins if plugins is not None else PluginHost(project_dir=Path.cwd())
+    deadline = None if timeout is None else time.monotonic() + timeout
     usage = RunUsage()
     result: AgentRunResult[str] | None = None
     runs = 0
@@ -200,6 +241,9 @@ async def run_turn(
             if remaining is not None and remaining <= 0:
                 spent = UsageLimitExceeded(f"the request limit of {max_requests} is spent")
                 return TurnOutcome(result, spent, usage, runs)
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return TurnOutcome(result, TimeoutError(f"{timeout:g} s"), usage, runs)
             sink.run_started(index)
             await hooks.agent_run_start(agent, prompt, session)
             handle = RunHandle()
@@ -212,6 +256,8 @@ async def run_turn(
                     handle=handle,
                     message_history=session.messages,
                     usage_limits=UsageLimits(request_limit=remaining),
+                    timeout=left,
+                    idle_timeout=idle_timeout,
                 )
             except (Exception, asyncio.CancelledError) as exc:
                 run_usage = handle.usage()
@@ -220,7 +266,8 @@ async def run_turn(
                     session, handle.completed_messages(exc), prompt=prompt, run_id=run_id, usage=run_usage
                 )
                 await hooks.agent_run_end(agent, None, exc, session)
-                return TurnOutcome(None, exc, usage + run_usage, runs)
+                error = TimeoutError(f"{timeout:g} s") if isinstance(exc, RunTimedOut) else exc
+                return TurnOutcome(None, error, usage + run_usage, runs)
             usage = usage + result.usage
             await hooks.agent_run_end(agent, result, None, session)
             await persist_result_history(session, result)
@@ -258,6 +305,8 @@ async def _headless(
     plugins: PluginHost,
     max_continuations: int,
     steers: Steers,
+    timeout: float | None,
+    idle_timeout: float,
 ) -> int:
     started = time.monotonic()
     sink.start(session.id)
@@ -283,6 +332,8 @@ async def _headless(
                     follow_up=held_steers(steers.inbox, sink.event),
                     plugins=plugins,
                     max_continuations=max_continuations,
+                    timeout=timeout,
+                    idle_timeout=idle_timeout,
                 )
             )
             steers.inbox.close()
@@ -338,6 +389,8 @@ def _report(session: Session, outcome: TurnOutcome, stopped_by: list[Status], st
         status, message = "error", f"prompt blocked by plugin {error.plugin}: {error.reason}"
     elif isinstance(error, UsageLimitExceeded):
         status, message = "limit", f"stopped by a limit: {error}"
+    elif isinstance(error, TimeoutError):
+        status, message = "limit", f"stopped by a limit: timeout ({error})"
     elif isinstance(error, HistoryProcessingError):  # the class says whether the output was invalid or it crashed
         status, message = "error", f"run failed: {type(error).__name__} {describe_error(error)}"
     else:

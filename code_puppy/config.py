@@ -68,6 +68,16 @@ class HistoryConfig(_Section):
     """A `module:callable` deciding, before every model request, whether the processors run."""
 
 
+class RunConfig(_Section):
+    timeout: float | None = Field(default=None, gt=0)
+    """Seconds a headless invocation may run in all (`--timeout`); unset: no limit. Exit 3 when it runs out."""
+    first_event_timeout: float = Field(default=300, gt=0)
+    """Seconds a model request may take to produce its first output: long enough for reasoning models and for
+    local models reading a long prompt. Retried, then the run fails."""
+    idle_timeout: float = Field(default=120, gt=0)
+    """Seconds a streaming response may go silent between two chunks once it has started; then the run fails."""
+
+
 class PluginsConfig(_Section):
     disabled: tuple[str, ...] = ()
     """Plugin names that are not loaded."""
@@ -146,6 +156,7 @@ class Settings(_Section):
     """Named model endpoints."""
     permissions: PermissionsConfig = PermissionsConfig()
     history: HistoryConfig = HistoryConfig()
+    run: RunConfig = RunConfig()
     plugins: PluginsConfig = PluginsConfig()
     mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict[str, McpServerConfig])
     """MCP servers by name; a project's are read only when the project is trusted."""

@@ -113,6 +113,12 @@ def ensure_own_scripts_on_path() -> None:
 )
 @click.option("--allow", "allow", multiple=True, metavar="PATTERN", help="Allow a shell command pattern (repeatable).")
 @click.option("--max-requests", type=click.IntRange(min=1), metavar="N", help="Stop after N model requests (exit 3).")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="SECONDS",
+    help="Stop a headless run after SECONDS in all (exit 3); default [run] timeout.",
+)
 @click.option("-c", "--continue", "continue_last", is_flag=True, help="Continue the latest session of this project.")
 @click.option("-r", "--resume", metavar="ID", help="Resume a session by id or unique prefix.")
 @click.option("--no-mcp", is_flag=True, help="Run without the configured MCP servers.")
@@ -130,6 +136,7 @@ def cli(
     permission_mode: str | None,
     allow: tuple[str, ...],
     max_requests: int | None,
+    timeout: float | None,
     continue_last: bool,
     resume: str | None,
     no_mcp: bool,
@@ -162,6 +169,8 @@ def cli(
         debug=_debug_requested(),
     )
     if text is None:
+        if timeout is not None:
+            fail("--timeout bounds a headless run: use it with -p PROMPT")
         if not sys.stdin.isatty():
             fail("no prompt: pass -p PROMPT or pipe one in (the interactive chat needs a terminal)")
         from code_puppy.ui.chat import run_chat
@@ -171,7 +180,9 @@ def cli(
     def run() -> int:
         from code_puppy.cli_runner import HeadlessOptions, run_headless
 
-        headless = HeadlessOptions(**vars(options), prompt=text, output_format=output_format, input_format=input_format)
+        headless = HeadlessOptions(
+            **vars(options), prompt=text, timeout=timeout, output_format=output_format, input_format=input_format
+        )
         return run_headless(headless)
 
     sys.exit(guarded(run))

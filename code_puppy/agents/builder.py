@@ -25,6 +25,7 @@ from code_puppy.agents.history_processors import HistoryRevision, resolve_histor
 from code_puppy.agents.instructions import build_instructions
 from code_puppy.agents.mcp_servers import McpServers, referenced_variables
 from code_puppy.agents.permissions import PermissionPolicy
+from code_puppy.agents.provider_retries import ProviderRetries, request_settings
 from code_puppy.agents.steering import Steering, SteeringInbox
 from code_puppy.agents.turn_journal import TurnJournal
 from code_puppy.agents.user_history_processor import UserHistoryProcessor
@@ -105,8 +106,10 @@ def build_pydantic_agent(
     return Agent(
         model,
         instructions=build_instructions(root),
+        model_settings=request_settings(settings.run, model),
         capabilities=[
             LocalWorkspace(root),
+            ProviderRetries(),
             Steering(steering if steering is not None else SteeringInbox()),
             policy,
             # Outside the output limits, so plugins' post_tool_call gets the result the model gets.

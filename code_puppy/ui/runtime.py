@@ -158,6 +158,7 @@ class ChatRuntime:
             follow_up=held_steers(self.inbox, sink.event),
             plugins=self.plugins,
             max_continuations=self.settings.plugins.max_continuations,
+            idle_timeout=self.settings.run.idle_timeout,
         )
 
     async def switch_model(self, name: str) -> None:
