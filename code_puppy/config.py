@@ -23,6 +23,7 @@ from code_puppy.paths import code_puppy_home as code_puppy_home
 from code_puppy.paths import config_dir as config_dir
 from code_puppy.paths import data_dir as data_dir
 from code_puppy.paths import find_project_root as find_project_root
+from code_puppy.trust import project_is_trusted
 
 PermissionMode = Literal["ask", "accept-edits", "yolo", "read-only"]
 CompactionKind = Literal["tiered", "summarize", "sliding", "off"]
@@ -164,8 +165,6 @@ def load_settings(project_root: Path) -> Settings:
     `[permissions]`, `[models]`, `[plugins.NAME]` tables) counts only once the user trusts the project; until then it
     is ignored with a one-line note.
     """
-    from code_puppy.trust import project_is_trusted
-
     trusted = project_is_trusted(project_root)
     layers: list[tuple[Path, dict[str, Any]]] = []
     user_file = config_dir() / "config.toml"

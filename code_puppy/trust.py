@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal, cast
 
-from code_puppy.config import config_dir
+from code_puppy.paths import config_dir
 
 TRUSTED_PROJECTS_FILE = "trusted_projects.json"
 PluginsTrust = Literal["trusted", "untrusted", "changed"]
