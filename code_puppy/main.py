@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, NoReturn
 import click
 
 from code_puppy import __version__
+from code_puppy.hardening import harden_process
 
 if TYPE_CHECKING:
     from code_puppy.sessions.store import SqliteConversationStore
@@ -140,6 +141,9 @@ def cli(
 
     Run it in a project for an interactive chat, or with -p for one headless run.
     """
+    # Every command, before anything reads a key: --version and --help never get here (click answers them first).
+    if problem := harden_process():
+        click.echo(f"code-puppy: warning: {problem}; commands the agent runs may read API keys from /proc", err=True)
     if ctx.invoked_subcommand is not None:
         return
     if continue_last and resume:
