@@ -303,13 +303,13 @@ def plugins_list() -> None:
 
 @plugins_group.command("trust")
 def plugins_trust() -> None:
-    """Trust this project and run its .code-puppy/plugins (their SHA-256 is recorded; a change asks again)."""
+    """Trust this project as it is now, and run its .code-puppy/plugins (a later change needs trusting again)."""
     _trust()
 
 
 @cli.command("trust")
 def trust() -> None:
-    """Trust this project: its MCP servers, history processors, [permissions], [models] and plugins apply."""
+    """Trust this project's config files and plugins as they are now (SHA-256 recorded; a change needs trust again)."""
     _trust()
 
 
