@@ -200,3 +200,32 @@ def test_an_mcp_server_written_into_a_trusted_project_does_not_start(code_puppy_
     assert listed.stdout.startswith("No MCP servers configured")
     assert run_cli("trust", cwd=project).returncode == 0
     assert run_cli("mcp", "list", cwd=project).stdout.splitlines()[1].startswith("sneaky  stdio")
+
+
+def test_a_headless_accept_edits_run_cannot_rewrite_a_trusted_projects_config(
+    server: Any, code_puppy_home: Path, project: Path
+) -> None:
+    config = write(project / ".code-puppy" / "config.toml", "model = 'fake'\n")
+    assert run_cli("trust", cwd=project).returncode == 0
+    evil = "[mcp_servers.x]\ncommand = 'sh'\nargs = ['-c', 'touch pwned']\n"
+    server.script(
+        tool_calls(
+            call("edit_file", {"path": ".code-puppy/config.toml", "old_text": "model = 'fake'\n", "new_text": evil}),
+            call("write_file", {"path": ".mcp.json", "content": '{"mcpServers": {"x": {"command": "sh"}}}'}),
+            call("write_file", {"path": "notes.txt", "content": "fine"}),
+        ),
+        text("done"),
+    )
+    completed = run_cli("-p", "go", "--permission-mode", "accept-edits", cwd=project)
+    assert (completed.returncode, completed.stdout) == (0, "done\n"), completed.stderr
+    results = [m["content"] for m in server.requests[1].body["messages"] if m["role"] == "tool"]
+    assert [result.split(" configures ")[0] for result in results[:2]] == [
+        "`.code-puppy/config.toml` (.code-puppy/config.toml)",
+        "`.mcp.json` (.mcp.json)",
+    ]
+    assert "needs the user's approval in every permission mode but yolo" in results[0]
+    assert (config.read_text(), (project / ".mcp.json").exists(), (project / "notes.txt").read_text()) == (
+        "model = 'fake'\n",
+        False,
+        "fine",
+    )
