@@ -16,6 +16,7 @@ from pydantic_ai.messages import ToolCallPart
 from pydantic_ai.tools import ToolDenied
 from pydantic_ai_harness.filesystem._toolset import READ_ONLY_TOOL_NAMES
 
+from code_puppy.agents.risky_options import risky_option
 from code_puppy.config import PermissionMode
 from code_puppy.paths import config_dir
 from code_puppy.trust import TRUSTED_PROJECTS_FILE
@@ -190,8 +191,20 @@ class PermissionPolicy(AbstractCapability[Any]):
                 "Do not retry it; say what you would change, so the user can make the change."
             )
         if tool_name in SHELL_TOOL_NAMES:
-            if allowed_by_list(str(args.get("command", "")), self.allow):
-                return "allow", ""
+            command = str(args.get("command", ""))
+            if allowed_by_list(command, self.allow):
+                if (risk := risky_option(command, self.project_root)) is None:
+                    return "allow", ""
+                refused = (
+                    f"`{command}` matches the shell allow-list, but {risk}, and an allow-list entry covers a command "
+                    "only without such options."
+                )
+                if self.mode == "accept-edits":
+                    return "deny", f"{refused} Do not retry it."
+                return "ask", (
+                    f"{refused} It needs the user's approval and this run is non-interactive, so it was denied. "
+                    "Do not retry it; say what you would have run."
+                )
             if self.mode == "accept-edits":
                 return "deny", (
                     f"`{args.get('command')}` is not on the shell allow-list, and accept-edits mode only runs "
