@@ -2,8 +2,8 @@
 
 Locations (DESIGN §3): `$CODE_PUPPY_HOME` holds everything when set; otherwise platformdirs'
 `user_config_dir("code-puppy")` holds config.toml and plugins, `user_data_dir("code-puppy")` holds sessions.db.
-A project's `.code-puppy/config.toml` overrides the user config key by key, tables merged. MCP servers from a project
-(its `[mcp_servers]`, `.mcp.json` and `mcp.json`) are read only when the user trusts the project (`code_puppy.trust`).
+A project's `.code-puppy/config.toml` overrides the user config key by key, tables merged; of a project's own files,
+only a few preference keys apply before the user trusts their content (`code_puppy.trust`).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from code_puppy.paths import code_puppy_home as code_puppy_home
 from code_puppy.paths import config_dir as config_dir
 from code_puppy.paths import data_dir as data_dir
 from code_puppy.paths import find_project_root as find_project_root
+from code_puppy.trust import PROJECT_CONFIG, ProjectTrust, project_trust
 
 PermissionMode = Literal["ask", "accept-edits", "yolo", "read-only"]
 CompactionKind = Literal["tiered", "summarize", "sliding", "off"]
@@ -171,36 +172,81 @@ _MCP_JSON_KEYS = frozenset(McpServerConfig.model_fields) - {"enabled"}
 def load_settings(project_root: Path) -> Settings:
     """Read and validate the user config, then the project's MCP files and config on top of it.
 
-    What a project's own files set that runs code or widens permissions (MCP servers, history processors,
-    `[permissions]`, `[models]`, `[plugins.NAME]` tables) counts only once the user trusts the project; until then it
-    is ignored with a one-line note.
+    A project's own files count only as far as the user trusts them (`code_puppy.trust`): its `.mcp.json`/`mcp.json`
+    and every key of its config.toml outside `PROJECT_KEYS_WITHOUT_TRUST` wait for `code-puppy trust` and for their
+    content to stay what was trusted; until then they are ignored with a one-line note naming them. The ignored keys
+    are still validated, so a typo is an error whether or not the project is trusted.
     """
-    from code_puppy.trust import project_is_trusted
-
-    trusted = project_is_trusted(project_root)
+    trust = project_trust(project_root)
     layers: list[tuple[Path, dict[str, Any]]] = []
     user_file = config_dir() / "config.toml"
     if user_file.is_file():
         layers.append((user_file, _read_toml(user_file)))
-    ignored: list[str] = []
+    ignored: dict[str, list[str]] = {}  # by covered file, in the order the notes name them
     for name in PROJECT_MCP_FILES:
         if (path := project_root / name).is_file():
-            if trusted:
+            if trust.trusts(name):
                 layers.append((path, _read_mcp_json(path)))
             else:
-                ignored.append(name)
-    project_file = project_root / ".code-puppy" / "config.toml"
+                ignored[name] = [name]
+    project_file = project_root / PROJECT_CONFIG
     if project_file.is_file():
         data = _read_toml(project_file)
-        if not trusted:
-            ignored += _drop_untrusted_keys(data)
+        if not trust.trusts(PROJECT_CONFIG):
+            _validated([*layers, (project_file, data)])
+            data, ignored[PROJECT_CONFIG] = _without_trust(data)
         layers.append((project_file, data))
-    if ignored:
+    _note_ignored(trust, {name: what for name, what in ignored.items() if what})
+    return _validated(layers)
+
+
+PROJECT_KEYS_WITHOUT_TRUST: Mapping[str, frozenset[str] | None] = {
+    "model": None,
+    "history": frozenset({"compaction"}),
+}
+"""The keys of a project's config.toml that apply without trust (None: the whole key; a set: those keys of the
+table): preferences that neither run or import code, widen what tools may do, nor decide where requests and API keys
+go. Every other key, including each one added later, needs trust: an allow-list, so a new key is safe by default."""
+
+
+def _without_trust(data: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The part of a project's config that applies without trust, and the names of what was left out."""
+    applied: dict[str, Any] = {}
+    ignored: list[str] = []
+    for key, value in data.items():
+        if key not in PROJECT_KEYS_WITHOUT_TRUST:
+            ignored.append(f"[{key}]" if isinstance(value, Mapping) else key)
+        elif (keys := PROJECT_KEYS_WITHOUT_TRUST[key]) is not None and isinstance(value, Mapping):
+            table = cast(Mapping[str, Any], value)
+            applied[key] = {name: item for name, item in table.items() if name in keys}
+            ignored += [f"[{key}] {name}" for name in table if name not in keys]
+        else:
+            applied[key] = value
+    return applied, ignored
+
+
+def _note_ignored(trust: ProjectTrust, ignored: Mapping[str, list[str]]) -> None:
+    """One line for an untrusted project; one per file that is no longer what the user trusted."""
+    if not ignored:
+        return
+    if not trust.listed:
+        names = ", ".join(name for what in ignored.values() for name in what)
         print(
-            f"code-puppy: note: this project is not trusted, so code-puppy ignores its {', '.join(ignored)} "
+            f"code-puppy: note: this project is not trusted, so code-puppy ignores its {names} "
             "(run `code-puppy trust` in the project to trust it)",
             file=sys.stderr,
         )
+        return
+    for file, what in ignored.items():
+        names = "it" if what == [file] else f"its {', '.join(what)}"
+        print(
+            f"code-puppy: note: {trust.why_not(file)}, so code-puppy ignores {names} "
+            "(run `code-puppy trust` in the project to trust it as it is now)",
+            file=sys.stderr,
+        )
+
+
+def _validated(layers: list[tuple[Path, dict[str, Any]]]) -> Settings:
     merged: dict[str, Any] = {}
     for _, data in layers:
         merged = _merge(merged, data)
@@ -208,36 +254,6 @@ def load_settings(project_root: Path) -> Settings:
         return Settings.model_validate(merged)
     except ValidationError as exc:
         raise ConfigError(_describe(exc, merged, layers)) from None
-
-
-UNTRUSTED_KEYS = (
-    ("models",),
-    ("mcp_servers",),
-    ("history", "processors"),
-    ("history", "processor_condition"),
-    ("permissions",),
-)
-"""Keys of a project's config.toml that start programs, import code, widen what tools may do, or decide where
-requests (and API keys) go."""
-
-
-def _drop_untrusted_keys(data: dict[str, Any]) -> list[str]:
-    """Remove `UNTRUSTED_KEYS` and `[plugins.NAME]` tables (they configure commands) from a project's config."""
-    dropped: list[str] = []
-    for path in UNTRUSTED_KEYS:
-        table: Any = data
-        for key in path[:-1]:
-            table = cast(dict[str, Any], table).get(key) if isinstance(table, dict) else None
-        if isinstance(table, dict) and path[-1] in table:
-            del cast(dict[str, Any], table)[path[-1]]
-            dropped.append(f"[{path[0]}]" if len(path) == 1 else f"[{path[0]}] {path[1]}")
-    plugins: Any = data.get("plugins")
-    if isinstance(plugins, dict):
-        section = cast(dict[str, Any], plugins)
-        for name in [key for key, value in section.items() if isinstance(value, dict)]:
-            del section[name]
-            dropped.append(f"[plugins.{name}]")
-    return dropped
 
 
 def _read_mcp_json(path: Path) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, NoReturn
 import click
 
 from code_puppy import __version__
+from code_puppy.hardening import harden_process
 
 if TYPE_CHECKING:
     from code_puppy.sessions.store import SqliteConversationStore
@@ -147,6 +148,9 @@ def cli(
 
     Run it in a project for an interactive chat, or with -p for one headless run.
     """
+    # Every command, before anything reads a key: --version and --help never get here (click answers them first).
+    if problem := harden_process():
+        click.echo(f"code-puppy: warning: {problem}; commands the agent runs may read API keys from /proc", err=True)
     if ctx.invoked_subcommand is not None:
         return
     if continue_last and resume:
@@ -310,13 +314,13 @@ def plugins_list() -> None:
 
 @plugins_group.command("trust")
 def plugins_trust() -> None:
-    """Trust this project and run its .code-puppy/plugins (their SHA-256 is recorded; a change asks again)."""
+    """Trust this project as it is now, and run its .code-puppy/plugins (a later change needs trusting again)."""
     _trust()
 
 
 @cli.command("trust")
 def trust() -> None:
-    """Trust this project: its MCP servers, history processors, [permissions], [models] and plugins apply."""
+    """Trust this project's config files and plugins as they are now (SHA-256 recorded; a change needs trust again)."""
     _trust()
 
 

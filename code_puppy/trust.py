@@ -1,10 +1,14 @@
-"""Project trust: whether code-puppy may run what a project's own files configure.
+"""Project trust: whether code-puppy may use what a project's own files configure.
 
-`trusted_projects.json` in the config directory (`$CODE_PUPPY_HOME` when set) is a JSON list. An entry is either a
-project's absolute path, which trusts the project's configuration (MCP servers, history processors, `[permissions]`,
-`[plugins.NAME]` tables), or an
-object `{"path": ..., "plugins_sha256": ...}`, which trusts it too and also the content of its
-`.code-puppy/plugins/` folder as it was when recorded: once that content changes, the user is asked again.
+`trusted_projects.json` in the config directory (`$CODE_PUPPY_HOME` when set) is a JSON list of entries
+`{"path": ..., "files": {RELATIVE_PATH: SHA256, ...}, "plugins_sha256": ...}`, written by `code-puppy trust`. Trust is
+of content, not of a name: a covered file (`COVERED_FILES`, `COVERED_GLOBS`) that is not the one recorded, because it
+changed or appeared since, or the plugins folder with other content, is ignored until the user trusts again, whatever
+wrote it (the agent, a `git pull`, another tool).
+
+Entries written before file hashes were recorded are still read: a bare path string, or `{"path", "plugins_sha256"}`.
+They keep the project listed and trust its plugins digest, but every covered file present counts as unrecorded, so
+it is ignored (with a note) until `code-puppy trust` runs again: an old entry says nothing about today's content.
 """
 
 from __future__ import annotations
@@ -12,13 +16,48 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
 
-from code_puppy.config import config_dir
+from code_puppy.paths import config_dir
 
 TRUSTED_PROJECTS_FILE = "trusted_projects.json"
+PROJECT_CONFIG = ".code-puppy/config.toml"
+COVERED_FILES = (PROJECT_CONFIG, ".mcp.json", "mcp.json")
+"""Project files whose content trust records (relative to the project root, `/`-separated)."""
+COVERED_GLOBS = (".claude/settings*.json",)
+"""Patterns of further covered files: other agents' settings, recorded so that a reader of them can rely on trust."""
 PluginsTrust = Literal["trusted", "untrusted", "changed"]
+
+
+@dataclass(frozen=True)
+class ProjectTrust:
+    """What the user trusted of a project, compared with the project's covered files as they are now."""
+
+    listed: bool
+    """Whether the trust file has an entry for the project."""
+    hashed: bool
+    """Whether that entry recorded file hashes (entries from before they existed did not)."""
+    recorded: frozenset[str]
+    """Covered files whose hash the entry holds."""
+    untrusted_files: frozenset[str]
+    """Covered files present now whose content was not recorded: changed, added since, or never hashed."""
+
+    def trusts(self, relative: str) -> bool:
+        """Whether the covered file `relative` may be used as it is now."""
+        return self.listed and relative not in self.untrusted_files
+
+    def why_not(self, relative: str) -> str:
+        """Why `relative` is not trusted, as the start of a one-line note."""
+        if not self.listed:
+            return "this project is not trusted"
+        if not self.hashed:
+            return f"{relative} has no recorded hash (the project was trusted by an older code-puppy)"
+        if relative not in self.recorded:
+            return f"{relative} appeared since you trusted this project"
+        return f"{relative} changed since you trusted this project"
 
 
 def project_plugins_dir(project_root: Path) -> Path:
@@ -26,9 +65,17 @@ def project_plugins_dir(project_root: Path) -> Path:
     return project_root / ".code-puppy" / "plugins"
 
 
-def project_is_trusted(project_root: Path) -> bool:
-    """Whether the user listed `project_root` as trusted; an unreadable or malformed file trusts nothing."""
-    return _entry(project_root) is not None
+def project_trust(project_root: Path) -> ProjectTrust:
+    """The project's trust; an unreadable or malformed trust file trusts nothing."""
+    entry = _entry(project_root)
+    if entry is None:
+        return ProjectTrust(listed=False, hashed=False, recorded=frozenset(), untrusted_files=frozenset())
+    files: Any = cast(dict[str, Any], entry).get("files") if isinstance(entry, dict) else None
+    hashes = cast(dict[str, Any], files) if isinstance(files, dict) else {}
+    untrusted = {name for name, digest in covered_files(project_root).items() if hashes.get(name) != digest}
+    return ProjectTrust(
+        listed=True, hashed=isinstance(files, dict), recorded=frozenset(hashes), untrusted_files=frozenset(untrusted)
+    )
 
 
 def plugins_trust(project_root: Path) -> PluginsTrust:
@@ -39,18 +86,26 @@ def plugins_trust(project_root: Path) -> PluginsTrust:
     return "trusted" if entry["plugins_sha256"] == plugins_digest(project_root) else "changed"
 
 
-def trust_project(project_root: Path) -> str:
-    """Trust the project and the current content of its plugins folder; returns the recorded SHA-256."""
+def trust_project(project_root: Path) -> dict[str, Any]:
+    """Trust the project's covered files and plugins folder as they are now; returns the entry recorded."""
     root = project_root.resolve()
-    digest = plugins_digest(root)
-    entries = [entry for entry in _entries() if _path_of(entry) != root]
-    entries.append({"path": str(root), "plugins_sha256": digest})
-    path = config_dir() / TRUSTED_PROJECTS_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f"{path.name}.{os.getpid()}")
-    temporary.write_text(json.dumps(entries, indent=1) + "\n", encoding="utf-8")
-    temporary.replace(path)
-    return digest
+    entry: dict[str, Any] = {"path": str(root), "files": covered_files(root), "plugins_sha256": plugins_digest(root)}
+    _write_entries([*(other for other in _entries() if _path_of(other) != root), entry])
+    return entry
+
+
+def covered_files(project_root: Path) -> dict[str, str]:
+    """The SHA-256 of each covered file present in the project, by relative path."""
+    candidates = [project_root / name for name in COVERED_FILES]
+    candidates += sorted(path for pattern in COVERED_GLOBS for path in project_root.glob(pattern))
+    hashes: dict[str, str] = {}
+    for path in candidates:
+        if path.is_file():
+            try:
+                hashes[path.relative_to(project_root).as_posix()] = hashlib.sha256(path.read_bytes()).hexdigest()
+            except OSError:
+                hashes[path.relative_to(project_root).as_posix()] = "unreadable"  # never equal to a recorded hash
+    return hashes
 
 
 def plugins_digest(project_root: Path) -> str:
@@ -64,9 +119,36 @@ def plugins_digest(project_root: Path) -> str:
     return digest.hexdigest()
 
 
+def trust_file() -> Path:
+    """Where the trust entries live."""
+    return config_dir() / TRUSTED_PROJECTS_FILE
+
+
+def _write_entries(entries: list[Any]) -> None:
+    """Replace the trust file atomically (a crash leaves the old or the new list, never half of one), private."""
+    path = trust_file()
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)  # created 0600
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+            file.write(json.dumps(entries, indent=1) + "\n")
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    if hasattr(os, "O_DIRECTORY"):  # the rename itself survives a power cut only once the directory is synced
+        directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+
+
 def _entries() -> list[Any]:
     try:
-        listed = json.loads((config_dir() / TRUSTED_PROJECTS_FILE).read_text(encoding="utf-8"))
+        listed = json.loads(trust_file().read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return []
     return listed if isinstance(listed, list) else []  # pyright: ignore[reportUnknownVariableType]

@@ -242,7 +242,7 @@ def test_project_processors_need_trust(server: Any, project: Path, code_puppy_ho
         "code-puppy: note: this project is not trusted, so code-puppy ignores its [history] processors "
         "(run `code-puppy trust` in the project to trust it)\n"
     )
-    (code_puppy_home / "trusted_projects.json").write_text(json.dumps([str(project)]))
+    assert run_cli("trust", cwd=project).returncode == 0
     trusted = run_cli("-p", "q2", cwd=project)
     assert (trusted.returncode, trusted.stderr.splitlines()[-1]) == (
         1,

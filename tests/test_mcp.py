@@ -333,7 +333,7 @@ def test_mcp_list_reads_a_trusted_projects_mcp_json(code_puppy_home: Path, proje
     assert untrusted.stderr.startswith(
         "code-puppy: note: this project is not trusted, so code-puppy ignores its .mcp.json ("
     )
-    (code_puppy_home / "trusted_projects.json").write_text(json.dumps([str(project)]))
+    assert run_cli("trust", cwd=project).returncode == 0
     trusted = run_cli("mcp", "list", cwd=project)
     assert (trusted.returncode, trusted.stderr) == (0, "")
     assert trusted.stdout.splitlines()[1] == "proj  stdio      7      running"

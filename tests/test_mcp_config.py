@@ -11,17 +11,13 @@ import pytest
 from code_puppy.agents.mcp_servers import McpServer, assign_names, expand_env
 from code_puppy.agents.permissions import POLICY_TOOL_NAMES, PermissionPolicy, mcp_allowed
 from code_puppy.config import ConfigError, McpServerConfig, PermissionMode, load_settings
-from code_puppy.trust import project_is_trusted
+from code_puppy.trust import project_trust, trust_project
 
 
 def write(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     return path
-
-
-def trust(home: Path, project: Path) -> None:
-    write(home / "trusted_projects.json", json.dumps([str(project)]))
 
 
 def test_stdio_and_http_servers_from_the_user_config(code_puppy_home: Path, project: Path) -> None:
@@ -69,13 +65,13 @@ def test_bad_server_table_is_one_line_naming_file_and_key(
 
 
 def test_trust_is_the_listed_absolute_path(code_puppy_home: Path, project: Path) -> None:
-    assert not project_is_trusted(project)
+    assert not project_trust(project).listed
     write(code_puppy_home / "trusted_projects.json", "not json")
-    assert not project_is_trusted(project)
+    assert not project_trust(project).listed
     write(code_puppy_home / "trusted_projects.json", json.dumps({"path": str(project)}))
-    assert not project_is_trusted(project)
-    trust(code_puppy_home, project / "sub" / "..")
-    assert project_is_trusted(project)
+    assert not project_trust(project).listed
+    trust_project(project / "sub" / "..")
+    assert project_trust(project).listed
 
 
 MCP_JSON = {
@@ -101,11 +97,11 @@ def test_untrusted_project_servers_are_ignored_with_a_note(
 def test_trusted_project_reads_mcp_json_and_its_toml_overrides_key_by_key(
     code_puppy_home: Path, project: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    trust(code_puppy_home, project)
     write(code_puppy_home / "config.toml", "[mcp_servers.docs]\ncommand = 'user-docs'\ntimeout = 9\n")
     write(project / "mcp.json", json.dumps({"mcpServers": {"docs": {"command": "plain-mcp-json"}}}))
     write(project / ".mcp.json", json.dumps(MCP_JSON))
     write(project / ".code-puppy" / "config.toml", "[mcp_servers.docs]\ntool_prefix = false\n")
+    trust_project(project)
     assert load_settings(project).mcp_servers == {
         "docs": McpServerConfig(command="uvx", args=("docs-server",), env={"A": "1"}, timeout=9, tool_prefix=False),
         "remote": McpServerConfig(url="http://127.0.0.1:9/mcp", headers={"X-Key": "${KEY}"}, enabled=False),
@@ -123,8 +119,8 @@ def test_trusted_project_reads_mcp_json_and_its_toml_overrides_key_by_key(
     ],
 )
 def test_bad_mcp_json_names_the_file(code_puppy_home: Path, project: Path, text: str, message: str) -> None:
-    trust(code_puppy_home, project)
     path = write(project / ".mcp.json", text)
+    trust_project(project)
     with pytest.raises(ConfigError) as caught:
         load_settings(project)
     assert str(caught.value).startswith(f"{path}: {message}")

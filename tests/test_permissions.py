@@ -175,3 +175,104 @@ async def test_agents_md_reaches_the_instructions(project: Path) -> None:
     await agent_for(project, script.model, "ask").run("hi")
     assert "Always answer in haiku." in str(script.infos[0].instructions)
     assert f"Project root: {project.resolve()}" in str(script.infos[0].instructions)
+
+
+@pytest.mark.parametrize("mode", ["accept-edits", "yolo"])
+def test_a_sibling_directory_named_like_the_project_is_outside_it(tmp_path: Path, mode: PermissionMode) -> None:
+    root = tmp_path / "proj"
+    root.mkdir()
+    (tmp_path / "proj-evil").mkdir()
+    policy = PermissionPolicy(root.resolve(), mode=mode)
+    for path in ("../proj-evil/x", str(tmp_path / "proj-evil" / "x")):
+        decision, reason = policy.decide("write_file", {"path": path})
+        assert (decision, reason) == (
+            "deny",
+            f"`{path}` is outside the project ({root.resolve()}); it cannot be changed.",
+        )
+
+
+AGENT_CONFIG_PATHS = [
+    ".code-puppy/config.toml",
+    ".code-puppy/plugins/p.py",
+    "./.code-puppy/../.code-puppy/config.toml",
+    "src/../.code-puppy",
+    ".mcp.json",
+    "mcp.json",
+    ".claude/settings.json",
+    ".claude/commands/deploy.md",
+    ".agents/skills/x.md",
+    ".git/hooks/pre-commit",
+    ".git/config",
+    ".git",
+    "vendor/lib/.git/hooks/post-checkout",
+    "packages/app/.code-puppy/config.toml",
+    ".Code-Puppy/config.toml",
+    "hooks-link/pre-commit",
+    "dotfiles/claude/settings.json",
+]
+"""Paths that configure code-puppy or another agent, seen from the project root set up by `agent_config_project`."""
+ORDINARY_PATHS = ["src/app.py", ".git/info/exclude", ".gitignore", "AGENTS.md", "docs/claude.md", "code-puppy/x"]
+
+
+@pytest.fixture
+def agent_config_project(project: Path) -> Path:
+    """A project with a git folder, `hooks-link -> .git/hooks`, and `.claude -> dotfiles/claude`."""
+    (project / ".git" / "hooks").mkdir(parents=True)
+    (project / "hooks-link").symlink_to(project / ".git" / "hooks")
+    (project / "dotfiles" / "claude").mkdir(parents=True)
+    (project / ".claude").symlink_to("dotfiles/claude")
+    return project.resolve()
+
+
+@pytest.mark.parametrize("path", AGENT_CONFIG_PATHS)
+@pytest.mark.parametrize("tool", ["write_file", "edit_file", "create_directory"])
+def test_paths_that_configure_an_agent_always_ask_but_in_yolo(agent_config_project: Path, tool: str, path: str) -> None:
+    def decide(mode: PermissionMode, *, interactive: bool = False) -> str:
+        return PermissionPolicy(agent_config_project, mode=mode, interactive=interactive).decide(tool, {"path": path})[
+            0
+        ]
+
+    assert [
+        decide("ask"),
+        decide("ask", interactive=True),
+        decide("accept-edits"),
+        decide("accept-edits", interactive=True),
+    ] == ["ask"] * 4
+    assert (decide("yolo"), decide("read-only")) == ("allow", "deny")
+
+
+@pytest.mark.parametrize("path", ORDINARY_PATHS)
+def test_ordinary_paths_are_edits_like_any_other(agent_config_project: Path, path: str) -> None:
+    policy = PermissionPolicy(agent_config_project, mode="accept-edits")
+    assert (policy.decide("write_file", {"path": path})[0], policy.agent_config(path)) == ("allow", None)
+
+
+def test_the_trust_file_and_user_config_ask_when_they_lie_inside_the_project(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CODE_PUPPY_HOME", str(project / "home"))
+    policy = PermissionPolicy(project.resolve(), mode="accept-edits")
+    for path in ("home/trusted_projects.json", "home/config.toml", "home/plugins/guard.py"):
+        assert policy.decide("write_file", {"path": path})[0] == "ask"
+    assert policy.decide("write_file", {"path": "home/notes.txt"})[0] == "allow"
+
+
+async def test_headless_accept_edits_cannot_write_agent_config_and_the_model_is_told_why(project: Path) -> None:
+    script = scripted(
+        [
+            ToolCallPart(
+                "write_file", {"path": ".code-puppy/config.toml", "content": "[mcp_servers.x]\n"}, tool_call_id="a"
+            ),
+            ToolCallPart("write_file", {"path": "notes.txt", "content": "fine"}, tool_call_id="b"),
+        ],
+        "done",
+    )
+    result = await agent_for(project, script.model, "accept-edits").run("go")
+    returns = tool_returns(result.all_messages())
+    assert [(name, outcome) for name, outcome, _ in returns] == [("write_file", "denied"), ("write_file", "success")]
+    assert returns[0][2] == (
+        "`.code-puppy/config.toml` (.code-puppy/config.toml) configures code-puppy or another agent, so changing it "
+        "needs the user's approval in every permission mode but yolo, and this run is non-interactive: it was denied. "
+        "Do not retry it; say what you would change, so the user can make the change."
+    )
+    assert not (project / ".code-puppy").exists()

@@ -239,7 +239,9 @@ def test_plugins_list_and_trust(server: Any, code_puppy_home: Path, project: Pat
 
     trusted = run_cli("plugins", "trust", cwd=project)
     assert trusted.returncode == 0
-    assert trusted.stdout.startswith(f"trusted {project}: plugins in {project_plugins.parent}: local (sha256 ")
+    assert trusted.stdout.startswith(
+        f"trusted {project}: no config files; plugins in {project_plugins.parent}: local (sha256 "
+    )
     assert table(run_cli("plugins", "list", cwd=project).stdout)[-1] == ["local", "project", "yes"]
     project_plugins.write_text("import code_puppy  # edited\n")
     assert table(run_cli("plugins", "list", cwd=project).stdout)[-1] == [

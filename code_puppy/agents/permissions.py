@@ -16,7 +16,10 @@ from pydantic_ai.messages import ToolCallPart
 from pydantic_ai.tools import ToolDenied
 from pydantic_ai_harness.filesystem._toolset import READ_ONLY_TOOL_NAMES
 
+from code_puppy.agents.risky_options import risky_option
 from code_puppy.config import PermissionMode
+from code_puppy.paths import config_dir
+from code_puppy.trust import TRUSTED_PROJECTS_FILE
 
 EDIT_TOOL_NAMES = frozenset({"write_file", "edit_file", "create_directory"})
 """File tools that change the project."""
@@ -28,6 +31,13 @@ POLICY_TOOL_NAMES = ALWAYS_ALLOWED_TOOL_NAMES | EDIT_TOOL_NAMES | SHELL_TOOL_NAM
 """Every name the policy treats by name; an MCP tool never takes one of them."""
 MCP_PERMISSION_KEY = "code_puppy.mcp_permission"
 """`ToolDefinition.metadata` key marking an MCP tool, holding its permission name `mcp__SERVER__TOOL`."""
+
+AGENT_CONFIG_DIRS = frozenset({".code-puppy", ".claude", ".agents"})
+"""Folders whose whole content configures code-puppy or another agent."""
+AGENT_CONFIG_FILES = frozenset({".mcp.json", "mcp.json", ".git"})
+"""Files that configure one (a `.git` file names the repository, hooks and config included, that git uses)."""
+GIT_CONFIG = frozenset({"hooks", "config"})
+"""What in a `.git` folder runs code: hooks, and config (`core.fsmonitor`, `core.pager`, aliases, filters)."""
 
 Decision = Literal["allow", "ask", "deny"]
 PreToolCall = Callable[[str, dict[str, Any]], Awaitable[str | None]]
@@ -94,7 +104,9 @@ class PermissionPolicy(AbstractCapability[Any]):
             return "Permission mode: yolo. File changes and commands run without asking."
         if self.mode == "accept-edits":
             return (
-                "Permission mode: accept-edits. File changes inside the project run; commands run only if allow-listed."
+                "Permission mode: accept-edits. File changes inside the project run, except to files that configure "
+                "code-puppy or other agents (.code-puppy/, .claude/, .agents/, .mcp.json, .git/hooks, .git/config), "
+                "which need the user's approval; commands run only if allow-listed."
             )
         if self.interactive:
             return "Permission mode: ask. File changes and commands outside the allow-list ask the user first."
@@ -132,7 +144,7 @@ class PermissionPolicy(AbstractCapability[Any]):
             if scope in self.session_allowed:
                 return args
             raise ApprovalRequired(metadata={"scope": scope, "summary": self.summary(call.tool_name, args)})
-        if decision == "ask":
+        if decision == "ask" and not reason:
             reason = (
                 f"`{call.tool_name}` needs the user's approval in '{self.mode}' mode and this run is non-interactive, "
                 "so it was denied. Do not retry it; say what you would have done, or the user can re-run with "
@@ -147,7 +159,8 @@ class PermissionPolicy(AbstractCapability[Any]):
     def decide(
         self, tool_name: str, args: dict[str, Any], *, mcp_permission: str | None = None
     ) -> tuple[Decision, str]:
-        """The policy's verdict for one call, and the reason the model is told when it is denied.
+        """The policy's verdict for one call, and the reason the model is told when it is denied (for "ask", when
+        nobody can answer; empty for the general reason).
 
         `mcp_permission` marks an MCP tool (`mcp__SERVER__TOOL`): never read-only, so it runs only in yolo mode or
         when the allow-list names it, asks in ask mode and is denied in accept-edits mode.
@@ -171,9 +184,27 @@ class PermissionPolicy(AbstractCapability[Any]):
             return "deny", f"`{args.get('path')}` is outside the project ({self.project_root}); it cannot be changed."
         if self.mode == "yolo":
             return "allow", ""
+        if tool_name in EDIT_TOOL_NAMES and (config := self.agent_config(args.get("path"))):
+            return "ask", (
+                f"`{args.get('path')}` ({config}) configures code-puppy or another agent, so changing it needs the "
+                "user's approval in every permission mode but yolo, and this run is non-interactive: it was denied. "
+                "Do not retry it; say what you would change, so the user can make the change."
+            )
         if tool_name in SHELL_TOOL_NAMES:
-            if allowed_by_list(str(args.get("command", "")), self.allow):
-                return "allow", ""
+            command = str(args.get("command", ""))
+            if allowed_by_list(command, self.allow):
+                if (risk := risky_option(command, self.project_root)) is None:
+                    return "allow", ""
+                refused = (
+                    f"`{command}` matches the shell allow-list, but {risk}, and an allow-list entry covers a command "
+                    "only without such options."
+                )
+                if self.mode == "accept-edits":
+                    return "deny", f"{refused} Do not retry it."
+                return "ask", (
+                    f"{refused} It needs the user's approval and this run is non-interactive, so it was denied. "
+                    "Do not retry it; say what you would have run."
+                )
             if self.mode == "accept-edits":
                 return "deny", (
                     f"`{args.get('command')}` is not on the shell allow-list, and accept-edits mode only runs "
@@ -190,18 +221,59 @@ class PermissionPolicy(AbstractCapability[Any]):
         return "ask", ""
 
     def scope(self, tool_name: str, args: dict[str, Any]) -> str:
-        """What "always allow for this session" covers: one exact command, or one tool for edits."""
+        """What "always allow for this session" covers: one exact command, one tool for edits, or one agent config
+        path for that tool (never covered by the tool's own scope)."""
         if tool_name in SHELL_TOOL_NAMES:
             return f"shell:{' '.join(str(args.get('command', '')).split())}"
+        if tool_name in EDIT_TOOL_NAMES and (config := self.agent_config(args.get("path"))):
+            return f"config:{tool_name}:{config}"
         return f"tool:{tool_name}"
 
     def summary(self, tool_name: str, args: dict[str, Any]) -> str:
         """One line naming what the call would do, for the approval prompt."""
         if tool_name in SHELL_TOOL_NAMES:
             return f"run `{args.get('command')}`"
+        if tool_name in EDIT_TOOL_NAMES and self.agent_config(args.get("path")):
+            return (
+                f"{tool_name.replace('_', ' ')} {args.get('path')}, which configures code-puppy or another agent "
+                "(always asked, in every mode but yolo)"
+            )
         if tool_name in EDIT_TOOL_NAMES:
             return f"{tool_name.replace('_', ' ')} {args.get('path')}"
         return f"call {tool_name}"
+
+    def agent_config(self, path: object) -> str | None:
+        """Where `path` lands when that configures code-puppy or another agent (project-relative, symlinks resolved),
+        else None.
+
+        Any depth counts, since a sub-folder can be a project (or a repository) of its own; names are compared
+        case-insensitively for case-insensitive file systems. code-puppy's own config folder counts when it lies
+        inside the project.
+        """
+        if not isinstance(path, str) or not path:
+            return None
+        target = (self.project_root / Path(path).expanduser()).resolve()
+        home = config_dir().resolve()
+        for own in (home / "config.toml", home / "plugins", home / TRUSTED_PROJECTS_FILE):
+            if target == own or own in target.parents:
+                return str(target)
+        try:
+            relative = target.relative_to(self.project_root)
+        except ValueError:
+            return None
+        parts = [part.casefold() for part in relative.parts]
+        configures = any(
+            part in AGENT_CONFIG_DIRS or (part == ".git" and index + 1 < len(parts) and parts[index + 1] in GIT_CONFIG)
+            for index, part in enumerate(parts)
+        )
+        if configures or (parts and parts[-1] in AGENT_CONFIG_FILES):
+            return relative.as_posix()
+        # A config folder that is itself a symlink (`.claude -> dotfiles/claude`) makes its target the config.
+        for name in (*AGENT_CONFIG_DIRS, *AGENT_CONFIG_FILES, *(f".git/{name}" for name in GIT_CONFIG)):
+            location = (self.project_root / name).resolve()
+            if location != self.project_root / name and (target == location or location in target.parents):
+                return relative.as_posix()
+        return None
 
     def _inside_project(self, path: object) -> bool:
         if not isinstance(path, str) or not path:

@@ -39,8 +39,12 @@ def list_plugins(project_root: Path, out: TextIO, *, debug: bool = False) -> Non
 
 
 def trust_plugins(project_root: Path, out: TextIO) -> None:
-    """Trust the project and its plugins folder as it is now."""
-    digest = trust_project(project_root)
+    """Trust the project as it is now: its covered config files and its plugins folder."""
+    entry = trust_project(project_root)
+    files = ", ".join(entry["files"]) or "no config files"
     folder = project_plugins_dir(project_root)
     names = ", ".join(plugin.name for plugin in plugins_in(folder, "project")) or "none yet"
-    print(f"trusted {project_root}: plugins in {folder}: {names} (sha256 {digest[:16]}…)", file=out)
+    print(
+        f"trusted {project_root}: {files}; plugins in {folder}: {names} (sha256 {entry['plugins_sha256'][:16]}…)",
+        file=out,
+    )

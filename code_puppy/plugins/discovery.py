@@ -103,7 +103,7 @@ def _project_plugins(project_root: Path, ask: AskTrust | None, host: PluginHost)
         changed = " They changed since you trusted them." if trust == "changed" else ""
         if ask(
             f"This project has plugins ({names}) in {folder}: Python code that runs inside code-puppy.{changed} "
-            "Trust and run them?"
+            "Trust the project as it is now (its plugins and config files) and run them?"
         ):
             trust_project(project_root)
             trust = "trusted"

@@ -66,3 +66,51 @@ def test_the_proposed_diff_of_an_edit_and_a_write(project: Path) -> None:
     assert proposed_diff(project, "edit_file", {**edit, "old_text": "missing"}) is None
     assert proposed_diff(project, "write_file", {"path": "../outside.txt", "content": "x"}) is None
     assert proposed_diff(project, "shell", {"command": "ls"}) is None
+
+
+async def test_always_for_edits_never_covers_a_path_that_configures_an_agent(project: Path) -> None:
+    asked: list[str] = []
+    answers: list[Answer] = ["always", "always", "no"]
+
+    async def confirm(items: list[Any], question: str) -> Answer:
+        asked.append(str(items[0]))
+        return answers[len(asked) - 1]
+
+    def write(path: str, call_id: str) -> list[ToolCallPart]:
+        return [ToolCallPart("write_file", {"path": path, "content": "x\n"}, tool_call_id=call_id)]
+
+    (project / ".code-puppy").mkdir()
+    session = Session.in_memory()
+    script = scripted(
+        write("a.txt", "a"),
+        write("b.txt", "b"),
+        write(".code-puppy/config.toml", "c"),
+        write("./.code-puppy/../.code-puppy/config.toml", "d"),
+        write(".mcp.json", "e"),
+        "done",
+    )
+    policy: list[PermissionPolicy] = []
+
+    async def ask(ctx: Any, requests: Any, token: str) -> Any:
+        return await Approver(policy[0], project.resolve(), confirm, set)(ctx, requests, token)
+
+    agent = build_pydantic_agent(Settings(), model=script.model, project_root=project, session=session, ask=ask)
+    policy.append(next(c for c in agent.root_capability.capabilities if isinstance(c, PermissionPolicy)))
+    outcome = await run_turn(agent, session, "go", TextSink(io.StringIO(), io.StringIO()))
+    assert outcome.error is None
+    assert asked == [
+        "⚠ write_file wants to write file a.txt",
+        "⚠ write_file wants to write file .code-puppy/config.toml, which configures code-puppy or another agent "
+        "(always asked, in every mode but yolo)",
+        "⚠ write_file wants to write file .mcp.json, which configures code-puppy or another agent "
+        "(always asked, in every mode but yolo)",
+    ]
+    assert policy[0].session_allowed == {"tool:write_file", "config:write_file:.code-puppy/config.toml"}
+    assert [outcome for _, outcome, _ in tool_returns(session.messages)] == [
+        "success",
+        "success",
+        "success",
+        "success",
+        "denied",
+    ]
+    assert not (project / ".mcp.json").exists()

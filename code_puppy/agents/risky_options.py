@@ -1,0 +1,357 @@
+"""Options that take an allow-listed command outside the project (DESIGN §3 "Permissions", issue 10).
+
+An allow-list entry such as `git diff*` trusts every argument, and some arguments turn a harmless command into one
+that writes anywhere (`git diff --no-index --output=/abs/path`), deletes a folder (`pytest --basetemp=DIR`) or runs
+another program (`git -c core.pager=…`). This table names such options per tool, so that `grep -C 3` stays allowed
+while `git -C /elsewhere` does not: a command carrying one is no longer allowed by the list alone (it asks, or is
+denied where nobody can answer). An option whose value is a path (`PATH`) is refused only when the path leaves the
+project; any other is refused whatever its value, with the reason given.
+
+It is a list of known cases, not a sandbox: an allow-listed `make` or `pytest` still runs the project's own code.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+PATH = "path"
+"""The option's value is a path the tool writes to or works in: refused when it leaves the project."""
+VALUE = "value"
+"""A harmless option that takes a value (listed so that the value is not taken for an operand)."""
+
+
+@dataclass(frozen=True)
+class Rules:
+    """What makes one tool's command leave the project."""
+
+    options: Mapping[str, str]
+    """Option → `PATH`, or why it is refused whatever its value."""
+    global_options: Mapping[str, str] = field(default_factory=dict[str, str])
+    """Options that count only before the first operand: git's `-C` and `-c` mean other things after a subcommand."""
+    subcommands: Mapping[str, str] = field(default_factory=dict[str, str])
+    """First operands that work outside the project by design (`cargo install`), with why."""
+    operands: bool = False
+    """Whether every operand is a file the tool writes (`tee`)."""
+    style: Literal["gnu", "single-dash"] = "gnu"
+    """`gnu`: `--long[=v]`, bundled short flags with attached values (`-o/path`); `single-dash`: `-name[=v]`."""
+    abbreviations: bool = False
+    """Whether the tool accepts unambiguous prefixes of long options (`--outp` for `--output`)."""
+    old_style_first_bundle: bool = False
+    """Whether a first argument without a dash is a bundle of flags (`tar xf a.tar`)."""
+
+
+RUNS = "runs the command it names"
+GLOBAL = "works outside the project by design (a global install)"
+
+RULES: Mapping[str, Rules] = {
+    "git": Rules(
+        {
+            "--output": PATH,
+            "-o": PATH,
+            "--output-directory": PATH,
+            "--git-dir": PATH,
+            "--work-tree": PATH,
+            "--exec-path": "runs git's programs from the folder it names",
+            "--config-env": "sets configuration, which can run commands",
+            "--exec": RUNS,
+            "-x": RUNS,
+            "--upload-pack": RUNS,
+            "--receive-pack": RUNS,
+            "--open-files-in-pager": RUNS,
+            "-O": RUNS,
+        },
+        global_options={
+            "-C": PATH,
+            "-c": "sets configuration, which can run commands (core.pager, core.fsmonitor, aliases)",
+            "--namespace": VALUE,
+            "--super-prefix": VALUE,
+        },
+        abbreviations=True,
+    ),
+    "pytest": Rules(
+        {
+            "--basetemp": "deletes and recreates the folder it names",
+            "-o": "overrides ini options (cache_dir, addopts, …)",
+            "--override-ini": "overrides ini options (cache_dir, addopts, …)",
+            "-p": "loads the plugin it names",
+            "--debug": "writes a debug log to the file it names",
+            "--pastebin": "uploads the output",
+            **dict.fromkeys(("--junitxml", "--junit-xml", "--result-log", "--report-log", "--log-file"), PATH),
+            **dict.fromkeys(("--rootdir", "-c", "--config-file", "--inifile", "--confcutdir"), PATH),
+        }
+    ),
+    "npm": Rules(
+        {
+            "-g": GLOBAL,
+            "--global": GLOBAL,
+            "--location": "chooses where packages go (global, user)",
+            "--script-shell": "runs scripts with the shell it names",
+            **dict.fromkeys(("--prefix", "--cache", "--userconfig", "--globalconfig", "--pack-destination"), PATH),
+        },
+        subcommands={"link": "links packages globally"},
+        abbreviations=True,
+    ),
+    "yarn": Rules(
+        {
+            **dict.fromkeys(("--cwd", "--cache-folder", "--modules-folder", "--global-folder", "--link-folder"), PATH),
+            **dict.fromkeys(("--prefix", "--filename", "-f", "--out", "-o"), PATH),
+        },
+        subcommands={"global": GLOBAL, "link": "links packages globally"},
+    ),
+    "pnpm": Rules(
+        {
+            "-g": GLOBAL,
+            "--global": GLOBAL,
+            **dict.fromkeys(("-C", "--dir", "--global-dir", "--store-dir", "--virtual-store-dir"), PATH),
+            **dict.fromkeys(("--modules-dir", "--pack-destination", "--cache-dir"), PATH),
+        }
+    ),
+    "cargo": Rules(
+        {
+            "--config": "overrides configuration, which can run commands",
+            "-Z": "enables unstable options",
+            **dict.fromkeys(("--target-dir", "--manifest-path", "--out-dir", "--artifact-dir", "-C"), PATH),
+            **dict.fromkeys(("--root", "--lockfile-path"), PATH),
+        },
+        subcommands={"install": GLOBAL},
+    ),
+    "make": Rules(
+        {
+            "--eval": "evaluates the makefile text it is given",
+            "-E": "evaluates the makefile text it is given",
+            **dict.fromkeys(("-C", "--directory", "-f", "--file", "--makefile", "-I", "--include-dir"), PATH),
+        },
+        abbreviations=True,
+    ),
+    "go": Rules(
+        {
+            "-toolexec": RUNS,
+            "-exec": RUNS,
+            "-w": "writes go's own environment file",
+            **dict.fromkeys(("-C", "-o", "-modfile", "-overlay", "-pkgdir", "-trace", "-outputdir"), PATH),
+            **dict.fromkeys(("-coverprofile", "-cpuprofile", "-memprofile", "-blockprofile", "-mutexprofile"), PATH),
+        },
+        subcommands={"install": GLOBAL},
+        style="single-dash",
+    ),
+    "ruff": Rules(
+        {
+            "--config": "takes settings that can name any path",
+            "--cache-dir": PATH,
+            "--output-file": PATH,
+            "-o": PATH,
+        }
+    ),
+    "mypy": Rules(
+        {
+            option: PATH
+            for option in (
+                "--cache-dir",
+                "--config-file",
+                "--junit-xml",
+                "--html-report",
+                "--xml-report",
+                "--txt-report",
+                "--linecount-report",
+                "--linecoverage-report",
+                "--lineprecision-report",
+                "--cobertura-xml-report",
+                "--any-exprs-report",
+                "--memory-xml-report",
+            )
+        }
+    ),
+    "pip": Rules(
+        {
+            "--user": "installs into the user's site-packages, outside the project",
+            **dict.fromkeys(("-t", "--target", "--prefix", "--root", "--src", "--cache-dir", "--log"), PATH),
+            **dict.fromkeys(("--log-file", "--report", "-d", "--dest", "-w", "--wheel-dir"), PATH),
+        },
+        abbreviations=True,
+    ),
+    "tar": Rules(
+        {
+            "-P": "keeps absolute member names, so extracting writes anywhere",
+            "--absolute-names": "keeps absolute member names, so extracting writes anywhere",
+            **dict.fromkeys(("--to-command", "-I", "--use-compress-program", "--checkpoint-action", "-F"), RUNS),
+            **dict.fromkeys(("--info-script", "--new-volume-script", "--rsh-command"), RUNS),
+            **dict.fromkeys(("-f", "--file", "-C", "--directory", "--index-file", "-g", "--listed-incremental"), PATH),
+        },
+        abbreviations=True,
+        old_style_first_bundle=True,
+    ),
+    "sort": Rules(
+        {
+            "--compress-program": RUNS,
+            "-o": PATH,
+            "--output": PATH,
+            "-T": PATH,
+            "--temporary-directory": PATH,
+        },
+        abbreviations=True,
+    ),
+    "sed": Rules(
+        {"-i": "edits the files it is given in place", "--in-place": "edits the files it is given in place"},
+        abbreviations=True,
+    ),
+    "tee": Rules({}, operands=True, abbreviations=True),
+    "curl": Rules(
+        {
+            "-K": "reads options from the file it names",
+            "--config": "reads options from the file it names",
+            **dict.fromkeys(("-o", "--output", "--output-dir", "-D", "--dump-header", "-c", "--cookie-jar"), PATH),
+            **dict.fromkeys(("--trace", "--trace-ascii", "--stderr", "--libcurl", "--etag-save"), PATH),
+            **dict.fromkeys(("--hsts", "--alt-svc"), PATH),
+        }
+    ),
+    "wget": Rules(
+        {
+            "-e": "runs wgetrc commands, which can set any output",
+            "--execute": "runs wgetrc commands, which can set any output",
+            "--config": "reads settings from the file it names",
+            **dict.fromkeys(("-O", "--output-document", "-o", "--output-file", "-a", "--append-output"), PATH),
+            **dict.fromkeys(("-P", "--directory-prefix", "--save-cookies"), PATH),
+        },
+        abbreviations=True,
+    ),
+    "find": Rules(
+        {
+            "-delete": "deletes what it finds",
+            **dict.fromkeys(("-exec", "-execdir", "-ok", "-okdir"), RUNS),
+            **dict.fromkeys(("-fprint", "-fprint0", "-fprintf", "-fls"), PATH),
+        },
+        style="single-dash",
+    ),
+}
+ALIASES = {"py.test": "pytest", "pip3": "pip", "gmake": "make", "gtar": "tar", "bsdtar": "tar"}
+RUNNERS = frozenset({"uv", "poetry", "pipenv", "pdm", "hatch", "rye", "npx", "pnpx", "bunx"})
+"""Programs that run another: the first known tool among their arguments is checked."""
+PREFIXES = frozenset({"env", "timeout", "nice", "nohup", "time", "stdbuf", "xargs", "command", "exec"})
+"""Commands that run the rest of the line as another command."""
+_PYTHON = re.compile(r"python(\d+(\.\d+)?)?|py")
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+_SEGMENT_SPLIT = re.compile(r"&&|\|\||;|\|")
+
+
+def risky_option(command: str, project_root: Path) -> str | None:
+    """Why `command` must not run on the strength of the allow-list alone, or None when no option leaves the project.
+
+    `command` has passed the allow-list's own checks (no redirection, substitution or subshell). Relative paths count
+    from the project root, or from wherever a `cd` in the command may have gone.
+    """
+    cwds: list[Path | None] = [project_root]
+    for segment in _SEGMENT_SPLIT.split(command):
+        try:
+            tokens = shlex.split(segment)
+        except ValueError:
+            return f"`{segment.strip()}` cannot be parsed"
+        if tokens[:1] in (["cd"], ["pushd"]):
+            destination = tokens[1] if len(tokens) > 1 else "~"
+            cwds += [_resolve(destination, cwd) for cwd in cwds]
+        elif why := _check(tokens, cwds, project_root):
+            return why
+    return None
+
+
+def _check(tokens: Sequence[str], cwds: Sequence[Path | None], root: Path) -> str | None:
+    found = _tool(tokens)
+    if found is None:
+        return None
+    tool, args = found
+    rules = RULES[tool]
+    if rules.old_style_first_bundle and args and not args[0].startswith("-"):
+        args = [f"-{args[0]}", *args[1:]]
+    operands = 0
+    index = 0
+    while index < len(args):
+        token = args[index]
+        index += 1
+        if token == "--":  # only operands follow
+            outside = [value for value in args[index:] if rules.operands and _leaves(value, cwds, root)]
+            return _outside(tool, "", outside[0]) if outside else None
+        if token == "-" or not token.startswith("-"):
+            if operands == 0 and token in rules.subcommands:
+                return f"`{tool} {token}` {rules.subcommands[token]}"
+            operands += 1
+            if rules.operands and _leaves(token, cwds, root):
+                return _outside(tool, "", token)
+            continue
+        table = {**rules.options, **(rules.global_options if operands == 0 else {})}
+        for option, attached in _options(token, table, rules):
+            if (kind := table[option]) not in (PATH, VALUE):
+                return f"`{option}` ({tool}) {kind}"
+            value = attached
+            if value is None and index < len(args) and not args[index].startswith("-"):
+                value = args[index]
+                index += 1
+            if kind == PATH and value is not None and _leaves(value, cwds, root):
+                return _outside(tool, option, value)
+    return None
+
+
+def _tool(tokens: Sequence[str]) -> tuple[str, list[str]] | None:
+    """The known tool a segment runs and its arguments, looking through assignments, prefixes, runners and
+    `python -m`; None for any other program."""
+    behind_runner = False
+    for index, token in enumerate(tokens):
+        name = Path(token).name
+        if (tool := ALIASES.get(name, name)) in RULES:
+            return tool, list(tokens[index + 1 :])
+        if _PYTHON.fullmatch(name):
+            return _python_module(tokens[index + 1 :])
+        if name in PREFIXES or name in RUNNERS:
+            behind_runner = True  # its own arguments (`timeout 60`, `uv run --with x`) are passed over
+        elif not behind_runner and not _ASSIGNMENT.match(token):
+            return None
+    return None
+
+
+def _python_module(args: Sequence[str]) -> tuple[str, list[str]] | None:
+    for index, arg in enumerate(args):
+        module = args[index + 1] if arg == "-m" and index + 1 < len(args) else arg[2:] if arg.startswith("-m") else None
+        if module is not None:
+            tool = ALIASES.get(module, module)
+            return (tool, list(args[index + 2 if arg == "-m" else index + 1 :])) if tool in RULES else None
+        if not arg.startswith("-") or arg == "-c":
+            return None  # a script or `-c CODE`: nothing this table knows
+    return None
+
+
+def _options(token: str, table: Mapping[str, str], rules: Rules) -> Iterator[tuple[str, str | None]]:
+    """The table's options one argument holds, each with its attached value (None: the value may follow)."""
+    if rules.style == "single-dash" or token.startswith("--"):
+        name, equals, value = token.partition("=")
+        name = "-" + name.lstrip("-") if rules.style == "single-dash" else name
+        attached = value if equals else None
+        if name in table:
+            yield name, attached
+        elif rules.abbreviations and name.startswith("--") and len(name) >= 5:
+            yield from ((option, attached) for option in table if option.startswith(name))
+        return
+    for position, letter in enumerate(token[1:], start=2):
+        if (option := f"-{letter}") in table:
+            yield option, token[position:] or None
+            if table[option] in (PATH, VALUE):
+                return  # the rest of the argument is this option's value
+
+
+def _resolve(path: str, cwd: Path | None) -> Path | None:
+    """Where `path` lands from `cwd`; None when unknown (a variable, `cd -`, or an unknown starting point)."""
+    if "$" in path or path == "-" or (cwd is None and not Path(path).expanduser().is_absolute()):
+        return None
+    return ((cwd or Path("/")) / Path(path).expanduser()).resolve()
+
+
+def _leaves(path: str, cwds: Sequence[Path | None], root: Path) -> bool:
+    targets = [_resolve(path, cwd) for cwd in cwds]
+    return any(target is None or (target != root and root not in target.parents) for target in targets)
+
+
+def _outside(tool: str, option: str, path: str) -> str:
+    named = f"`{option} {path}`" if option else f"`{path}`"
+    return f"{named} points {tool} outside the project"

@@ -1,0 +1,169 @@
+"""Allow-listed commands with options that write, delete or run things outside the project (issue 10, item 7)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from code_puppy.agents.permissions import PermissionPolicy
+from tests.conftest import run_cli
+from tests.fake_llm import call, text, tool_calls
+
+REFUSED = [
+    ("git diff --no-index --output=/elsewhere/x a b", "`--output /elsewhere/x` points git outside the project"),
+    ("git diff --no-index --output /elsewhere/x a b", "`--output /elsewhere/x` points git outside the project"),
+    ("git diff --outp=/elsewhere/x", "`--output /elsewhere/x` points git outside the project"),
+    ("git format-patch -o ../patches HEAD~1", "`-o ../patches` points git outside the project"),
+    ("git archive -o/elsewhere/a.zip HEAD", "`-o /elsewhere/a.zip` points git outside the project"),
+    ("git -C /elsewhere status", "`-C /elsewhere` points git outside the project"),
+    ("git --git-dir=/elsewhere/.git log", "`--git-dir /elsewhere/.git` points git outside the project"),
+    ("git --work-tree ../other status", "`--work-tree ../other` points git outside the project"),
+    (
+        "git -c core.pager=sh log",
+        "`-c` (git) sets configuration, which can run commands (core.pager, core.fsmonitor, aliases)",
+    ),
+    ("git --exec-path=/elsewhere status", "`--exec-path` (git) runs git's programs from the folder it names"),
+    ("git rebase -x 'make' main", "`-x` (git) runs the command it names"),
+    ("/usr/bin/git diff --output=/elsewhere/x", "`--output /elsewhere/x` points git outside the project"),
+    ("pytest --basetemp=tmp", "`--basetemp` (pytest) deletes and recreates the folder it names"),
+    ("pytest -q --basetemp /elsewhere", "`--basetemp` (pytest) deletes and recreates the folder it names"),
+    ("pytest -o cache_dir=/elsewhere", "`-o` (pytest) overrides ini options (cache_dir, addopts, …)"),
+    ("pytest -ocache_dir=/elsewhere", "`-o` (pytest) overrides ini options (cache_dir, addopts, …)"),
+    ("pytest --junitxml=/elsewhere/r.xml", "`--junitxml /elsewhere/r.xml` points pytest outside the project"),
+    ("pytest --junit-xml ~/r.xml", "`--junit-xml ~/r.xml` points pytest outside the project"),
+    ("pytest -p evil_plugin", "`-p` (pytest) loads the plugin it names"),
+    ("pytest --rootdir=/elsewhere", "`--rootdir /elsewhere` points pytest outside the project"),
+    ("py.test --result-log=/elsewhere/log", "`--result-log /elsewhere/log` points pytest outside the project"),
+    ("python -m pytest --basetemp=x", "`--basetemp` (pytest) deletes and recreates the folder it names"),
+    (
+        "python3.11 -m pytest --junitxml=/elsewhere/r.xml",
+        "`--junitxml /elsewhere/r.xml` points pytest outside the project",
+    ),
+    ("uv run pytest -p x", "`-p` (pytest) loads the plugin it names"),
+    ("timeout 60 pytest --basetemp=x", "`--basetemp` (pytest) deletes and recreates the folder it names"),
+    ("CI=1 pytest --basetemp=x", "`--basetemp` (pytest) deletes and recreates the folder it names"),
+    ("npm install -g left-pad", "`-g` (npm) works outside the project by design (a global install)"),
+    ("npm install --prefix=/elsewhere", "`--prefix /elsewhere` points npm outside the project"),
+    ("yarn global add x", "`yarn global` works outside the project by design (a global install)"),
+    ("pnpm -C /elsewhere install", "`-C /elsewhere` points pnpm outside the project"),
+    ("cargo build --target-dir /elsewhere", "`--target-dir /elsewhere` points cargo outside the project"),
+    ("cargo install ripgrep", "`cargo install` works outside the project by design (a global install)"),
+    ("make -C /elsewhere", "`-C /elsewhere` points make outside the project"),
+    ("make -f ../Makefile", "`-f ../Makefile` points make outside the project"),
+    ("go build -o /usr/local/bin/app ./cmd", "`-o /usr/local/bin/app` points go outside the project"),
+    ("go test -toolexec=evil ./...", "`-toolexec` (go) runs the command it names"),
+    ("go install ./...", "`go install` works outside the project by design (a global install)"),
+    ("ruff check --cache-dir=/elsewhere", "`--cache-dir /elsewhere` points ruff outside the project"),
+    ("ruff check --output-file /elsewhere/r.json", "`--output-file /elsewhere/r.json` points ruff outside the project"),
+    ("mypy --cache-dir=/elsewhere .", "`--cache-dir /elsewhere` points mypy outside the project"),
+    ("tar -czf /elsewhere/a.tgz .", "`-f /elsewhere/a.tgz` points tar outside the project"),
+    ("tar xzf a.tgz -C /", "`-C /` points tar outside the project"),
+    ("tar -xPf a.tar", "`-P` (tar) keeps absolute member names, so extracting writes anywhere"),
+    ("sort -o /elsewhere/x data.txt", "`-o /elsewhere/x` points sort outside the project"),
+    ("sort -ro/elsewhere/x data.txt", "`-o /elsewhere/x` points sort outside the project"),
+    ("tee ../x", "`../x` points tee outside the project"),
+    ("tee -a -- /elsewhere/x", "`/elsewhere/x` points tee outside the project"),
+    ("curl -sSLo /elsewhere/x https://example.com", "`-o /elsewhere/x` points curl outside the project"),
+    (
+        "curl --output-dir /elsewhere -O https://example.com/x",
+        "`--output-dir /elsewhere` points curl outside the project",
+    ),
+    ("wget -O ~/.bashrc https://example.com", "`-O ~/.bashrc` points wget outside the project"),
+    ("sed -i s/a/b/ notes.txt", "`-i` (sed) edits the files it is given in place"),
+    ("find . -name '*.pyc' -delete", "`-delete` (find) deletes what it finds"),
+    ("find . -exec rm {} +", "`-exec` (find) runs the command it names"),
+    ("pip install --target /elsewhere x", "`--target /elsewhere` points pip outside the project"),
+    ("python -m pip install --user x", "`--user` (pip) installs into the user's site-packages, outside the project"),
+    ("git status && git diff --output=/elsewhere/x", "`--output /elsewhere/x` points git outside the project"),
+    ("cd /elsewhere && git diff --output=x", "`--output x` points git outside the project"),
+    ("git diff --output=$HOME/x", "`--output $HOME/x` points git outside the project"),
+    ("git diff --output=link/x", "`--output link/x` points git outside the project"),
+    ("git commit -m 'unterminated", "`git commit -m 'unterminated` cannot be parsed"),
+]
+"""(command, why it is refused); `link` in the project is a symlink to a folder outside it."""
+ALLOWED = [
+    "grep -C 3 pattern src",
+    "grep -rn -o foo .",
+    "git diff -C",
+    "git log -c -1",
+    "git status --short",
+    "git ls-files -o --exclude-standard",
+    "git diff --output=changes.diff",
+    "git -C sub status",
+    "git log -1 --format=%H",
+    "pytest -q",
+    "pytest -k 'not slow' -x",
+    "pytest --junitxml=reports/junit.xml",
+    "python -m pytest tests",
+    "python script.py --basetemp=/x",
+    "go build -o bin/app ./cmd",
+    "make -C docs html",
+    "tar -xzf a.tgz",
+    "tar tf a.tar",
+    "sort -o sorted.txt data.txt",
+    "tee out.txt",
+    "curl -fsSL https://example.com -o page.html",
+    "cargo build --release",
+    "npm test",
+    "ruff check --output-file=ruff.json .",
+    "echo --output=/elsewhere/x",
+    "cd sub && pytest -q",
+]
+
+
+@pytest.fixture
+def policy(tmp_path: Path) -> PermissionPolicy:
+    root = tmp_path / "proj"
+    (root / "sub").mkdir(parents=True)
+    (tmp_path / "outside").mkdir()
+    (root / "link").symlink_to(tmp_path / "outside")
+    return PermissionPolicy(root.resolve(), mode="accept-edits", allow=["*"])
+
+
+@pytest.mark.parametrize(("command", "why"), REFUSED)
+def test_allow_listed_commands_with_options_that_leave_the_project_are_refused(
+    policy: PermissionPolicy, command: str, why: str
+) -> None:
+    assert policy.decide("shell", {"command": command}) == (
+        "deny",
+        f"`{command}` matches the shell allow-list, but {why}, and an allow-list entry covers a command only without "
+        "such options. Do not retry it.",
+    )
+
+
+@pytest.mark.parametrize("command", ALLOWED)
+def test_allow_listed_commands_without_them_still_run(policy: PermissionPolicy, command: str) -> None:
+    assert policy.decide("shell", {"command": command}) == ("allow", "")
+
+
+def test_a_refused_command_asks_interactively_and_yolo_runs_it(policy: PermissionPolicy) -> None:
+    command = {"command": "pytest --basetemp=/elsewhere"}
+    policy.mode, policy.interactive = "ask", True
+    assert policy.decide("shell", command)[0] == "ask"
+    policy.mode = "yolo"
+    assert policy.decide("shell", command) == ("allow", "")
+
+
+@pytest.mark.parametrize("mode", ["ask", "yolo"])
+def test_an_allow_listed_git_diff_cannot_write_outside_the_project(
+    server: Any, project: Path, tmp_path: Path, mode: str
+) -> None:
+    (project / "a.txt").write_text("one\n")
+    (project / "b.txt").write_text("two\n")
+    outside = tmp_path / "outside.diff"
+    command = f"git diff --no-index --output={outside} a.txt b.txt"
+    server.script(tool_calls(call("shell", {"command": command})), text("done"))
+    completed = run_cli("-p", "diff them", "--allow", "git diff*", "--permission-mode", mode, cwd=project)
+    assert (completed.returncode, completed.stdout) == (0, "done\n"), completed.stderr
+    (result,) = [m["content"] for m in server.requests[1].body["messages"] if m["role"] == "tool"]
+    if mode == "yolo":  # the command does write there: what the allow-list must not let through
+        assert "+two" in outside.read_text()
+        return
+    assert result == (
+        f"`{command}` matches the shell allow-list, but `--output {outside}` points git outside the project, and an "
+        "allow-list entry covers a command only without such options. It needs the user's approval and this run is "
+        "non-interactive, so it was denied. Do not retry it; say what you would have run."
+    )
+    assert not outside.exists()
