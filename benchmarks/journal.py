@@ -24,14 +24,13 @@ from typing import Any
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sessions import exchange  # the same realistic messages as the session benchmark
-
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from code_puppy.agents.builder import build_pydantic_agent
 from code_puppy.agents.turn_journal import TurnJournal
 from code_puppy.config import Settings
 from code_puppy.sessions.session import Session
 from code_puppy.sessions.store import SqliteConversationStore
+from tests.sessions_data import exchange  # the same realistic messages the store tests use
 
 
 def timed(costs: list[float], hook: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:

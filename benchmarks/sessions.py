@@ -25,13 +25,9 @@ import time
 from pathlib import Path
 
 from pydantic_ai.messages import (
-    ModelMessage,
     ModelRequest,
     ModelResponse,
-    RequestUsage,
     TextPart,
-    ToolCallPart,
-    ToolReturnPart,
     UserPromptPart,
 )
 
@@ -39,23 +35,10 @@ from code_puppy.sessions.session import Session
 from code_puppy.sessions.store import SqliteConversationStore
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from tests.sessions_data import exchange  # noqa: E402  # the same realistic messages the store tests use
+
 CODE_PUPPY = str(Path(sys.executable).parent / "code-puppy")
-
-
-def exchange(i: int) -> list[ModelMessage]:
-    """Four realistic messages: a prompt, a tool call, its result, an answer."""
-    return [
-        ModelRequest(parts=[UserPromptPart(f"please fix bug {i} in foo/bar_{i}.py " * 3)]),
-        ModelResponse(
-            parts=[
-                TextPart("Let me look. " * 5),
-                ToolCallPart("read_file", {"path": f"foo/bar_{i}.py"}, tool_call_id=f"c{i}"),
-            ],
-            usage=RequestUsage(input_tokens=1000, output_tokens=50),
-        ),
-        ModelRequest(parts=[ToolReturnPart("read_file", "def foo():\n    return 42\n" * 10, tool_call_id=f"c{i}")]),
-        ModelResponse(parts=[TextPart("Done. " * 20)], usage=RequestUsage(input_tokens=1100, output_tokens=40)),
-    ]
 
 
 async def seeded_session(store: SqliteConversationStore, project: Path, messages: int) -> Session:

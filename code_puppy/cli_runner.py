@@ -25,14 +25,14 @@ from code_puppy.agents.history_persistence import (
 from code_puppy.agents.history_validation import HistoryProcessingError
 from code_puppy.agents.provider_retries import ProviderStalled
 from code_puppy.agents.steering import SteeringInbox, accepting_steers, held_steers
-from code_puppy.config import data_dir, load_settings
+from code_puppy.config import ConfigError, data_dir, load_settings
 from code_puppy.models import choose_model_name, resolve_model
 from code_puppy.options import RunOptions
 from code_puppy.plugins import PromptBlocked
 from code_puppy.plugins.discovery import load_plugins
 from code_puppy.plugins.host import PluginHost
 from code_puppy.sessions.runs import RunRegistry
-from code_puppy.sessions.session import Session, open_session
+from code_puppy.sessions.session import Session, SessionNotSaved, open_session
 from code_puppy.sessions.store import SqliteConversationStore
 from code_puppy.ui.sinks import SINKS, EventSink, RunOutcome, Status, Usage
 
@@ -124,13 +124,30 @@ async def _without_long_silences(
         yield event
 
 
-def open_store() -> SqliteConversationStore:
+def open_store(*, readonly: bool = False) -> SqliteConversationStore:
     """The sessions database of this user (`sessions.db` in the data directory)."""
-    return SqliteConversationStore(data_dir() / "sessions.db")
+    return SqliteConversationStore(data_dir() / "sessions.db", readonly=readonly)
 
 
 def run_headless(options: HeadlessOptions) -> int:
-    """Resolve config, model and session (exit 2 when one is bad, before anything is sent), then run one turn."""
+    """Resolve config, model and session (exit 2 when one is bad, before anything is sent), then run one turn.
+
+    With `--output-format json` or `stream-json`, a failure that stops the invocation still ends its output with the
+    result object (`"status": "error"`), before the error propagates to its one line on stderr.
+    """
+    started = time.monotonic()
+    try:
+        return _run_headless(options)
+    except Exception as exc:
+        if options.output_format != "text":
+            message = str(exc) if isinstance(exc, ConfigError) else f"internal error: {type(exc).__name__}: {exc}"
+            SINKS[options.output_format]().finish(
+                RunOutcome(None, None, "error", Usage(), round((time.monotonic() - started) * 1000), message)
+            )
+        raise
+
+
+def _run_headless(options: HeadlessOptions) -> int:
     settings = load_settings(options.project_root)
     if options.no_mcp:
         settings = settings.model_copy(update={"mcp_servers": {}})
@@ -202,6 +219,8 @@ class TurnOutcome:
     runs: int
     unrun_follow_up: str | None = None
     """A follow-up prompt left over when `max_continuations` ended the turn."""
+    unsaved: SessionNotSaved | None = None
+    """Why the session's history (kept in memory) could not be saved when the turn ended."""
 
 
 async def run_turn(
@@ -262,15 +281,22 @@ async def run_turn(
             except (Exception, asyncio.CancelledError) as exc:
                 run_usage = handle.usage()
                 run_id = handle.run.run_id if handle.run is not None else None
-                await persist_checkpoint(
-                    session, handle.completed_messages(exc), prompt=prompt, run_id=run_id, usage=run_usage
-                )
+                unsaved = None
+                try:
+                    await persist_checkpoint(
+                        session, handle.completed_messages(exc), prompt=prompt, run_id=run_id, usage=run_usage
+                    )
+                except SessionNotSaved as failure:
+                    unsaved = failure
                 await hooks.agent_run_end(agent, None, exc, session)
                 error = TimeoutError(f"{timeout:g} s") if isinstance(exc, RunTimedOut) else exc
-                return TurnOutcome(None, error, usage + run_usage, runs)
+                return TurnOutcome(None, error, usage + run_usage, runs, unsaved=unsaved)
             usage = usage + result.usage
             await hooks.agent_run_end(agent, result, None, session)
-            await persist_result_history(session, result)
+            try:
+                await persist_result_history(session, result)
+            except SessionNotSaved as unsaved:
+                return TurnOutcome(result, None, usage, runs, unsaved=unsaved)
             next_prompt = await hooks.turn_end(result, session)
             if not next_prompt and follow_up is not None:
                 next_prompt = await follow_up(result)
@@ -395,6 +421,9 @@ def _report(session: Session, outcome: TurnOutcome, stopped_by: list[Status], st
         status, message = "error", f"run failed: {type(error).__name__} {describe_error(error)}"
     else:
         status, message = "error", f"run failed: {describe_error(error)}"
+    if outcome.unsaved is not None:
+        status = "error" if status == "success" else status
+        message = "; ".join(filter(None, (message, str(outcome.unsaved))))
     return RunOutcome(
         session_id=session.id,
         output=outcome.result.output if error is None and outcome.result is not None else None,

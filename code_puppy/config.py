@@ -18,6 +18,8 @@ from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from code_puppy.errors import ConfigError as ConfigError
+
 # Re-exported: the locations live in a module without pydantic, for the chat's fast start.
 from code_puppy.paths import code_puppy_home as code_puppy_home
 from code_puppy.paths import config_dir as config_dir
@@ -27,10 +29,6 @@ from code_puppy.trust import PROJECT_CONFIG, ProjectTrust, project_trust
 
 PermissionMode = Literal["ask", "accept-edits", "yolo", "read-only"]
 CompactionKind = Literal["tiered", "summarize", "sliding", "off"]
-
-
-class ConfigError(Exception):
-    """A usage or configuration error: reported in one line, exit 2, nothing sent to a model."""
 
 
 class _Section(BaseModel):

@@ -243,7 +243,7 @@ def steer(*, session_id: str | None, text: tuple[str, ...]) -> None:
 
 @cli.group()
 def sessions() -> None:
-    """List, show, export and delete stored sessions."""
+    """List, show, export and delete stored sessions; check and repair the database."""
 
 
 @sessions.command("list")
@@ -251,10 +251,13 @@ def sessions() -> None:
 def sessions_list(*, all_projects: bool) -> None:
     """Sessions of this project (id, updated, messages, model, title), newest first."""
 
-    from code_puppy.config import find_project_root
+    from code_puppy.paths import data_dir, find_project_root
 
     project = None if all_projects else find_project_root(Path.cwd())
-    _with_store(lambda store: _commands().list_sessions(store, project, sys.stdout))
+    if not (data_dir() / "sessions.db").exists():
+        click.echo(f"no sessions{f' in {project}' if project else ''}")
+        return
+    _with_store(lambda store: _commands().list_sessions(store, project, sys.stdout), readonly=True)
 
 
 @sessions.command("show")
@@ -262,14 +265,14 @@ def sessions_list(*, all_projects: bool) -> None:
 @click.option("--groups", is_flag=True, help="Show the history groups processors see, with protections and tokens.")
 def sessions_show(*, session_id: str, groups: bool) -> None:
     """A readable transcript of a session."""
-    _with_store(lambda store: _commands().show_session(store, session_id, sys.stdout, groups=groups))
+    _with_store(lambda store: _commands().show_session(store, session_id, sys.stdout, groups=groups), readonly=True)
 
 
 @sessions.command("export")
 @click.argument("session_id", metavar="ID")
 def sessions_export(*, session_id: str) -> None:
     """A session as JSON: its metadata and its messages (pydantic-ai's ModelMessagesTypeAdapter form)."""
-    _with_store(lambda store: _commands().export_session(store, session_id, sys.stdout))
+    _with_store(lambda store: _commands().export_session(store, session_id, sys.stdout), readonly=True)
 
 
 @sessions.command("delete")
@@ -292,6 +295,18 @@ def sessions_delete(*, session_id: str, yes: bool) -> None:
         click.echo(f"deleted session {info.id}")
 
     _with_store(action)
+
+
+@sessions.command("check")
+def sessions_check() -> None:
+    """Read every page of sessions.db (SQLite's integrity_check): exit 0 when it is sound, 1 with what is wrong."""
+    sys.exit(guarded(lambda: _commands().check_store(sys.stdout)))
+
+
+@sessions.command("repair")
+def sessions_repair() -> None:
+    """Move a damaged sessions.db aside (sessions.db.corrupt-DATE) and rebuild it from what can still be read."""
+    sys.exit(guarded(lambda: _commands().repair_store(sys.stdout)))
 
 
 @cli.group("plugins")
@@ -334,11 +349,13 @@ def _trust() -> NoReturn:
     sys.exit(guarded(run))
 
 
-def _with_store(action: Callable[[SqliteConversationStore], object]) -> None:
+def _with_store(action: Callable[[SqliteConversationStore], object], *, readonly: bool = False) -> None:
+    """Run `action` on this user's sessions database; `readonly` commands never create, migrate or write it."""
+
     def run() -> None:
         from code_puppy.cli_runner import open_store
 
-        with open_store() as store:
+        with open_store(readonly=readonly) as store:
             action(store)
 
     sys.exit(guarded(run))

@@ -12,6 +12,7 @@ No other code sets the durable history.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Sequence
 from contextvars import ContextVar
@@ -32,7 +33,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.usage import RunUsage
 
 from code_puppy.sessions.runs import process_alive
-from code_puppy.sessions.session import Session
+from code_puppy.sessions.session import Session, SessionNotSaved
 
 
 class DurableHistory(Protocol):
@@ -84,7 +85,10 @@ class HistoryPersistence(AbstractCapability[Any]):
     async def after_run(self, ctx: RunContext[Any], *, result: AgentRunResult[Any]) -> AgentRunResult[Any]:
         if _run_depth.get() == 1:
             self.last_result = result
-            await _write(self.history, result)
+            # A store that fails (a full disk) must not cost the run its answer: the history is set in memory, and
+            # the loop's `persist_result_history` tries again and reports what it cannot save.
+            with contextlib.suppress(SessionNotSaved):
+                await _write(self.history, result)
         return result
 
 

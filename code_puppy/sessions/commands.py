@@ -1,9 +1,10 @@
-"""`code-puppy sessions list|show|export|delete`: what the command line shows of stored sessions."""
+"""`code-puppy sessions list|show|export|check|repair`: what the command line shows of stored sessions."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -26,6 +27,7 @@ from code_puppy.agents.history_groups import describe_groups
 
 from .catalog import SessionInfo
 from .journal import Journal
+from .repair import check, repair
 from .session import find_session
 from .store import SqliteConversationStore
 
@@ -112,3 +114,49 @@ def _metadata(info: SessionInfo) -> dict[str, object]:
     data["created_at"] = info.created_at.isoformat()
     data["updated_at"] = info.updated_at.isoformat()
     return data
+
+
+def check_store(out: TextIO) -> int:
+    """`sessions check`: 0 when every page of sessions.db reads back sound, 1 with SQLite's findings."""
+    from code_puppy.paths import data_dir
+
+    path = data_dir() / "sessions.db"
+    if not path.is_file():
+        print(f"no sessions database at {path} yet", file=out)
+        return 0
+    try:
+        problems = check(path)
+    except sqlite3.DatabaseError as exc:
+        problems = [str(exc)]
+    if not problems:
+        print(f"{path}: ok", file=out)
+        return 0
+    print(f"{path} is damaged:", *(f"  {problem}" for problem in problems[:20]), sep="\n", file=out)
+    print("`code-puppy sessions repair` moves it aside and keeps what can still be read", file=out)
+    return 1
+
+
+def repair_store(out: TextIO) -> int:
+    """`sessions repair`: rebuild a damaged sessions.db from what can still be read; a sound one is left alone."""
+    from code_puppy.paths import data_dir
+
+    path = data_dir() / "sessions.db"
+    if not path.is_file():
+        print(f"no sessions database at {path}: nothing to repair", file=out)
+        return 0
+    try:
+        sound = not check(path)
+    except sqlite3.DatabaseError:
+        sound = False
+    if sound:
+        print(f"{path}: ok, nothing to repair", file=out)
+        return 0
+    report = repair(path)
+    print(f"moved the damaged database to {report.moved_to}", file=out)
+    kept = f"kept {report.sessions} sessions and {report.messages} messages"
+    if report.shortened_sessions:
+        kept += f"; {report.shortened_sessions} of them end where a damaged page cut their history short"
+    if report.lost_sessions:
+        kept += f"; {report.lost_sessions} sessions could not be read at all and were left out"
+    print(f"rebuilt {path}: {kept}", file=out)
+    return 0

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sqlite3
+import sys
 import threading
 from collections.abc import Callable, Generator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+
+from code_puppy.errors import StoreError
 
 __all__ = ("MIGRATIONS", "Database", "Migration", "delete_conversation", "discard_journal", "migrate", "timestamp")
 
@@ -178,24 +183,15 @@ class Database:
     """A connection to a sessions database, migrated when opened, shared by the store and the session catalog.
 
     Writes run in `BEGIN IMMEDIATE` transactions; a lock keeps threads of one process from interleaving them.
+    A database that cannot be opened, or whose schema cannot be read, is a `StoreError` naming the file and what to
+    do; nothing is ever deleted or overwritten to get past it. `readonly` opens it without creating, migrating or
+    writing anything, even in a directory the user cannot write (the `sessions` commands that only read).
     """
 
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+    def __init__(self, path: Path, *, readonly: bool = False) -> None:
         self.path = path
         self._lock = threading.RLock()
-        self._connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        try:
-            # How long a statement waits for another process's write transaction before failing as locked.
-            self._connection.execute("PRAGMA busy_timeout = 5000")
-            self._connection.execute("PRAGMA journal_mode = WAL")
-            # FULL syncs the log at every commit, so a saved turn survives a power cut too, not only a killed process.
-            self._connection.execute("PRAGMA synchronous = FULL")
-            self._connection.execute("PRAGMA foreign_keys = ON")
-            migrate(self._connection)
-        except BaseException:
-            self._connection.close()
-            raise
+        self._connection = _open(path, readonly=readonly)
 
     @contextmanager
     def read(self) -> Generator[sqlite3.Connection]:
@@ -223,6 +219,80 @@ class Database:
     def close(self) -> None:
         with self._lock:
             self._connection.close()
+
+
+def _open(path: Path, *, readonly: bool) -> sqlite3.Connection:
+    if readonly and not path.is_file():
+        raise StoreError(f"{path}: no sessions database here yet (code-puppy creates it with the first session)")
+    if not readonly:
+        if path.parent.exists() and not path.parent.is_dir():
+            raise StoreError(f"the data directory {path.parent} is a file, not a directory ({_WHAT_TO_DO})")
+        try:
+            # Private to the user, like everything in it: conversations hold code and what tools printed.
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as exc:
+            reason = f"cannot create the data directory {path.parent}: {exc.strerror}"
+            raise StoreError(f"{reason} ({_WHAT_TO_DO})") from None
+        if not path.exists():
+            with contextlib.suppress(OSError):
+                os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))  # SQLite's -wal and -shm copy this mode
+    try:
+        return _connect(path, readonly=readonly)
+    except sqlite3.OperationalError:
+        # Only a read-only open lets one through: a database in WAL mode in a directory the user cannot write gets
+        # no shared-memory file there, so it is read as it is on disk.
+        return _connect(path, readonly=True, immutable=True)
+
+
+def _connect(path: Path, *, readonly: bool, immutable: bool = False) -> sqlite3.Connection:
+    uri = f"{path.absolute().as_uri()}?mode={'ro' if readonly else 'rwc'}{'&immutable=1' if immutable else ''}"
+    try:
+        connection = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+    except sqlite3.Error as exc:
+        raise StoreError(_describe(path, exc)) from None
+    try:
+        # How long a statement waits for another process's write transaction before failing as locked.
+        connection.execute("PRAGMA busy_timeout = 5000")
+        if readonly:
+            connection.execute("SELECT name FROM schema_migrations").fetchall()
+        else:
+            connection.execute("PRAGMA journal_mode = WAL")
+            # FULL syncs the log at every commit, so a saved turn survives a power cut too, not only a killed process.
+            connection.execute("PRAGMA synchronous = FULL")
+            connection.execute("PRAGMA foreign_keys = ON")
+            migrate(connection)
+    except sqlite3.OperationalError:
+        connection.close()
+        if readonly and not immutable:
+            raise  # may be the read-only directory: the caller tries once more
+        raise StoreError(_describe(path, sys.exc_info()[1])) from None
+    except sqlite3.DatabaseError as exc:
+        connection.close()
+        raise StoreError(_describe(path, exc)) from None
+    except BaseException:
+        connection.close()
+        raise
+    return connection
+
+
+_WHAT_TO_DO = "set CODE_PUPPY_HOME to a writable directory, or fix this one"
+
+
+def store_error(path: Path, exc: BaseException) -> StoreError:
+    """The error a store that cannot be used, or a row of it that cannot be read, is reported with."""
+    return StoreError(_describe(path, exc))
+
+
+def _describe(path: Path, exc: BaseException | None) -> str:
+    reason = " ".join(str(exc).split())[:200] or type(exc).__name__
+    if not isinstance(exc, sqlite3.OperationalError):  # a page or a row that does not read back
+        return (
+            f"{path} is damaged ({reason}); it was left as it is. `code-puppy sessions repair` moves it aside and "
+            "keeps what can still be read"
+        )
+    if "locked" in reason or "busy" in reason:
+        return f"{path} is locked by another process ({reason}); try again"
+    return f"cannot open {path}: {reason} ({_WHAT_TO_DO})"
 
 
 def delete_conversation(db: sqlite3.Connection, conversation_id: str) -> bool:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import sqlite3
 import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from pydantic import ValidationError
 from pydantic_ai import Conversation
 from pydantic_ai.conversation_store import ConversationConflict, ConversationStore, InMemoryConversationStore
 from pydantic_ai.messages import ModelMessage
@@ -15,7 +17,12 @@ from code_puppy.config import ConfigError
 
 from .catalog import SessionInfo
 from .journal import Journal
+from .schema import store_error
 from .store import SqliteConversationStore
+
+
+class SessionNotSaved(Exception):
+    """A session's history could not be written to the store; the message says which session, where, and why."""
 
 
 class Session:
@@ -122,20 +129,29 @@ class Session:
     async def set_message_history(
         self, messages: Sequence[ModelMessage], *, run_id: str | None = None, run_usage: RunUsage | None = None
     ) -> None:
-        """Make `messages` the session's history and save it; a run's usage counts once however often it is set."""
+        """Make `messages` the session's history and save it; a run's usage counts once however often it is set.
+
+        Raises:
+            SessionNotSaved: The store failed (a full disk, say); the history is set in memory all the same, and the
+                next save writes it.
+        """
         if run_id is not None and run_usage is not None:
             self._run_usage[run_id] = run_usage
         self.conversation.messages = list(messages)
         self.conversation.usage = self.usage
-        self._create_row()
         try:
-            await self.store.save(self.conversation)
-        except ConversationConflict:
-            await self._move_to_new_session()
-        revision = (self.cache_epoch, self.history_version)
-        if revision != self._stored_revision and isinstance(self.store, SqliteConversationStore):
-            self.store.sessions.update(self.id, cache_epoch=revision[0], history_version=revision[1])
-            self._stored_revision = revision
+            self._create_row()
+            try:
+                await self.store.save(self.conversation)
+            except ConversationConflict:
+                await self._move_to_new_session()
+            revision = (self.cache_epoch, self.history_version)
+            if revision != self._stored_revision and isinstance(self.store, SqliteConversationStore):
+                self.store.sessions.update(self.id, cache_epoch=revision[0], history_version=revision[1])
+                self._stored_revision = revision
+        except sqlite3.Error as exc:
+            where = f" to {self.store.database.path}" if isinstance(self.store, SqliteConversationStore) else ""
+            raise SessionNotSaved(f"session {self.id[:8]} could not be saved{where}: {exc}") from exc
 
     def _create_row(self) -> None:
         if self._before_first_save is not None:
@@ -175,15 +191,22 @@ async def open_session(
     continue_last: bool = False,
     resume: str | None = None,
 ) -> Session:
-    """A new session, the latest of `project_dir` (`-c`), or the one `resume` names by id or unique prefix (`-r`)."""
-    if resume is not None:
-        return await Session.resume(store, find_session(store, resume), model=model)
-    if continue_last:
-        latest = store.sessions.latest(project_dir)
-        if latest is None:
-            raise ConfigError(f"no session to continue in {project_dir}; start one without -c")
-        return await Session.resume(store, latest, model=model)
-    return await Session.start(store, project_dir, model=model)
+    """A new session, the latest of `project_dir` (`-c`), or the one `resume` names by id or unique prefix (`-r`).
+
+    Everything the run needs from the store is read here, before anything is sent: a row that cannot be read is a
+    `StoreError` naming the file.
+    """
+    try:
+        if resume is not None:
+            return await Session.resume(store, find_session(store, resume), model=model)
+        if continue_last:
+            latest = store.sessions.latest(project_dir)
+            if latest is None:
+                raise ConfigError(f"no session to continue in {project_dir}; start one without -c")
+            return await Session.resume(store, latest, model=model)
+        return await Session.start(store, project_dir, model=model)
+    except (sqlite3.DatabaseError, ValidationError) as exc:
+        raise store_error(store.database.path, exc) from None
 
 
 def find_session(store: SqliteConversationStore, id_or_prefix: str) -> SessionInfo:

@@ -40,8 +40,8 @@ class SqliteConversationStore(ConversationStore):
     worker thread: no await splits a transaction, so a cancelled task can't leave one half-done.
     """
 
-    def __init__(self, path: Path) -> None:
-        self.database = Database(path)
+    def __init__(self, path: Path, *, readonly: bool = False) -> None:
+        self.database = Database(path, readonly=readonly)
         self.sessions = SessionCatalog(self.database)
         """The session metadata kept beside the conversations."""
 

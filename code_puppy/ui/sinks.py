@@ -36,7 +36,8 @@ class Usage:
 class RunOutcome:
     """How one headless invocation ended: what `json` prints and `stream-json` ends with."""
 
-    session_id: str
+    session_id: str | None
+    """None when the invocation failed before it had a session."""
     output: str | None
     status: Status
     usage: Usage
