@@ -24,6 +24,7 @@ from code_puppy.agents.instructions import build_instructions
 from code_puppy.agents.mcp_servers import McpServers, referenced_variables
 from code_puppy.agents.permissions import PermissionPolicy
 from code_puppy.agents.project_files import ProjectFileSystem
+from code_puppy.agents.shell_outputs import ShellOutputs
 from code_puppy.agents.steering import Steering, SteeringInbox
 from code_puppy.agents.user_history_processor import UserHistoryProcessor
 from code_puppy.config import PermissionMode, Settings
@@ -119,6 +120,7 @@ def build_pydantic_agent(
                 denied_env_patterns=[*SECRET_ENV_PATTERNS, *secret_variables],
                 tools=["shell"],
             ),
+            ShellOutputs(),
             RepoContext(workspace_dir=root, expose_inventory_tool=False),
             SubAgents(include_self=True, agent_folders=None),
             McpServers(settings.mcp_servers, project_root=root),
