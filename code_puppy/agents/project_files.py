@@ -120,7 +120,7 @@ class ProjectFileSystemToolset(FileSystemToolset[Any]):
 
 @dataclass
 class _Scan:
-    """One pass over a file: its size, hash, line count, and the lines of the read window it can show."""
+    """One pass over a file: its hash, its size if binary, else its line count and the read window's lines."""
 
     binary: bool = False
     size: int = 0
@@ -160,17 +160,16 @@ def _scan(source: BinaryIO, offset: int, limit: int, max_chars: int | None) -> _
     """Stream `source` once, keeping at most about `max_chars` characters of the lines from `offset` on."""
     chunks = iter(partial(source.read, READ_CHUNK_BYTES), b"")
     first = next(chunks, b"")
-    digest = hashlib.sha256(first)
-    scan = _Scan(size=len(first))
+    digest = hashlib.sha256()
     if b"\0" in first[:BINARY_SAMPLE_BYTES]:
-        scan.binary = True
-        for chunk in chunks:
+        scan = _Scan(binary=True)
+        for chunk in itertools.chain([first], chunks):
             digest.update(chunk)
             scan.size += len(chunk)
         scan.content_hash = digest.hexdigest()[:12]
         return scan
     # A text file hashes as the harness hashes it: its leniently decoded text, re-encoded.
-    digest = hashlib.sha256()
+    scan = _Scan()
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def texts() -> Iterator[str]:
@@ -223,8 +222,9 @@ class AtomicReplacement(io.BufferedIOBase):
     """The stream `open_write` hands the harness: reads come from the file as it is (for the harness's hash check),
     writes go to a temporary file beside it, and a clean close renames that over the file with the file's mode.
 
-    The harness rewinds, truncates, then writes the whole new content; whatever is written replaces the file. A
-    close after an error (a stale hash, a full disk) removes the temporary file and leaves the original alone.
+    The harness rewinds, truncates, then writes the whole new content, all inside `with`; whatever was written
+    replaces the file when that block ends cleanly. Any other ending (a stale hash, a full disk, a plain `close`)
+    removes the temporary file and leaves the original alone.
     """
 
     def __init__(self, current: BinaryIO, target: Path) -> None:
@@ -232,7 +232,6 @@ class AtomicReplacement(io.BufferedIOBase):
         self._current = current
         self._target = target
         self._temporary: tuple[int, str] | None = None
-        self._failed = False
 
     def readable(self) -> bool:
         return True
@@ -250,7 +249,7 @@ class AtomicReplacement(io.BufferedIOBase):
         return self._current.seek(offset, whence)
 
     def truncate(self, size: int | None = None, /) -> int:
-        return 0  # the new content starts empty; the file itself changes only at close
+        return 0  # the new content starts empty; the file itself changes only when the block ends
 
     def write(self, data: Any, /) -> int:
         if self._temporary is None:
@@ -263,8 +262,11 @@ class AtomicReplacement(io.BufferedIOBase):
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
     ) -> None:
-        self._failed = exc_type is not None
-        super().__exit__(exc_type, exc, traceback)
+        try:
+            if exc_type is None and self._temporary is not None:
+                self._replace(*self._temporary)
+        finally:
+            self.close()
 
     def close(self) -> None:
         if self.closed:
@@ -272,13 +274,9 @@ class AtomicReplacement(io.BufferedIOBase):
         try:
             if self._temporary is not None:
                 descriptor, name = self._temporary
-                try:
-                    if not self._failed:
-                        self._replace(descriptor, name)
-                finally:
-                    os.close(descriptor)
-                    if os.path.exists(name):
-                        os.unlink(name)
+                os.close(descriptor)
+                if os.path.exists(name):  # not renamed over the target
+                    os.unlink(name)
         finally:
             self._current.close()
             super().close()
