@@ -1,12 +1,12 @@
 """`ShellOutputs`: removes the directories the harness `shell` tool leaves in the temp dir, one per call.
 
 The harness runs each command under a supervisor that writes its output log and exit status into a fresh
-`harness-shell-*` directory and never removes it. A command that has finished has said everything there by the
-time the run that started it ends (the tool result carried its output), so its directory goes then, whether the
-run succeeded, failed or was cancelled. A command still running (started in the background, or past the 270 s
-foreground wait) is still writing there, and the model may read its log and status in a later turn; its directory
-stays until the process exits, when nobody is left to read it (the command itself keeps running, as the harness
-intends).
+`harness-shell-*` directory and never removes it. A command that has finished is done with its directory by the
+time the run that started it ends (the tool result carried the tail of its output, and the run could read the
+rest), so the directory goes then, whether the run succeeded, failed or was cancelled. A command still running
+(started in the background, or past the 270 s foreground wait) is still writing there, and the model may read its
+log and status in a later turn; its directory stays until the process exits, when nobody is left to read it (the
+command itself keeps running, as the harness intends).
 """
 
 from __future__ import annotations
