@@ -16,7 +16,7 @@ from tests import test_mcp
 from tests.conftest import run_cli
 from tests.fake_llm import FakeLLMServer, call, text, tool_calls
 from tests.pty_chat import PtyChat
-from tests.test_mcp import ECHO_TOOLS, configure, processes_tagged, stdio_server
+from tests.test_mcp import ECHO_TOOLS, configure, processes_tagged, servers_tagged, stdio_server
 from tests.test_plugins_cli import records, tool_messages, user_plugin
 
 tag = test_mcp.tag
@@ -259,7 +259,7 @@ def test_mcp_shows_the_servers_before_and_after_they_start_and_exit_stops_them(
         assert processes_tagged(tag) == []
         chat.type("hello\r")
         chat.wait_turn("Ready.")
-        assert len(processes_tagged(tag)) == 1
+        assert len(servers_tagged(tag)) == 1
         chat.type("/mcp\r")
         chat.wait_for(f"echo (stdio) running · {len(ECHO_TOOLS) - 1} tools")
         exit_chat(chat)

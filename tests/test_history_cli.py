@@ -33,6 +33,10 @@ def keep_last_cycle(ctx: HistoryProcessorContext):
     return ctx.keep_recent_groups(1)
 
 
+def keep_five_cycles(ctx: HistoryProcessorContext):
+    return ctx.keep_recent_groups(5)
+
+
 def boom(messages):
     raise RuntimeError("processor exploded")
 
@@ -191,6 +195,19 @@ def test_a_trimming_processor_persists_and_resume_uses_the_trimmed_history(
     answered = messages[3]  # a3: produced after the edit, so its digest holds across the store round trip
     assert isinstance(answered, ModelResponse) and answered.metadata is not None
     assert answered.metadata[PREFIX_DIGEST_KEY] == prefix_digest(messages[:3])
+
+
+def test_keep_recent_groups_above_the_number_of_cycles_keeps_them_all(
+    server: Any, project: Path, code_puppy_home: Path
+) -> None:
+    configure(code_puppy_home, server)
+    server.script(text("a1"), text("a2"), text("a3"), text("a4"), text("a5"))
+    assert headless("-p", "q1", cwd=project)[0] == 0
+    for prompt in ("q2", "q3", "q4"):
+        assert headless("-c", "-p", prompt, cwd=project)[0] == 0
+    configure(code_puppy_home, server, 'processors = ["hist_procs:keep_five_cycles"]')
+    assert headless("-c", "-p", "q5", cwd=project)[0] == 0
+    assert conversation(server.requests[4].body) == ["q1", "a1", "q2", "a2", "q3", "a3", "q4", "a4", "q5"]
 
 
 def test_a_crashing_processor_exits_1_and_keeps_the_stored_history(

@@ -4,6 +4,7 @@ tools the installed `code-puppy -p` calls through the fake model server; plus th
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -30,6 +31,11 @@ def processes_tagged(tag: str) -> list[str]:
     listing = subprocess.run(["ps", "-ww", "-eo", "pid=,stat=,args="], capture_output=True, text=True, check=True)
     rows = [row for row in (line.split(None, 2) for line in listing.stdout.splitlines()) if len(row) == 3]
     return [f"{pid} {args}" for pid, stat, args in rows if tag in args and not stat.startswith("Z")]
+
+
+def servers_tagged(tag: str) -> list[str]:
+    """The tagged echo servers themselves, without the shells that keep their process groups."""
+    return [row for row in processes_tagged(tag) if row.split(None, 1)[1].startswith(sys.executable)]
 
 
 @pytest.fixture
@@ -153,13 +159,31 @@ def test_servers_that_fail_to_start_are_one_line_each_and_the_run_goes_on(
     assert completed.stderr.splitlines() == [
         "code-puppy: MCP server 'broken' failed to start: Connection closed (stderr: echo server: refusing to "
         "start); continuing without its tools",
-        "code-puppy: MCP server 'ghost' failed to start: Client failed to connect: [Errno 2] No such file or "
-        "directory: '/nonexistent/mcp-server'; continuing without its tools",
+        "code-puppy: MCP server 'ghost' failed to start: Connection closed (stderr: sh: 1: /nonexistent/mcp-server: "
+        "not found); continuing without its tools",
         "code-puppy: MCP server 'slow' failed to start: no answer within 1 s; continuing without its tools",
         "⚙ echo_echo(hi)",
         "  ↳ hi",
     ]
     assert offered(0, llm) == sorted(BUILT_IN + ECHO_TOOLS)  # the model is offered no tool of a failed server
+
+
+def test_a_server_that_crashes_at_start_leaves_no_child_running(
+    code_puppy_home: Path, llm: FakeLLMServer, project: Path, tag: str
+) -> None:
+    configure(code_puppy_home, llm, broken=stdio_server(tag, "--crash-with-child"))
+    llm.script(text("fine"))
+    completed = run_cli("-p", "hi", cwd=project)
+    try:
+        assert processes_tagged(tag) == []  # the server's child went with it
+        assert (completed.returncode, completed.stdout) == (0, "fine\n")
+        # At once: the child held the server's stdout open, which the client took for a server still starting.
+        assert completed.stderr == (
+            "code-puppy: MCP server 'broken' failed to start: Connection closed; continuing without its tools\n"
+        )
+    finally:
+        for process in processes_tagged(tag):
+            os.kill(int(process.split()[0]), signal.SIGKILL)
 
 
 def test_a_server_that_crashes_mid_run_is_withdrawn(
@@ -255,7 +279,7 @@ def test_sigint_during_an_mcp_call_leaves_no_server_process(
     deadline = time.monotonic() + 30
     while "sleep 60" not in _read(project / "calls.log") and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert len(processes_tagged(tag)) == 2  # both servers are up, one of them busy in the call
+    assert len(servers_tagged(tag)) == 2  # both servers are up, one of them busy in the call
     process.send_signal(signal.SIGINT)
     stdout, stderr = process.communicate(timeout=30)
     assert process.returncode == 130, stderr

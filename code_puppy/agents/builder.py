@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +11,6 @@ from pydantic_ai import Agent
 from pydantic_ai.capabilities import HandleDeferredToolCalls, LocalWorkspace, RequestInput
 from pydantic_ai.models import Model
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, RunContext, ToolDenied
-from pydantic_ai_harness.filesystem import FileSystem
 from pydantic_ai_harness.repo_context import RepoContext
 from pydantic_ai_harness.shell import LLM_API_KEY_ENV_PATTERNS, MAX_FOREGROUND_WAIT, Shell
 from pydantic_ai_harness.subagents import SubAgents
@@ -25,7 +23,9 @@ from code_puppy.agents.history_processors import HistoryRevision, resolve_histor
 from code_puppy.agents.instructions import build_instructions
 from code_puppy.agents.mcp_servers import McpServers, referenced_variables
 from code_puppy.agents.permissions import PermissionPolicy
+from code_puppy.agents.project_files import ProjectFileSystem
 from code_puppy.agents.provider_retries import ProviderRetries, request_settings
+from code_puppy.agents.shell_outputs import ShellOutputs
 from code_puppy.agents.steering import Steering, SteeringInbox
 from code_puppy.agents.turn_journal import TurnJournal
 from code_puppy.agents.user_history_processor import UserHistoryProcessor
@@ -124,6 +124,7 @@ def build_pydantic_agent(
                 denied_env_patterns=[*SECRET_ENV_PATTERNS, *secret_variables],
                 tools=["shell"],
             ),
+            ShellOutputs(),
             RepoContext(workspace_dir=root, expose_inventory_tool=False),
             SubAgents(include_self=True, agent_folders=None),
             McpServers(settings.mcp_servers, project_root=root),
@@ -147,19 +148,6 @@ def build_pydantic_agent(
         retries={"tools": 3},
         defer_model_check=True,
     )
-
-
-@dataclass
-class ProjectFileSystem(FileSystem[Any]):
-    """The harness file tools, built once: the toolset holds only configuration, and building it (a JSON schema per
-    tool, reading docstrings from source) costs ~50 ms that pydantic-ai would otherwise pay again on every run."""
-
-    _toolset: Any = field(default=None, init=False, repr=False, compare=False)
-
-    def get_toolset(self) -> Any:
-        if self._toolset is None:
-            self._toolset = super().get_toolset()
-        return self._toolset
 
 
 class TruncatedToolOutputs(ToolOutputLimits[Any]):

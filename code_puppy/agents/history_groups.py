@@ -177,7 +177,7 @@ def keep_recent(messages: Sequence[ModelMessage], groups: Sequence[HistoryGroup]
     if n < 0:
         raise ValueError(f"keep_recent_groups(n) takes n >= 0, not {n}")
     eligible = [group.index for group in groups if group.eligible]
-    kept = set(eligible[len(eligible) - n :]) if n else set[int]()
+    kept = set(eligible[max(len(eligible) - n, 0) :])
     return [
         message
         for group in groups

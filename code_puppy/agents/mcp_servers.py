@@ -37,6 +37,12 @@ ServerState = Literal["stopped", "running", "failed", "crashed"]
 STOP_TIMEOUT = 10.0
 """Seconds a stopping server gets; the MCP SDK closes stdin, then sends SIGTERM and SIGKILL to the process group."""
 
+PROCESS_GROUP_KEEPER = '"$@"; status=$?; trap "" TERM; kill -TERM 0 2>/dev/null; exit $status'
+"""The `sh -c` script a stdio server runs under: the MCP SDK starts the shell as the leader of a new process group,
+the server runs as its child, and when the server exits, for whatever reason, the shell ends the rest of the group
+(SIGTERM) before it exits with the server's status. The SDK kills the group only when a server it is stopping will
+not exit; a server that crashed (at start, say) left its children running."""
+
 _ENV_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -161,10 +167,13 @@ class McpServer:
             self.log_file.parent.mkdir(parents=True, exist_ok=True)
             log_start = self.log_file.stat().st_size if self.log_file.exists() else 0
             cwd = self.project_root / (self.config.cwd or ".")
+            command, args = self.config.command, list(self.config.args)
+            if os.name == "posix":
+                command, args = "/bin/sh", ["-c", PROCESS_GROUP_KEEPER, "sh", command, *args]
             # keep_alive=False: the process ends with the session instead of outliving it.
             client: Any = StdioTransport(
-                self.config.command,
-                list(self.config.args),
+                command,
+                args,
                 env=self.config.env or None,
                 cwd=str(cwd),
                 keep_alive=False,

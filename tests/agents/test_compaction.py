@@ -234,3 +234,24 @@ async def test_the_default_tiered_compaction_persists_across_runs(
     assert script.summaries == summaries_after_first  # no re-compaction of an already compacted history
     record = await store.read_record(session.id)
     assert record is not None and len(record.branches) == 1
+
+
+async def test_a_compaction_inside_a_delegated_run_leaves_the_session_revision_alone(
+    project: Path, store: SqliteConversationStore
+) -> None:
+    """`delegate_task` runs this same agent nested in the main run: its compaction is its own, not the session's."""
+    (project / "big.txt").write_text("lorem " * 500)
+    session = await Session.start(store, project, model="test")
+    reads = [[ToolCallPart("read_file", {"path": "big.txt"}, tool_call_id=f"n{i}")] for i in range(6)]
+    delegate = ToolCallPart("delegate_task", {"agent_name": "self", "task": "read big.txt six times"}, "d1")
+    script = Model([[delegate], *reads, "nested done", "outer done"], context_window=800)
+    agent = build_pydantic_agent(Settings(), model=script.model, project_root=project, session=session)
+    result = await agent.run("delegate it", message_history=session.messages)
+    assert result.output == "outer done"
+    nested_last = script.seen[-2]
+    assert texts(nested_last[:1]) == ["U:read big.txt six times"]
+    results = [str(p.content) for m in nested_last for p in m.parts if p.part_kind == "tool-return"]
+    # The nested run compacted: the cheap tier cleared all but its three newest results.
+    assert ["lorem" in content for content in results] == [False] * 3 + [True] * 3
+    assert (session.cache_epoch, session.history_version) == (0, 0)
+    assert store.sessions.get(session.id).cache_epoch == 0  # type: ignore[union-attr]

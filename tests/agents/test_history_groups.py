@@ -243,6 +243,17 @@ def test_case_25_keep_recent_groups_arguments() -> None:
     assert keep_recent(history, groups, 50) == history
 
 
+@pytest.mark.parametrize("n", range(2 * 5 + 1))
+def test_keep_recent_groups_keeps_the_last_n_eligible_groups_for_every_n(n: int) -> None:
+    """Five groups, three of them eligible: every `n` from 0 to twice the group count keeps `min(n, 3)` of those."""
+    system = Req(SystemPromptPart("sys", timestamp=WHEN), UserPromptPart("q1", timestamp=WHEN))
+    history = [system, T("a1"), U("q2"), C("c2"), R("c2"), T("a2"), U("q3"), T("a3"), U("q4"), T("a4"), U("q5")]
+    assert [g.eligible for g in partition(history)] == [False, True, True, True, False]
+    eligible = [["U:q2", "C:c2", "R:c2", "T:a2"], ["U:q3", "T:a3"], ["U:q4", "T:a4"]]
+    kept = [text for group in eligible[len(eligible) - min(n, len(eligible)) :] for text in group]
+    assert texts(keep(history, n)) == ["system-prompt U:q1", "T:a1", *kept, "U:q5"]
+
+
 def test_stored_groups_and_describe_groups() -> None:
     history = [Req(SystemPromptPart("sys", timestamp=WHEN), UserPromptPart("q1")), C("c1"), R("c1"), T("a1")]
     history += [U("q2 " + "x" * 100), T("a2")]

@@ -296,3 +296,40 @@ def test_tool_call_ids_duplicated_by_a_summary_are_v9() -> None:
         "V9",
         "tool call id 'c1' appears in more calls than it did; keep each group once",
     )
+
+
+def redacted_prompt(request: ModelRequest) -> ModelRequest:
+    return dataclasses.replace(request, parts=[UserPromptPart("q3 [redacted]", timestamp=WHEN)])
+
+
+def with_instructions(request: ModelRequest) -> ModelRequest:
+    return dataclasses.replace(request, instructions="answer in French")
+
+
+def with_metadata(request: ModelRequest) -> ModelRequest:
+    return dataclasses.replace(request, metadata={"seen_by": "processor"})
+
+
+def with_extra_part(request: ModelRequest) -> ModelRequest:
+    return dataclasses.replace(request, parts=[*request.parts, UserPromptPart("also this", timestamp=WHEN)])
+
+
+@pytest.mark.parametrize("edit", [redacted_prompt, with_instructions, with_metadata, with_extra_part])
+@pytest.mark.parametrize("keep_first_cycle", [True, False])
+def test_v2_the_current_request_comes_back_unchanged(
+    edit: Callable[[ModelRequest], ModelRequest], keep_first_cycle: bool
+) -> None:
+    """Every change to the current request, whatever else the edit does, is V2 and points at that request."""
+    inputs: Messages = [U("q1"), T("a1", model_name="m"), U("q2"), T("a2", model_name="m"), U("q3")]
+    current = inputs[-1]
+    assert isinstance(current, ModelRequest)
+    output = [*(inputs[:-1] if keep_first_cycle else inputs[2:-1]), edit(copy.deepcopy(current))]
+    with pytest.raises(HistoryProcessingValidationError) as caught:
+        validate(inputs, output)
+    assert (caught.value.rule, caught.value.output_index) == ("V2", len(output) - 1), str(caught.value)
+    assert str(caught.value) == (
+        "[V2] tests:proc returned an invalid history: "
+        "it must end with the current request, unchanged, but ends with a different request"
+    )
+    unchanged = validate(inputs, [*output[:-1], copy.deepcopy(current)])  # the same edit with the request kept
+    assert unchanged == (None if keep_first_cycle else inputs[2:])

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -108,6 +109,9 @@ if __name__ == "__main__":
     parser.add_argument("--token", help="HTTP: require `Authorization: Bearer TOKEN`")
     parser.add_argument("--fail", action="store_true", help="exit before speaking MCP")
     parser.add_argument("--hang", action="store_true", help="never answer the handshake")
+    parser.add_argument(
+        "--crash-with-child", action="store_true", help="start a long-lived child, then die on the initialize request"
+    )
     parser.add_argument("--tag", help="ignored; marks the process for ps")
     args = parser.parse_args()
     if args.fail:
@@ -115,6 +119,10 @@ if __name__ == "__main__":
         sys.exit(1)
     if args.hang:
         time.sleep(3600)
+    if args.crash_with_child:
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", "--tag", str(args.tag)])
+        sys.stdin.readline()
+        os._exit(3)
     if args.http is not None:
         _serve_http(args.http, args.token)
     else:

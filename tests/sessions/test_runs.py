@@ -92,3 +92,34 @@ async def test_leaving_rejects_pending_steers(tmp_path: Path) -> None:
         steer_id = runs.send("s", "never polled")
         assert steer_id is not None
     assert runs.status(steer_id) == "rejected"
+
+
+class WithdrawnOnRead(RunRegistry):
+    """The running process's registry, with `code-puppy steer` withdrawing each steer (on its own connection) just
+    after the poll has read it: the moment between `pending()` and `settle()`."""
+
+    def __init__(self, database: Database, sender: RunRegistry) -> None:
+        super().__init__(database)
+        self.sender = sender
+
+    def pending(self, session_id: str) -> list[tuple[int, str]]:
+        rows = super().pending(session_id)
+        for steer_id, _ in rows:
+            assert self.sender.withdraw(steer_id)
+        return rows
+
+
+async def test_a_steer_withdrawn_before_it_is_settled_is_neither_delivered_nor_waiting(tmp_path: Path) -> None:
+    sender = RunRegistry(Database(tmp_path / "sessions.db"))
+    runs = WithdrawnOnRead(Database(tmp_path / "sessions.db"), sender)
+    inbox = SteeringInbox()
+    async with accepting_steers(runs, "s", tmp_path, inbox, interval=0.01):
+        steer_id = sender.send("s", "too late")
+        assert steer_id is not None
+        for _ in range(500):  # the poll reads, the withdrawal lands, and the poll settles in one step
+            if sender.status(steer_id) is None:
+                break
+            await asyncio.sleep(0.01)
+        assert sender.status(steer_id) is None
+        assert inbox.waiting == 0
+        assert inbox.take_undelivered() == []

@@ -1,0 +1,298 @@
+"""`ProjectFileSystem`: the harness file tools, with atomic writes and reads whose memory is bounded.
+
+Writes: the harness truncates a file and writes the new content through the descriptor it opened, so a crash or a
+full disk in between leaves half a file, and a file hard-linked to one outside the project changes both. Here the
+new content goes to a temporary file beside the target, is synced, and is renamed over the target with its mode:
+the file is whole at every moment, old or new, and its other links keep the old content (DESIGN §5: a file with
+several hard links is not written through). The harness resolves symlinks before it writes, so a link inside the
+project (`CLAUDE.md → AGENTS.md`) stays a link and the file it points to is the one replaced.
+
+Reads: the harness reads the whole file and holds it several times over (bytes, text, lines), about 1 GB for a
+300 MB one-line file, to show at most `max_read_chars` of it. Here the file is streamed once: the lines and the
+hash are computed as it passes, and only what the result can show is kept. The result is the harness's, to the
+character.
+
+`ProjectFileSystemToolset._read_file` is the one place that uses private members of the harness toolset (its
+read entry point, path resolution, header and budget): the harness offers no public hook for reading.
+"""
+
+from __future__ import annotations
+
+import codecs
+import contextlib
+import hashlib
+import io
+import itertools
+import os
+import stat
+import tempfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from types import TracebackType
+from typing import Any, BinaryIO, cast
+
+from pydantic_ai import RunContext
+from pydantic_ai.exceptions import ModelRetry
+from pydantic_ai.toolsets import FilteredToolset
+from pydantic_ai_harness.filesystem import READ_ONLY_TOOL_NAMES, FileReadEvent, FileSystem, FileSystemToolset
+
+READ_CHUNK_BYTES = 1 << 20
+"""Bytes read at a time; at least the 8 KiB the harness looks at to tell a binary file."""
+BINARY_SAMPLE_BYTES = 8192
+"""A NUL byte in this many leading bytes makes a file binary, as the harness decides."""
+LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+"""The characters `str.splitlines` ends a line on, which is how the harness counts and numbers lines."""
+
+
+@dataclass
+class ProjectFileSystem(FileSystem[Any]):
+    """The harness file tools with atomic writes and bounded reads, built once: the toolset holds only configuration,
+    and building it (a JSON schema per tool, reading docstrings from source) costs ~50 ms that pydantic-ai would
+    otherwise pay again on every run."""
+
+    _toolset: Any = field(default=None, init=False, repr=False, compare=False)
+
+    def get_toolset(self) -> Any:
+        if self._toolset is None:
+            toolset = ProjectFileSystemToolset(
+                root_dir=Path(self.root_dir),
+                allowed_patterns=self.allowed_patterns,
+                denied_patterns=self.denied_patterns,
+                protected_patterns=self.protected_patterns,
+                max_read_lines=self.max_read_lines,
+                max_read_chars=self.max_read_chars,
+                max_list_results=self.max_list_results,
+                max_search_results=self.max_search_results,
+                max_find_results=self.max_find_results,
+                id=self.id or "file_system",
+                cwd=None if self.cwd is None else Path(self.cwd),
+                content_hashes=self.content_hashes,
+                tools=self.tools,
+            )
+            self._toolset = (
+                FilteredToolset(toolset, lambda ctx, tool: tool.name in READ_ONLY_TOOL_NAMES)
+                if self.read_only
+                else toolset
+            )
+        return self._toolset
+
+
+class ProjectFileSystemToolset(FileSystemToolset[Any]):
+    """The harness file toolset: `write_file` and `edit_file` replace files atomically, `read_file` streams."""
+
+    def open_write(self, resolved: Path, *, read_back: bool, create: bool) -> tuple[BinaryIO, bool]:
+        # The harness's open does the checks that matter before anything changes: a regular file, not a symlink
+        # swapped in, one this process may write (a read-only file is not replaced just because its folder is
+        # writable), created exclusively when new.
+        current, created = super().open_write(resolved, read_back=read_back, create=create)
+        return cast(BinaryIO, AtomicReplacement(current, resolved)), created
+
+    async def _read_file(
+        self, ctx: RunContext[Any] | None, path: str, *, offset: int = 0, limit: int | None = None
+    ) -> str:
+        try:
+            resolved = self._safe_resolve(path)
+            if not resolved.is_file():
+                if resolved.is_dir():
+                    raise FileNotFoundError(f"'{path}' is a directory, not a file.")
+                raise FileNotFoundError(f"File not found: {path}")
+            if offset < 0 or (limit is not None and limit < 0):
+                raise ValueError("offset and limit must not be negative.")
+            with self.open_read(resolved) as source:
+                scan = _scan(source, offset, self._max_read_lines if limit is None else limit, self._max_read_chars)
+            if scan.binary:
+                result = f"[Binary file: {scan.size} bytes. Use a binary-aware tool to inspect.]"
+            else:
+                header = self._read_header(path, scan.total, scan.content_hash)
+                result = header + scan.body(offset, self._body_budget(header))
+        except (OSError, ValueError) as error:
+            # What the model can correct (a missing file, a bad offset) is a retry, as in the harness, named by the
+            # path the model gave rather than the absolute one.
+            if isinstance(error, OSError) and error.strerror:
+                raise ModelRetry(f"[Errno {error.errno}] {error.strerror}: {path!r}") from error
+            raise ModelRetry(str(error)) from error
+        if ctx is not None:
+            await ctx.emit(FileReadEvent(**self._event_location(resolved), content_hash=scan.content_hash))
+        return result
+
+
+@dataclass
+class _Scan:
+    """One pass over a file: its hash, its size if binary, else its line count and the read window's lines."""
+
+    binary: bool = False
+    size: int = 0
+    content_hash: str = ""
+    total: int = 0
+    window: list[tuple[str, int]] = field(default_factory=list[tuple[str, int]])
+    """(text, length) of the window's lines up to the first past `max_read_chars`; that one's text may be cut."""
+
+    def body(self, offset: int, budget: int | None) -> str:
+        """The numbered lines that fit `budget`, then what to read next, as the harness words both."""
+        if self.total == 0:
+            return "(empty file)\n"
+        if offset >= self.total:
+            raise ValueError(f"Offset {offset} exceeds file length ({self.total} lines).")
+        shown: list[str] = []
+        for number, (text, length) in enumerate(self.window, start=offset + 1):
+            width = len(f"{number:>6}\t") + length
+            if budget is not None and width > budget:
+                if not shown:
+                    return (
+                        f"... (Line {number} is {length:,} characters and does not fit the read window. "
+                        f"Use offset={number} to skip it, or a shell byte range to inspect it.)\n"
+                    )
+                break
+            shown.append(f"{number:>6}\t{text}")
+            if budget is not None:
+                budget -= width
+        result = "".join(shown)
+        if not result.endswith("\n"):
+            result += "\n"
+        if (remaining := self.total - offset - len(shown)) > 0:
+            result += f"... ({remaining} more lines. Use offset={offset + len(shown)} to continue reading.)\n"
+        return result
+
+
+def _scan(source: BinaryIO, offset: int, limit: int, max_chars: int | None) -> _Scan:
+    """Stream `source` once, keeping at most about `max_chars` characters of the lines from `offset` on."""
+    chunks = iter(partial(source.read, READ_CHUNK_BYTES), b"")
+    first = next(chunks, b"")
+    digest = hashlib.sha256()
+    if b"\0" in first[:BINARY_SAMPLE_BYTES]:
+        scan = _Scan(binary=True)
+        for chunk in itertools.chain([first], chunks):
+            digest.update(chunk)
+            scan.size += len(chunk)
+        scan.content_hash = digest.hexdigest()[:12]
+        return scan
+    # A text file hashes as the harness hashes it: its leniently decoded text, re-encoded.
+    scan = _Scan()
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def texts() -> Iterator[str]:
+        for chunk in itertools.chain([first], chunks):
+            text = decoder.decode(chunk)
+            digest.update(text.encode("utf-8"))
+            yield text
+        text = decoder.decode(b"", final=True)
+        digest.update(text.encode("utf-8"))
+        yield text
+
+    kept = 0
+    for index, (text, length) in enumerate(_lines(texts(), max_chars)):
+        scan.total += 1
+        if offset <= index < offset + limit and (max_chars is None or kept <= max_chars):
+            scan.window.append((text, length))
+            kept += len(f"{index + 1:>6}\t") + length
+    scan.content_hash = digest.hexdigest()[:12]
+    return scan
+
+
+def _lines(texts: Iterable[str], cap: int | None) -> Iterator[tuple[str, int]]:
+    """The lines `str.splitlines(keepends=True)` would make of the joined texts: the first `cap` characters of each
+    (all of it without a cap) and its whole length, holding no more than that of any line."""
+    head: list[str] = []
+    kept = length = 0
+    carry = ""
+    for chunk in texts:
+        text = carry + chunk
+        # A CR at the end may be the first half of a CRLF that the next text completes.
+        carry = "\r" if text.endswith("\r") else ""
+        for piece in (text[:-1] if carry else text).splitlines(keepends=True):
+            if cap is None or kept < cap:
+                take = piece if cap is None else piece[: cap - kept]
+                head.append(take)
+                kept += len(take)
+            length += len(piece)
+            if piece[-1] in LINE_BREAKS:
+                yield "".join(head), length
+                head, kept, length = [], 0, 0
+    if carry:
+        head.append(carry)
+        length += 1
+        yield "".join(head), length
+    elif length:
+        yield "".join(head), length
+
+
+class AtomicReplacement(io.BufferedIOBase):
+    """The stream `open_write` hands the harness: reads come from the file as it is (for the harness's hash check),
+    writes go to a temporary file beside it, and a clean close renames that over the file with the file's mode.
+
+    The harness rewinds, truncates, then writes the whole new content, all inside `with`; whatever was written
+    replaces the file when that block ends cleanly. Any other ending (a stale hash, a full disk, a plain `close`)
+    removes the temporary file and leaves the original alone.
+    """
+
+    def __init__(self, current: BinaryIO, target: Path) -> None:
+        super().__init__()
+        self._current = current
+        self._target = target
+        self._temporary: tuple[int, str] | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def read(self, size: int | None = -1, /) -> bytes:
+        return self._current.read(-1 if size is None else size)
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET, /) -> int:
+        return self._current.seek(offset, whence)
+
+    def truncate(self, size: int | None = None, /) -> int:
+        return 0  # the new content starts empty; the file itself changes only when the block ends
+
+    def write(self, data: Any, /) -> int:
+        if self._temporary is None:
+            self._temporary = tempfile.mkstemp(dir=self._target.parent, prefix=f".{self._target.name}.", suffix=".tmp")
+        view = memoryview(data).cast("B")
+        while view:
+            view = view[os.write(self._temporary[0], view) :]
+        return len(data)
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        try:
+            if exc_type is None and self._temporary is not None:
+                self._replace(*self._temporary)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        try:
+            if self._temporary is not None:
+                descriptor, name = self._temporary
+                os.close(descriptor)
+                if os.path.exists(name):  # not renamed over the target
+                    os.unlink(name)
+        finally:
+            self._current.close()
+            super().close()
+
+    def _replace(self, descriptor: int, name: str) -> None:
+        current = os.fstat(self._current.fileno())
+        os.fchmod(descriptor, stat.S_IMODE(current.st_mode))
+        if (current.st_uid, current.st_gid) != (os.geteuid(), os.getegid()):
+            # Root editing someone's file keeps it theirs; anyone else keeps what ownership they may.
+            with contextlib.suppress(PermissionError):
+                os.fchown(descriptor, current.st_uid, current.st_gid)
+        os.fsync(descriptor)
+        os.replace(name, self._target)
+        # The rename is durable once the directory entry is.
+        directory = os.open(self._target.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)

@@ -1,0 +1,189 @@
+"""The file tools' writes (atomic replace: hard links, symlinks, modes, a write that fails half way) and reads (the
+harness's output, streamed: bounded memory for a huge one-line file), in process and through the console script."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic_ai_harness.filesystem import FileSystem
+
+from code_puppy.agents.builder import MAX_READ_CHARS
+from code_puppy.agents.project_files import READ_CHUNK_BYTES, ProjectFileSystem
+from tests.conftest import CODE_PUPPY, run_cli
+from tests.fake_llm import FakeLLMServer, call, text, tool_calls
+
+
+def tool_messages(body: dict[str, Any]) -> list[str]:
+    return [m["content"] for m in body["messages"] if m["role"] == "tool"]
+
+
+def test_a_hard_linked_file_is_replaced_not_written_through(
+    server: FakeLLMServer, project: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "notes.txt").write_text("outside notes\n")
+    (outside / "config.txt").write_text("outside = true\n")
+    os.link(outside / "notes.txt", project / "notes.txt")
+    os.link(outside / "config.txt", project / "config.txt")
+    server.script(
+        tool_calls(
+            call("write_file", {"path": "notes.txt", "content": "project notes\n"}),
+            call("edit_file", {"path": "config.txt", "old_text": "true", "new_text": "false"}),
+        ),
+        text("done"),
+    )
+    completed = run_cli("-p", "edit", "--permission-mode", "accept-edits", cwd=project)
+    assert (completed.returncode, completed.stdout) == (0, "done\n"), completed.stderr
+    assert tool_messages(server.requests[1].body) == ["Wrote 14 chars (1 lines) to notes.txt.", "Edited config.txt."]
+    assert (project / "notes.txt").read_text() == "project notes\n"
+    assert (project / "config.txt").read_text() == "outside = false\n"
+    assert (outside / "notes.txt").read_text() == "outside notes\n"
+    assert (outside / "config.txt").read_text() == "outside = true\n"
+    assert [(project / name).stat().st_nlink for name in ("notes.txt", "config.txt")] == [1, 1]
+
+
+async def test_a_symlink_inside_the_project_stays_a_link_and_its_target_is_replaced(project: Path) -> None:
+    (project / "AGENTS.md").write_text("# agents\nbe brief\n")
+    (project / "CLAUDE.md").symlink_to("AGENTS.md")
+    inode = (project / "AGENTS.md").stat().st_ino
+    files = ProjectFileSystem(root_dir=project).get_toolset()
+    assert (await files.edit_file("CLAUDE.md", "brief", "thorough")).startswith("Edited CLAUDE.md.")
+    assert os.readlink(project / "CLAUDE.md") == "AGENTS.md"
+    assert (project / "AGENTS.md").read_text() == "# agents\nbe thorough\n"
+    assert (project / "AGENTS.md").stat().st_ino != inode  # replaced by rename, not rewritten in place
+    await files.write_file("CLAUDE.md", "# agents\n")
+    assert (os.readlink(project / "CLAUDE.md"), (project / "AGENTS.md").read_text()) == ("AGENTS.md", "# agents\n")
+    assert sorted(p.name for p in project.iterdir()) == ["AGENTS.md", "CLAUDE.md", "README.md"]  # no temporary left
+
+
+async def test_a_replaced_file_keeps_its_mode_and_a_new_one_gets_the_umask(project: Path) -> None:
+    script = project / "run.sh"
+    script.write_text("echo hi\n")
+    script.chmod(0o750)
+    files = ProjectFileSystem(root_dir=project).get_toolset()
+    await files.edit_file("run.sh", "hi", "ho")
+    await files.write_file("new.txt", "new\n")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (script.stat().st_mode & 0o7777, script.read_text()) == (0o750, "echo ho\n")
+    assert (project / "new.txt").stat().st_mode & 0o7777 == 0o666 & ~umask
+
+
+async def test_a_read_only_file_is_not_replaced_though_its_folder_is_writable(project: Path) -> None:
+    if os.geteuid() == 0:
+        pytest.skip("root writes read-only files")
+    locked = project / "locked.txt"
+    locked.write_text("keep\n")
+    locked.chmod(0o444)
+    files = ProjectFileSystem(root_dir=project).get_toolset()
+    with pytest.raises(Exception, match="Permission denied"):
+        await files.write_file("locked.txt", "changed\n")
+    assert locked.read_text() == "keep\n"
+
+
+def test_an_edit_that_fails_half_way_leaves_the_file_whole(project: Path) -> None:
+    """A file-size limit makes the write fail after 1 MiB, as a full disk would: the file stays as it was."""
+    original = "start\n" + "a" * 600_000 + "\nend\n"
+    (project / "big.txt").write_text(original)
+    script = textwrap.dedent(
+        """
+        import asyncio, resource, signal, sys
+        from code_puppy.agents.project_files import ProjectFileSystem
+
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, resource.RLIM_INFINITY))
+        files = ProjectFileSystem(root_dir=sys.argv[1]).get_toolset()
+        try:
+            asyncio.run(files.edit_file("big.txt", "start", "b" * 2_000_000))
+        except OSError as error:
+            print(error.strerror)
+        """
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", script, str(project)], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert completed.stdout == "File too large\n"
+    assert (project / "big.txt").read_text() == original
+    assert sorted(p.name for p in project.iterdir()) == ["README.md", "big.txt"]
+
+
+READ_CASES: dict[str, bytes] = {
+    "empty": b"",
+    "no final newline": b"hello",
+    "lines": b"a\nb\n",
+    "crlf": b"a\r\nb\r\nc",
+    "crlf across a chunk boundary": b"x" * (READ_CHUNK_BYTES - 1) + b"\r\nnext\n",
+    "a final cr": b"abc\r",
+    "every line separator": "a\u2028b\x0bc\x1cd\u0085e\x0cf\rg\n".encode(),
+    "invalid utf-8": b"ok\xff\xfe\nbad \xe2\x82\n",
+    "a character across a chunk boundary": b"x" * (READ_CHUNK_BYTES - 1) + "€\n".encode() + b"y\n",
+    "binary": b"abc\0def" * 10,
+    "many lines": b"".join(b"line %d\n" % i for i in range(5000)),
+    "a long first line": b"z" * 70_000 + b"\nshort\n",
+    "a long line later": b"a\n" + b"z" * 70_000 + b"\nshort\n",
+    "lines past the window": b"".join(b"%05d " % i + b"w" * 200 + b"\n" for i in range(1000)),
+}
+
+
+@pytest.mark.parametrize("content_hashes", [True, False])
+@pytest.mark.parametrize("window", [(0, None), (1, None), (3, 2), (0, 0), (999, None), (4999, 3), (10**6, None)])
+async def test_a_streamed_read_returns_what_the_harness_returns(
+    project: Path, window: tuple[int, int | None], content_hashes: bool
+) -> None:
+    for index, data in enumerate(READ_CASES.values()):
+        (project / f"case{index}").write_bytes(data)
+    options: dict[str, Any] = {"root_dir": project, "content_hashes": content_hashes, "max_read_chars": MAX_READ_CHARS}
+    ours, harness = ProjectFileSystem(**options).get_toolset(), FileSystem(**options).get_toolset()
+    offset, limit = window
+
+    async def read(files: Any, path: str) -> str:
+        try:
+            return await files.read_file(path, offset=offset, limit=limit)
+        except Exception as error:
+            return f"{type(error).__name__}: {error}"
+
+    for index, name in enumerate(READ_CASES):
+        assert await read(ours, f"case{index}") == await read(harness, f"case{index}"), name
+    for path in ("missing.txt", ".", "../outside"):
+        assert await read(ours, path) == await read(harness, path)
+
+
+PEAK_RSS = """
+import resource, subprocess, sys
+subprocess.run(sys.argv[1:], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+"""
+
+
+def test_reading_a_huge_one_line_file_is_prompt_and_bounded_in_memory(server: FakeLLMServer, project: Path) -> None:
+    size = 50 * 1024 * 1024
+    with (project / "bundle.min.js").open("wb") as bundle:
+        for _ in range(size // (1 << 20)):
+            bundle.write(b"x" * (1 << 20))
+
+    def peak_kib(path: str) -> int:
+        server.script(tool_calls(call("read_file", {"path": path})), text("read"))
+        completed = subprocess.run(
+            [sys.executable, "-c", PEAK_RSS, str(CODE_PUPPY), "-p", "read it"],
+            cwd=project,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        return int(completed.stdout)
+
+    small = peak_kib("README.md")
+    huge = peak_kib("bundle.min.js")
+    assert tool_messages(server.requests[-1].body) == [
+        "[bundle.min.js | 1 lines]\n... (Line 1 is 52,428,800 characters and does not fit the read window. "
+        "Use offset=1 to skip it, or a shell byte range to inspect it.)\n"
+    ]
+    assert huge - small < 16 * 1024, f"reading a 50 MiB line took {(huge - small) // 1024} MiB more"
