@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import os
 import stat
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, NoReturn, cast
 
 import click
 
@@ -44,11 +45,25 @@ def _piped_stdin() -> str | None:
         return None
     if not (stat.S_ISFIFO(mode) or stat.S_ISREG(mode)):
         return None
-    return sys.stdin.read()
+    return _utf8(sys.stdin.buffer.read(), "stdin")
+
+
+def _utf8(data: bytes, what: str) -> str:
+    """`data` as text; bytes that are not UTF-8 become U+FFFD, with one note, rather than failing the run later."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        click.echo(
+            f"code-puppy: note: {what} is not valid UTF-8; the bytes that are not were replaced with U+FFFD", err=True
+        )
+        return data.decode("utf-8", errors="replace")
 
 
 def _headless_prompt(prompt: str | None) -> str | None:
     """`-p TEXT`, `-p -` (stdin is the prompt), piped stdin alone, or `-p TEXT` with piped context appended."""
+    if prompt is not None and prompt != "-":
+        # The command line arrives decoded with surrogate escapes for what was not UTF-8.
+        prompt = _utf8(os.fsencode(prompt), "the prompt")
     if prompt == "-":
         text = _piped_stdin()
         if not text or not text.strip():
@@ -67,11 +82,13 @@ def _headless_prompt(prompt: str | None) -> str | None:
 def _stream_json_prompt(prompt: str | None) -> str:
     """With `--input-format stream-json`: `-p TEXT`, or else the first user message on stdin."""
     if prompt is not None and prompt != "-":
+        prompt = _utf8(os.fsencode(prompt), "the prompt")
         if not prompt.strip():
             fail("the prompt is empty")
         return prompt
     from code_puppy.ui.stdin_messages import read_first_message
 
+    cast(io.TextIOWrapper, sys.stdin).reconfigure(errors="replace")  # JSON lines: a bad byte is replaced, not fatal
     text = read_first_message(sys.stdin)
     if text is None:
         fail("--input-format stream-json: stdin ended before the first user message")

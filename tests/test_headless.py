@@ -215,3 +215,30 @@ def test_other_wire_protocols_run_the_same_tool_loop(route: str, code_puppy_home
         paths = {request.path.split("?")[0] for request in fake.requests}
     assert (completed.returncode, completed.stdout) == (0, "The project is a demo.\n"), completed.stderr
     assert paths == {"/v1/messages" if route == "anthropic-endpoint" else "/v1/responses"}
+
+
+INVALID = b"fix caf\xe9 \xff now"
+"""Latin-1 and a stray byte: not UTF-8."""
+
+
+@pytest.mark.parametrize("where", ["argument", "stdin", "piped context"])
+def test_a_prompt_that_is_not_utf8_is_decoded_with_replacement(server: Any, project: Path, where: str) -> None:
+    server.script(text("done"))
+    args: list[bytes | str] = [str(CODE_PUPPY), "-p"]
+    stdin = b""
+    if where == "argument":
+        args.append(INVALID)
+    elif where == "stdin":
+        args.append("-")
+        stdin = INVALID
+    else:
+        args.append("review")
+        stdin = INVALID
+    completed = subprocess.run(args, cwd=project, input=stdin, capture_output=True, timeout=60)
+    assert (completed.returncode, completed.stdout) == (0, b"done\n"), completed.stderr
+    what = "the prompt" if where == "argument" else "stdin"
+    assert completed.stderr.decode() == (
+        f"code-puppy: note: {what} is not valid UTF-8; the bytes that are not were replaced with U+FFFD\n"
+    )
+    sent = server.requests[0].body["messages"][-1]["content"]
+    assert "fix caf\ufffd \ufffd now" in sent
