@@ -17,6 +17,7 @@ from code_puppy.agents.builder import MAX_READ_CHARS
 from code_puppy.agents.project_files import READ_CHUNK_BYTES, ProjectFileSystem
 from tests.conftest import CODE_PUPPY, run_cli
 from tests.fake_llm import FakeLLMServer, call, text, tool_calls
+from tests.unprivileged import unprivileged
 
 
 def tool_messages(body: dict[str, Any]) -> list[str]:
@@ -76,16 +77,36 @@ async def test_a_replaced_file_keeps_its_mode_and_a_new_one_gets_the_umask(proje
     assert (project / "new.txt").stat().st_mode & 0o7777 == 0o666 & ~umask
 
 
-async def test_a_read_only_file_is_not_replaced_though_its_folder_is_writable(project: Path) -> None:
-    if os.geteuid() == 0:
-        pytest.skip("root writes read-only files")
-    locked = project / "locked.txt"
-    locked.write_text("keep\n")
-    locked.chmod(0o444)
-    files = ProjectFileSystem(root_dir=project).get_toolset()
-    with pytest.raises(Exception, match="Permission denied"):
-        await files.write_file("locked.txt", "changed\n")
-    assert locked.read_text() == "keep\n"
+def test_a_read_only_file_is_not_replaced_though_its_folder_is_writable() -> None:
+    """Root writes any file, so the write is made as an unprivileged user, as a real user's code-puppy makes it."""
+    runner = unprivileged()
+    script = textwrap.dedent(
+        """
+        import asyncio, sys
+        from code_puppy.agents.project_files import ProjectFileSystem
+
+        files = ProjectFileSystem(root_dir=sys.argv[1]).get_toolset()
+        try:
+            asyncio.run(files.write_file("locked.txt", "changed\\n"))
+        except Exception as error:
+            print(type(error).__name__, error)
+        """
+    )
+    with runner.workdir() as project:
+        locked = project / "locked.txt"
+        locked.write_text("keep\n")
+        locked.chmod(0o444)
+        runner.own(locked)
+        completed = subprocess.run(
+            [*runner.prefix, sys.executable, "-c", script, str(project)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={"PATH": os.environ["PATH"]},
+        )
+        assert "Permission denied" in completed.stdout, completed.stdout + completed.stderr
+        assert locked.read_text() == "keep\n"
+        assert sorted(p.name for p in project.iterdir()) == ["locked.txt"]  # no temporary left
 
 
 def test_an_edit_that_fails_half_way_leaves_the_file_whole(project: Path) -> None:
