@@ -255,6 +255,25 @@ def test_continue_shows_where_the_session_left_off(server: FakeLLMServer, chat: 
         again.close()
 
 
+def test_a_chat_killed_mid_turn_is_recovered_by_the_next_chat(
+    server: FakeLLMServer, chat: PtyChat, project: Path
+) -> None:
+    server.script(tool_calls(call("read_file", {"path": "README.md"})), hang())
+    chat.type("read the readme\r")
+    wait_until(lambda: len(server.requests) == 2)
+    chat.child.kill(9)
+    chat.close()
+    server.script(text("Picked up."))
+    again = PtyChat(project, "-c")
+    try:
+        again.wait_for("recovered an interrupted turn: 3 steps")
+        again.type("go on\r")
+        again.wait_turn("Picked up.")
+        assert user_messages(server.requests[2].body) == ["read the readme", "go on"]
+    finally:
+        again.close()
+
+
 def test_session_model_usage_and_permission_commands(server: FakeLLMServer, chat: PtyChat) -> None:
     server.script(text("One."), text("Two."))
     chat.type("first question\r")
