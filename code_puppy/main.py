@@ -86,7 +86,7 @@ def _stream_json_prompt(prompt: str | None) -> str:
         if not prompt.strip():
             fail("the prompt is empty")
         return prompt
-    from code_puppy.ui.stdin_messages import read_first_message
+    from code_puppy.headless.stdin_messages import read_first_message
 
     cast(io.TextIOWrapper, sys.stdin).reconfigure(errors="replace")  # JSON lines: a bad byte is replaced, not fatal
     text = read_first_message(sys.stdin)
@@ -199,12 +199,10 @@ def cli(
         sys.exit(guarded(lambda: run_chat(options)))
 
     def run() -> int:
-        from code_puppy.cli_runner import HeadlessOptions, run_headless
+        from code_puppy.headless.runner import HeadlessOptions, run_headless
 
-        headless = HeadlessOptions(
-            **vars(options), prompt=text, timeout=timeout, output_format=output_format, input_format=input_format
-        )
-        return run_headless(headless)
+        headless = HeadlessOptions(prompt=text, timeout=timeout, output_format=output_format, input_format=input_format)
+        return run_headless(options, headless)
 
     sys.exit(guarded(run))
 
@@ -219,7 +217,7 @@ def guarded(action: Callable[[], int | None]) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except Exception as exc:  # the last line of defence: never a traceback without --debug
-        from code_puppy.config import ConfigError  # here, not above: the chat starts without pydantic
+        from code_puppy.errors import ConfigError
 
         if isinstance(exc, ConfigError):
             fail(str(exc))
@@ -336,7 +334,7 @@ def plugins_list() -> None:
     """Every plugin found for this project: name, source, whether it runs, its last error."""
 
     def run() -> None:
-        from code_puppy.config import find_project_root
+        from code_puppy.paths import find_project_root
         from code_puppy.plugins.commands import list_plugins
 
         list_plugins(find_project_root(Path.cwd()), sys.stdout, debug=_debug_requested())
@@ -358,7 +356,7 @@ def trust() -> None:
 
 def _trust() -> NoReturn:
     def run() -> None:
-        from code_puppy.config import find_project_root
+        from code_puppy.paths import find_project_root
         from code_puppy.plugins.commands import trust_plugins
 
         trust_plugins(find_project_root(Path.cwd()), sys.stdout)
@@ -370,7 +368,7 @@ def _with_store(action: Callable[[SqliteConversationStore], object], *, readonly
     """Run `action` on this user's sessions database; `readonly` commands never create, migrate or write it."""
 
     def run() -> None:
-        from code_puppy.cli_runner import open_store
+        from code_puppy.sessions.store import open_store
 
         with open_store(readonly=readonly) as store:
             action(store)
@@ -407,6 +405,6 @@ def mcp_tools(name: str) -> None:
 
 
 def _run_mcp_command(command: Callable[[Path], int]) -> NoReturn:
-    from code_puppy.config import find_project_root
+    from code_puppy.paths import find_project_root
 
     sys.exit(guarded(lambda: command(find_project_root(Path.cwd()))))

@@ -11,11 +11,11 @@ prompt, which the group model protects.
 
 from __future__ import annotations
 
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic_ai import RunContext
-from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.capabilities import AbstractCapability, WrapperCapability
 from pydantic_ai.messages import repair_messages
 from pydantic_ai.models import Model, ModelRequestContext
 from pydantic_ai.usage import RunUsage
@@ -27,8 +27,8 @@ from pydantic_ai_harness.compaction import (
     compact_now,
 )
 
+from code_puppy.agents.deps import deps_of
 from code_puppy.agents.history_persistence import in_main_run, persist_compacted_history
-from code_puppy.agents.history_processors import HistoryRevision
 from code_puppy.config import CompactionKind
 from code_puppy.sessions.session import Session
 
@@ -64,34 +64,25 @@ def compaction_strategy(kind: CompactionKind) -> AbstractCapability[Any] | None:
 
 
 @dataclass
-class PersistentCompaction(AbstractCapability[Any]):
-    """Runs a harness compaction strategy before each model request and makes what it compacts the run's history."""
+class PersistentCompaction(WrapperCapability[Any]):
+    """A harness compaction strategy whose accepted compaction becomes the run's history, not just this request's.
 
-    strategy: AbstractCapability[Any] | None
-    """The harness strategy; `None` is compaction off."""
-    _: KW_ONLY
-    revision: HistoryRevision | None = None
-    """The session whose `cache_epoch` and `history_version` a main-conversation compaction advances."""
-
-    @classmethod
-    def get_serialization_name(cls) -> str | None:
-        return None  # it holds a live session
+    Everything else (its `for_run`, instructions, ordering) is the wrapped strategy's own.
+    """
 
     async def before_model_request(
         self, ctx: RunContext[Any], request_context: ModelRequestContext
     ) -> ModelRequestContext:
-        if self.strategy is None:
-            return request_context
         before = list(request_context.messages)
-        request_context = await self.strategy.before_model_request(ctx, request_context)
+        request_context = await super().before_model_request(ctx, request_context)
         after = request_context.messages
         if len(after) != len(before) or any(new is not old for new, old in zip(after, before, strict=True)):
             # In the form the next run would normalize it to (a summary request merged with the request after
             # it), so the stored history does not branch a second time when the next run starts from it.
             ctx.messages[:] = repair_messages(after, repair_last_response=False)
-            if self.revision is not None and in_main_run():
-                self.revision.cache_epoch += 1
-                self.revision.history_version += 1
+            if (deps := deps_of(ctx)) is not None and in_main_run():
+                deps.session.cache_epoch += 1
+                deps.session.history_version += 1
         return request_context
 
 

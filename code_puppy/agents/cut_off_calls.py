@@ -12,10 +12,8 @@ from pydantic_ai import RunContext, ToolDefinition
 from pydantic_ai.capabilities import AbstractCapability, RawToolArgs
 from pydantic_ai.exceptions import ToolFailed
 from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
-from pydantic_ai_harness.filesystem import READ_ONLY_TOOL_NAMES
 
-READ_ONLY_TOOLS = frozenset({*READ_ONLY_TOOL_NAMES, "check_command"})
-"""Built-in tools that change nothing, whatever their arguments: a cut-off call to one of them may still run."""
+from code_puppy.agents.permissions import is_read_only
 
 
 @dataclass
@@ -53,14 +51,6 @@ class CutOffCalls(AbstractCapability[Any]):
             return json_repair.repair_json(raw, skip_json_loads=True, ensure_ascii=False)
         except (ValueError, RecursionError):
             return args
-
-
-def is_read_only(tool_def: ToolDefinition) -> bool:
-    """Whether a tool changes nothing: a built-in reader, or an MCP tool its server marks `readOnlyHint`."""
-    if tool_def.name in READ_ONLY_TOOLS:
-        return True
-    annotations = (tool_def.metadata or {}).get("annotations")
-    return isinstance(annotations, dict) and annotations.get("readOnlyHint") is True  # pyright: ignore[reportUnknownMemberType]
 
 
 def ends_inside_json(text: str) -> bool:

@@ -16,7 +16,7 @@ import contextlib
 import uuid
 from collections.abc import Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pydantic_ai import RunContext
@@ -32,6 +32,7 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.usage import RunUsage
 
+from code_puppy.agents.deps import deps_of
 from code_puppy.sessions.runs import process_alive
 from code_puppy.sessions.session import Session, SessionNotSaved
 
@@ -58,22 +59,17 @@ def in_main_run() -> bool:
 
 @dataclass
 class HistoryPersistence(AbstractCapability[Any]):
-    """Absorbs each successful main-conversation run's complete transcript into the durable history, in `after_run`.
+    """Absorbs each successful main-conversation run's complete transcript into its session, in `after_run`.
 
-    The trailing final response never passes through a `before_model_request` hook, so `after_run` is the first
-    moment the whole transcript exists. Runs nested inside the main run (the harness's `delegate_task` runs a fresh
-    run of this same agent) are out of scope: they never write into the main conversation.
-    `for_run` returns `self` because the main loop runs one turn at a time.
+    The session is the run's (`RunDeps.session`); a run without deps has none to write. The trailing final response
+    never passes through a `before_model_request` hook, so `after_run` is the first moment the whole transcript
+    exists. Runs nested inside the main run (the harness's `delegate_task` runs a fresh run of this same agent) are
+    out of scope: they never write into the main conversation. `for_run` returns `self`: it keeps no state of a run.
     """
-
-    history: DurableHistory
-    """The durable history it writes to."""
-    last_result: AgentRunResult[Any] | None = field(default=None, init=False, repr=False)
-    """The result it last absorbed: the very object the caller receives."""
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
-        return None  # it holds a live reference to the session
+        return None  # it writes into live sessions
 
     async def wrap_run(self, ctx: RunContext[Any], *, handler: WrapRunHandler) -> AgentRunResult[Any]:
         token = _run_depth.set(_run_depth.get() + 1)
@@ -83,22 +79,21 @@ class HistoryPersistence(AbstractCapability[Any]):
             _run_depth.reset(token)
 
     async def after_run(self, ctx: RunContext[Any], *, result: AgentRunResult[Any]) -> AgentRunResult[Any]:
-        if _run_depth.get() == 1:
-            self.last_result = result
+        if _run_depth.get() == 1 and (deps := deps_of(ctx)) is not None:
             # A store that fails (a full disk) must not cost the run its answer: the history is set in memory, and
             # the loop's `persist_result_history` tries again and reports what it cannot save.
             with contextlib.suppress(SessionNotSaved):
-                await _write(self.history, result)
+                await _write(deps.session, result)
         return result
 
 
-async def persist_result_history(agent: DurableHistory, result: AgentRunResult[Any]) -> None:
+async def persist_result_history(history: DurableHistory, result: AgentRunResult[Any]) -> None:
     """The one write-back every loop calls after a successful run: unconditional, and idempotent."""
-    await _write(agent, result)
+    await _write(history, result)
 
 
 async def persist_checkpoint(
-    agent: DurableHistory, messages: Sequence[ModelMessage], *, prompt: str, run_id: str | None, usage: RunUsage
+    history: DurableHistory, messages: Sequence[ModelMessage], *, prompt: str, run_id: str | None, usage: RunUsage
 ) -> None:
     """Keep what a cancelled or failed run completed, its prompt included, made runnable for the next turn.
 
@@ -106,19 +101,19 @@ async def persist_checkpoint(
     history; a run that failed before recording anything still keeps the prompt.
     """
     if not messages:
-        messages = [*agent.messages, ModelRequest(parts=[UserPromptPart(prompt)])]
-    await agent.set_message_history(repair_messages(messages), run_id=run_id, run_usage=usage)
+        messages = [*history.messages, ModelRequest(parts=[UserPromptPart(prompt)])]
+    await history.set_message_history(repair_messages(messages), run_id=run_id, run_usage=usage)
 
 
 async def persist_compacted_history(
-    agent: DurableHistory, messages: Sequence[ModelMessage], *, usage: RunUsage
+    history: DurableHistory, messages: Sequence[ModelMessage], *, usage: RunUsage
 ) -> None:
     """Make a history compacted between runs (`/compact`) the durable history; the store keeps the old branch."""
-    await agent.set_message_history(list(messages), run_id=f"compact-{uuid.uuid4()}", run_usage=usage)
+    await history.set_message_history(list(messages), run_id=f"compact-{uuid.uuid4()}", run_usage=usage)
 
 
-async def _write(agent: DurableHistory, result: AgentRunResult[Any]) -> None:
-    await agent.set_message_history(list(result.all_messages()), run_id=result.run_id, run_usage=result.usage)
+async def _write(history: DurableHistory, result: AgentRunResult[Any]) -> None:
+    await history.set_message_history(list(result.all_messages()), run_id=result.run_id, run_usage=result.usage)
 
 
 async def recover_interrupted_turn(session: Session) -> str | None:

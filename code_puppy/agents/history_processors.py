@@ -36,6 +36,7 @@ from pydantic_ai.messages import ModelMessage
 from code_puppy.agents.history_groups import HistoryGroup, keep_recent
 from code_puppy.agents.history_validation import HistoryProcessingError
 from code_puppy.config import ConfigError, HistoryConfig
+from code_puppy.errors import one_line
 
 ProcessorKind = Literal["messages", "run_context", "context"]
 
@@ -274,7 +275,7 @@ def _import(path: str, key: str) -> Callable[..., Any]:
     try:
         target: object = importlib.import_module(module_name)
     except Exception as exc:  # a broken module raises anything at import; it is the user's, report it in one line
-        raise ConfigError(f"{key}: cannot import {path!r}: {type(exc).__name__}: {_one_line(exc)}") from None
+        raise ConfigError(f"{key}: cannot import {path!r}: {type(exc).__name__}: {one_line(exc)}") from None
     for part in attribute.split("."):
         try:
             target = getattr(target, part)
@@ -292,7 +293,7 @@ def _required_positional(function: Callable[..., Any], what: str) -> list[inspec
         try:
             signature = inspect.signature(function)
         except (TypeError, ValueError) as exc:
-            raise ConfigError(f"{what}: cannot read its signature: {_one_line(exc)}") from None
+            raise ConfigError(f"{what}: cannot read its signature: {one_line(exc)}") from None
     required: list[inspect.Parameter] = []
     for parameter in signature.parameters.values():
         if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
@@ -323,7 +324,3 @@ def _qualified_name(function: Callable[..., Any]) -> str:
     module = getattr(function, "__module__", None) or type(function).__module__
     qualname = getattr(function, "__qualname__", None) or type(function).__qualname__
     return f"{module}:{qualname}"
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())

@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 from pydantic_ai import RunContext
@@ -27,6 +27,7 @@ from pydantic_ai.toolsets.abstract import ToolsetTool
 
 from code_puppy.agents.permissions import MCP_PERMISSION_KEY, POLICY_TOOL_NAMES
 from code_puppy.config import ConfigError, McpServerConfig, data_dir
+from code_puppy.errors import one_line
 
 if TYPE_CHECKING:
     from pydantic_ai.mcp import MCPToolset
@@ -108,13 +109,6 @@ def assign_names(wanted: Sequence[tuple[str, str, str]], reserved: frozenset[str
 
 def _identifier(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "_", text)
-
-
-def _one_line(error: BaseException) -> str:
-    while isinstance(error, BaseExceptionGroup):
-        error = cast(BaseExceptionGroup[BaseException], error).exceptions[0]
-    text = " ".join(str(error).split()) or type(error).__name__
-    return text if len(text) <= 200 else text[:197] + "…"
 
 
 @dataclass
@@ -205,7 +199,7 @@ class McpServer:
             self.state, self.error = "failed", reason
 
     def _reason(self, exc: BaseException, log_start: int) -> str:
-        reason = _one_line(exc)
+        reason = one_line(exc)
         if self.config.command and self.log_file.exists():
             with self.log_file.open("rb") as log:
                 log.seek(log_start)
@@ -333,7 +327,7 @@ class McpToolset(AbstractToolset[Any]):
 
     def _crashed(self, server: McpServer, error: Exception) -> None:
         if server.state == "running":
-            server.state, server.error = "crashed", _one_line(error)
+            server.state, server.error = "crashed", one_line(error)
             self.report(f"MCP server '{server.name}' crashed: {server.error}; continuing without its tools")
 
 

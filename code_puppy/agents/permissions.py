@@ -7,26 +7,33 @@ import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic_ai import RunContext, ToolDefinition
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.exceptions import ApprovalRequired, SkipToolExecution
 from pydantic_ai.messages import ToolCallPart
 from pydantic_ai.tools import ToolDenied
-from pydantic_ai_harness.filesystem._toolset import READ_ONLY_TOOL_NAMES
+from pydantic_ai_harness.filesystem import READ_ONLY_TOOL_NAMES
 
+from code_puppy.agents.deps import deps_of
 from code_puppy.agents.risky_options import risky_option
 from code_puppy.config import PermissionMode
 from code_puppy.paths import config_dir
 from code_puppy.trust import TRUSTED_PROJECTS_FILE
 
+if TYPE_CHECKING:
+    from code_puppy.sessions.session import Session
+
 EDIT_TOOL_NAMES = frozenset({"write_file", "edit_file", "create_directory"})
 """File tools that change the project."""
 SHELL_TOOL_NAMES = frozenset({"shell", "run_command", "start_command"})
 """Tools that run a command string."""
-ALWAYS_ALLOWED_TOOL_NAMES = frozenset({*READ_ONLY_TOOL_NAMES, "check_command", "stop_command", "delegate_task"})
-"""Tools that change nothing by themselves (a delegate's own calls pass through this policy too)."""
+READ_ONLY_TOOLS = frozenset({*READ_ONLY_TOOL_NAMES, "check_command"})
+"""Built-in tools that change nothing, whatever their arguments."""
+ALWAYS_ALLOWED_TOOL_NAMES = frozenset({*READ_ONLY_TOOLS, "stop_command", "delegate_task"})
+"""Tools that run without asking: they change nothing by themselves (a delegate's own calls pass through this policy
+too, and `stop_command` only stops what the run itself started)."""
 POLICY_TOOL_NAMES = ALWAYS_ALLOWED_TOOL_NAMES | EDIT_TOOL_NAMES | SHELL_TOOL_NAMES
 """Every name the policy treats by name; an MCP tool never takes one of them."""
 MCP_PERMISSION_KEY = "code_puppy.mcp_permission"
@@ -40,12 +47,21 @@ GIT_CONFIG = frozenset({"hooks", "config"})
 """What in a `.git` folder runs code: hooks, and config (`core.fsmonitor`, `core.pager`, aliases, filters)."""
 
 Decision = Literal["allow", "ask", "deny"]
-PreToolCall = Callable[[str, dict[str, Any]], Awaitable[str | None]]
-"""Plugins' `pre_tool_call` for one call (tool name, arguments): what the model is told when it is blocked, or None."""
+PreToolCall = Callable[[str, dict[str, Any], "Session"], Awaitable[str | None]]
+"""Plugins' `pre_tool_call` for one call (tool name, arguments, the run's session): what the model is told when it is
+blocked, or None."""
 
 _UNSAFE_SHELL = re.compile(r"[<>`\n\r]|\$\(|(?<![&|])&(?![&|])|[()]")
 """Redirection, command substitution, background jobs and subshells: never matched by an allow-list entry."""
 _SEGMENT_SPLIT = re.compile(r"&&|\|\||;|\|")
+
+
+def is_read_only(tool_def: ToolDefinition) -> bool:
+    """Whether a tool changes nothing: a built-in reader, or an MCP tool its server marks `readOnlyHint`."""
+    if tool_def.name in READ_ONLY_TOOLS:
+        return True
+    annotations = (tool_def.metadata or {}).get("annotations")
+    return isinstance(annotations, dict) and annotations.get("readOnlyHint") is True  # pyright: ignore[reportUnknownMemberType]
 
 
 def mcp_allowed(permission: str, allow: Sequence[str]) -> bool:
@@ -68,7 +84,8 @@ def allowed_by_list(command: str, allow: Sequence[str]) -> bool:
 class PermissionPolicy(AbstractCapability[Any]):
     """Decides before each tool call whether it runs, asks the user, or is denied with a reason for the model.
 
-    Bound on the agent (not per run) so that delegated sub-agent runs are gated the same way.
+    Bound on the agent (not per run) so that delegated sub-agent runs are gated the same way. A call asks only when
+    the run has someone to answer (`RunDeps.ask`); otherwise what would ask is denied with the reason.
     Denials reach the model as a `ToolDenied` tool result, never as a retry that could abort the run.
     """
 
@@ -80,8 +97,6 @@ class PermissionPolicy(AbstractCapability[Any]):
     allow: Sequence[str] = ()
     """Shell commands that run without asking (every segment of a compound command must match), and MCP tools
     named `mcp__SERVER__TOOL` or `mcp__SERVER` (all of a server's tools)."""
-    interactive: bool = False
-    """Whether a person can answer; headless runs deny what would ask."""
     session_allowed: set[str] = field(default_factory=set[str])
     """Approval scopes the user allowed "always for this session"."""
     pre_tool_call: PreToolCall | None = None
@@ -108,7 +123,7 @@ class PermissionPolicy(AbstractCapability[Any]):
                 "code-puppy or other agents (.code-puppy/, .claude/, .agents/, .mcp.json, .git/hooks, .git/config), "
                 "which need the user's approval; commands run only if allow-listed."
             )
-        if self.interactive:
+        if _interactive(ctx):
             return "Permission mode: ask. File changes and commands outside the allow-list ask the user first."
         return (
             "Permission mode: ask, non-interactive. Nobody can approve tool calls, so file changes and commands "
@@ -129,9 +144,11 @@ class PermissionPolicy(AbstractCapability[Any]):
     ) -> dict[str, Any]:
         # Once per call: this hook runs again after the user approves a call, and a tool that needs approval by
         # itself reaches it only then.
-        if self.pre_tool_call is not None and (key := (ctx.run_id, call.tool_call_id)) not in self._asked_plugins:
+        deps = deps_of(ctx)
+        key = (ctx.run_id, call.tool_call_id)
+        if self.pre_tool_call is not None and deps is not None and key not in self._asked_plugins:
             self._asked_plugins.add(key)
-            if blocked := await self.pre_tool_call(call.tool_name, args):
+            if blocked := await self.pre_tool_call(call.tool_name, args, deps.session):
                 raise SkipToolExecution(ToolDenied(blocked))
         if ctx.tool_call_approved:
             return args
@@ -139,7 +156,7 @@ class PermissionPolicy(AbstractCapability[Any]):
         decision, reason = self.decide(call.tool_name, args, mcp_permission=mcp_permission)
         if decision == "allow":
             return args
-        if decision == "ask" and self.interactive:
+        if decision == "ask" and _interactive(ctx):
             scope = self.scope(call.tool_name, args)
             if scope in self.session_allowed:
                 return args
@@ -280,6 +297,11 @@ class PermissionPolicy(AbstractCapability[Any]):
             return True  # the tool itself rejects a missing path
         target = (self.project_root / Path(path).expanduser()).resolve()
         return target == self.project_root or self.project_root in target.parents
+
+
+def _interactive(ctx: RunContext[Any]) -> bool:
+    """Whether someone can answer this run's approvals."""
+    return (deps := deps_of(ctx)) is not None and deps.ask is not None
 
 
 def _mcp_permission(tool_def: ToolDefinition) -> str | None:

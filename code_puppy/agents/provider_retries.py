@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import Callable
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import KW_ONLY, dataclass, field, replace
 from typing import Any
 
 from pydantic_ai import RunContext
@@ -35,15 +35,15 @@ def report_to_stderr(line: str) -> None:
     print(f"code-puppy: {line}", file=sys.stderr, flush=True)
 
 
-def request_settings(run: RunConfig, model: Model | str) -> ModelSettings:
-    """The timeouts of every model request, from `[run]`; retrying is `ProviderRetries`' job, not the SDK's.
+def request_settings(run: RunConfig, model: Model) -> ModelSettings:
+    """The timeouts of a request to `model`, from `[run]`; retrying is `ProviderRetries`' job, not the SDK's.
 
     The client's own read timeout is the first-event timeout, so that a model that thinks for minutes before its
     first chunk is not cut off by it; pydantic-ai's `first_event_timeout` bounds that wait over every attempt, and
     the run path's idle limit bounds the silences once streaming has started.
     """
     settings = ModelSettings(max_retries=0, first_event_timeout=run.first_event_timeout)
-    if isinstance(model, Model) and model.system in ("openai", "anthropic"):
+    if model.system in ("openai", "anthropic"):
         import httpx
 
         settings["timeout"] = httpx.Timeout(run.first_event_timeout, connect=CONNECT_TIMEOUT)
@@ -62,6 +62,8 @@ class ProviderRetries(AbstractCapability[Any]):
     (`request_settings`), so a CI log shows every wait. A request that still fails names what it tried.
     """
 
+    run: RunConfig = field(default_factory=RunConfig)
+    """`[run]`: the timeouts every request gets (`request_settings`)."""
     _: KW_ONLY
     retries: int = 2
     """Attempts after the first."""
@@ -71,6 +73,15 @@ class ProviderRetries(AbstractCapability[Any]):
     @classmethod
     def get_serialization_name(cls) -> str | None:
         return None
+
+    async def prepare_model_request(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        # Per attempt, for the model that serves it: the model is chosen per run, and its SDK decides which
+        # timeout forms it takes.
+        settings = ModelSettings(**(request_context.model_settings or {}))
+        settings.update(request_settings(self.run, request_context.model))
+        return replace(request_context, model_settings=settings)
 
     async def on_model_request_error(
         self, ctx: RunContext[Any], *, request_context: ModelRequestContext, error: Exception

@@ -59,11 +59,6 @@ class SteeringInbox:
             return "held"
 
     @property
-    def running(self) -> bool:
-        """Whether a run is bound and takes text right now."""
-        return self._ctx is not None
-
-    @property
     def waiting(self) -> int:
         """How many texts are waiting for delivery: enqueued but not yet sent, or held."""
         with self._lock:
@@ -116,30 +111,33 @@ class SteeringInbox:
 
 @dataclass
 class Steering(AbstractCapability[Any]):
-    """Binds a `SteeringInbox` to each run of the main conversation, so text sent to it reaches that run.
+    """Binds each main-conversation run to its `SteeringInbox` (`RunDeps.steering`), so text sent to it reaches it.
 
     Runs nested inside the main run (the harness's `delegate_task`) are not steerable: the inbox stays bound to
     the main run. Delivery is pydantic-ai's `enqueue` with priority `asap`.
     """
 
-    inbox: SteeringInbox
-    """Where the text comes from."""
-
     @classmethod
     def get_serialization_name(cls) -> str | None:
-        return None  # it holds a live inbox
+        return None
 
     async def wrap_run(self, ctx: RunContext[Any], *, handler: WrapRunHandler) -> AgentRunResult[Any]:
-        if not self.inbox.bind(ctx):
+        inbox = _inbox(ctx)
+        if inbox is None or not inbox.bind(ctx):
             return await handler()
         try:
             return await handler()
         finally:
-            self.inbox.unbind(ctx)
+            inbox.unbind(ctx)
 
     async def on_event(self, ctx: RunContext[Any], *, event: AgentStreamEvent) -> None:
-        if isinstance(event, EnqueuedMessagesEvent):
-            self.inbox.delivered(event.enqueue_id)
+        if isinstance(event, EnqueuedMessagesEvent) and (inbox := _inbox(ctx)) is not None:
+            inbox.delivered(event.enqueue_id)
+
+
+def _inbox(ctx: RunContext[Any]) -> SteeringInbox | None:
+    steering = getattr(ctx.deps, "steering", None)  # RunDeps, which imports this module
+    return steering if isinstance(steering, SteeringInbox) else None
 
 
 def steered_text(event: EnqueuedMessagesEvent) -> str:

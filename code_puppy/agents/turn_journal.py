@@ -18,9 +18,9 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
+from code_puppy.agents.deps import deps_of
 from code_puppy.agents.history_persistence import in_main_run
 from code_puppy.sessions.journal import Journal
-from code_puppy.sessions.session import Session
 
 
 @dataclass
@@ -34,51 +34,48 @@ class TurnJournal(AbstractCapability[Any]):
     fails is reported once and never stops the run: the run's own save is what counts.
     """
 
-    session: Session
-    """The session whose runs are journaled."""
+    _journal: tuple[Journal, int] | None = field(default=None, init=False, repr=False)
+    """Where the run's session (`RunDeps.session`) journals when it is stored, and the run's journal there."""
     _base: list[ModelMessage] = field(default_factory=list[ModelMessage], init=False, repr=False)
     """The history the run started from, by identity: a run that replaces any of it rewrote its history."""
     _written: list[ModelMessage] = field(default_factory=list[ModelMessage], init=False, repr=False)
     """The run's messages already journaled, by identity."""
-    _journal_id: int | None = field(default=None, init=False, repr=False)
     _failed: bool = field(default=False, init=False, repr=False)
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
-        return None  # it holds a live session
+        return None  # it writes into live sessions
 
     async def for_run(self, ctx: RunContext[Any]) -> TurnJournal:
         return replace(self)
 
     async def before_run(self, ctx: RunContext[Any]) -> None:
-        if not in_main_run() or (journal := self.session.journal) is None:
+        deps = deps_of(ctx)
+        if not in_main_run() or deps is None or (journal := deps.session.journal) is None:
             return
         self._base = list(ctx.messages)
         prompt = ModelRequest(parts=[UserPromptPart(ctx.prompt)], run_id=ctx.run_id) if ctx.prompt else None
         try:
-            self._journal_id = self.session.begin_run(journal, ctx.run_id, prompt)
+            self._journal = (journal, deps.session.begin_run(journal, ctx.run_id, prompt))
         except sqlite3.Error as exc:
             self._report(exc)
 
     async def after_node_run(
         self, ctx: RunContext[Any], *, node: AgentNode[Any], result: NodeResult[Any]
     ) -> NodeResult[Any]:
-        if in_main_run() and self._journal_id is not None and (journal := self.session.journal) is not None:
-            self._sync(journal, self._journal_id, ctx.messages)
+        if in_main_run() and self._journal is not None:
+            self._sync(ctx.messages)
         return result
 
     async def on_event(self, ctx: RunContext[Any], *, event: AgentStreamEvent) -> None:
-        if (
-            not isinstance(event, FunctionToolResultEvent)
-            or not in_main_run()
-            or (journal_id := self._journal_id) is None
-        ):
-            return
-        if (journal := self.session.journal) is not None:
+        if isinstance(event, FunctionToolResultEvent) and in_main_run() and self._journal is not None:
+            journal, journal_id = self._journal
             request = ModelRequest(parts=[event.part], run_id=ctx.run_id)
             self._write(lambda: journal.pending(journal_id, request))
 
-    def _sync(self, journal: Journal, journal_id: int, messages: list[ModelMessage]) -> None:
+    def _sync(self, messages: list[ModelMessage]) -> None:
+        assert self._journal is not None
+        journal, journal_id = self._journal
         start = len(self._base)
         mine = messages[start:]
         # The base is checked at its ends (a rewrite that drops or adds messages moves them), not message by

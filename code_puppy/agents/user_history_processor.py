@@ -17,6 +17,7 @@ from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models import ModelRequestContext
 
+from code_puppy.agents.deps import deps_of
 from code_puppy.agents.history_groups import HistoryGroup, HistoryOrigin, partition
 from code_puppy.agents.history_persistence import in_main_run
 from code_puppy.agents.history_processors import (
@@ -72,13 +73,11 @@ class UserHistoryProcessor(AbstractCapability[Any]):
     _: KW_ONLY
     condition: ProcessorCondition | None = None
     """Decides before each request whether the processors run (level-triggered: asked every time)."""
-    revision: HistoryRevision | None = None
-    """The session whose `cache_epoch` and `history_version` main-conversation edits advance."""
     _own: Revision = field(default_factory=Revision, init=False, repr=False)
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
-        return None  # it holds callables and a live session
+        return None  # it holds callables
 
     async def for_run(self, ctx: RunContext[Any]) -> UserHistoryProcessor:
         return replace(self)
@@ -94,7 +93,9 @@ class UserHistoryProcessor(AbstractCapability[Any]):
                 "a history processor ran the agent whose history it processes; "
                 "summarize with a separate agent that has no history processors"
             )
-        revision = self.revision if self.revision is not None and in_main_run() else self._own
+        # A main-conversation edit advances its session's counters (stored with it); any other run keeps its own.
+        deps = deps_of(ctx)
+        revision: HistoryRevision = deps.session if deps is not None and in_main_run() else self._own
         revision.history_version += 1
         messages = list(request_context.messages)
         if self.condition is not None:

@@ -7,9 +7,16 @@ this package imports pluggy and nothing heavy, so `code_puppy.hookimpl` stays ch
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pluggy
+
+if TYPE_CHECKING:
+    from pydantic_ai.messages import ModelMessage
+
+    from code_puppy.sessions.session import Session
 
 PROJECT_NAME = "code_puppy"
 ENTRY_POINT_GROUP = "code_puppy.plugins"
@@ -37,3 +44,23 @@ class RegisterCommand(Protocol):
     """
 
     def __call__(self, name: str, handler: Callable[[str], Any], help: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class SessionView:
+    """What hooks see of a session, read-only; `messages` is the durable history at the moment it is read."""
+
+    _session: Session = field(repr=False)
+    project_dir: Path
+
+    @property
+    def id(self) -> str:
+        return self._session.id
+
+    @property
+    def model(self) -> str | None:
+        return self._session.model
+
+    @property
+    def messages(self) -> tuple[ModelMessage, ...]:
+        return tuple(self._session.messages)

@@ -17,8 +17,9 @@ from typing import TextIO
 
 import code_puppy
 from code_puppy.config import Settings, config_dir
+from code_puppy.errors import one_line
 from code_puppy.plugins import ENTRY_POINT_GROUP
-from code_puppy.plugins.host import Plugin, PluginHost, describe
+from code_puppy.plugins.host import Plugin, PluginHost
 from code_puppy.trust import plugins_trust, project_plugins_dir, trust_project
 
 AskTrust = Callable[[str], bool]
@@ -59,7 +60,7 @@ def load_plugins(
             except Exception as exc:
                 plugin.status = "failed"
                 host.add(plugin)
-                host.fail(plugin.name, f"cannot be loaded from {plugin.location}: {describe(exc)}", exc)
+                host.fail(plugin.name, f"cannot be loaded from {plugin.location}: {one_line(exc, typed=True)}", exc)
                 continue
         host.add(plugin)
     return host

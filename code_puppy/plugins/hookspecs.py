@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from pydantic_ai.capabilities import AbstractCapability
 
     from code_puppy.config import Settings
-    from code_puppy.plugins.host import SessionView
+    from code_puppy.plugins import SessionView
 
 
 @hookspec
@@ -51,13 +51,13 @@ def user_prompt_submit(prompt: str, session: SessionView) -> str | None:
 
 
 @hookspec
-def agent_run_start(agent: Agent[None, str], prompt: str, session: SessionView) -> None:
+def agent_run_start(agent: Agent[Any, str], prompt: str, session: SessionView) -> None:
     """Before each run of the main conversation (the user's prompt, then each follow-up)."""
 
 
 @hookspec
 def agent_run_end(
-    agent: Agent[None, str], result: AgentRunResult[str] | None, error: BaseException | None, session: SessionView
+    agent: Agent[Any, str], result: AgentRunResult[str] | None, error: BaseException | None, session: SessionView
 ) -> None:
     """After each run of the main conversation.
 

@@ -21,10 +21,12 @@ import pluggy
 from pydantic_ai import Agent, RunContext, ToolDefinition
 from pydantic_ai.agent import AgentRunResult
 from pydantic_ai.capabilities import AbstractCapability, Hooks
-from pydantic_ai.messages import ModelMessage, ToolCallPart
+from pydantic_ai.messages import ToolCallPart
 
+from code_puppy.agents.deps import deps_of
 from code_puppy.config import Settings, data_dir
-from code_puppy.plugins import PROJECT_NAME, PromptBlocked, RegisterCommand, hookspecs
+from code_puppy.errors import one_line
+from code_puppy.plugins import PROJECT_NAME, PromptBlocked, RegisterCommand, SessionView, hookspecs
 from code_puppy.sessions.session import Session
 
 Status = Literal["enabled", "disabled", "untrusted", "changed", "replaced", "failed"]
@@ -47,26 +49,6 @@ class Plugin:
     """Why it did not load, or the last error one of its hooks raised in this process."""
     namespace: object | None = field(default=None, repr=False)
     """The loaded module (or object) whose `@hookimpl` functions are registered."""
-
-
-@dataclass(frozen=True)
-class SessionView:
-    """What hooks see of a session, read-only; `messages` is the durable history at the moment it is read."""
-
-    _session: Session = field(repr=False)
-    project_dir: Path
-
-    @property
-    def id(self) -> str:
-        return self._session.id
-
-    @property
-    def model(self) -> str | None:
-        return self._session.model
-
-    @property
-    def messages(self) -> tuple[ModelMessage, ...]:
-        return tuple(self._session.messages)
 
 
 class PluginHost:
@@ -98,7 +80,7 @@ class PluginHost:
             self._manager.register(plugin.namespace, name=plugin.name)
         except Exception as exc:  # pluggy's PluginValidationError: an argument its hook does not have, …
             plugin.status = "failed"
-            self.fail(plugin.name, f"cannot be registered: {describe(exc)}", exc)
+            self.fail(plugin.name, f"cannot be registered: {one_line(exc, typed=True)}", exc)
             return
         unknown = [caller.name for caller in self._manager.get_hookcallers(plugin.namespace) or [] if not caller.spec]
         if unknown:
@@ -125,9 +107,18 @@ class PluginHost:
     def view(self, session: Session) -> SessionView:
         return SessionView(session, self.project_dir)
 
-    def for_agent(self, session: Session) -> AgentHooks:
-        """The tool hooks and capabilities of an agent whose runs belong to `session`."""
-        return AgentHooks(self, session)
+    def post_tool_call_hook(self) -> Hooks[Any]:
+        """`post_tool_call` as a capability, for the runs' sessions (`RunDeps.session`); place it outside the output
+        limits to pass on the result the model gets."""
+
+        async def after_tool_execute(
+            ctx: RunContext[Any], /, *, call: ToolCallPart, tool_def: ToolDefinition, args: dict[str, Any], result: Any
+        ) -> Any:
+            if (deps := deps_of(ctx)) is not None:
+                await self.post_tool_call(call.tool_name, args, result, deps.session)
+            return result
+
+        return Hooks[Any](after_tool_execute=after_tool_execute)
 
     def _implementations(self, hook: str) -> list[pluggy.HookImpl]:
         """The hook's implementations in plugin order, `tryfirst` ones first and `trylast` ones last."""
@@ -147,7 +138,7 @@ class PluginHost:
             try:
                 results.append((impl.plugin_name, await self._call(impl, arguments)))
             except Exception as exc:
-                self.fail(impl.plugin_name, f"{hook} raised {describe(exc)}", exc)
+                self.fail(impl.plugin_name, f"{hook} raised {one_line(exc, typed=True)}", exc)
         return results
 
     @staticmethod
@@ -185,18 +176,18 @@ class PluginHost:
                 blocked.plugin = impl.plugin_name
                 raise
             except Exception as exc:
-                self.fail(impl.plugin_name, f"user_prompt_submit raised {describe(exc)}", exc)
+                self.fail(impl.plugin_name, f"user_prompt_submit raised {one_line(exc, typed=True)}", exc)
                 continue
             if rewritten:
                 prompt = rewritten
         return prompt
 
-    async def agent_run_start(self, agent: Agent[None, str], prompt: str, session: Session) -> None:
+    async def agent_run_start(self, agent: Agent[Any, str], prompt: str, session: Session) -> None:
         await self._call_all("agent_run_start", agent=agent, prompt=prompt, session=self.view(session))
 
     async def agent_run_end(
         self,
-        agent: Agent[None, str],
+        agent: Agent[Any, str],
         result: AgentRunResult[str] | None,
         error: BaseException | None,
         session: Session,
@@ -210,8 +201,9 @@ class PluginHost:
             try:
                 reason = self._text("pre_tool_call", await self._call(impl, arguments))
             except Exception as exc:
-                self.fail(impl.plugin_name, f"pre_tool_call raised {describe(exc)}", exc)
-                return f"Blocked by plugin {impl.plugin_name}: its pre_tool_call hook failed ({describe(exc)})"
+                what = one_line(exc, typed=True)
+                self.fail(impl.plugin_name, f"pre_tool_call raised {what}", exc)
+                return f"Blocked by plugin {impl.plugin_name}: its pre_tool_call hook failed ({what})"
             if reason:
                 return f"Blocked by plugin {impl.plugin_name}: {reason}"
         return None
@@ -231,39 +223,6 @@ class PluginHost:
             except TypeError as exc:
                 self.fail(name, str(exc), exc)
         return prompts[0] if prompts else None
-
-
-@dataclass(frozen=True)
-class AgentHooks:
-    """The plugins as one agent sees them: its runs belong to `session`."""
-
-    host: PluginHost
-    session: Session
-
-    @property
-    def capabilities(self) -> list[AbstractCapability[Any]]:
-        """What the plugins' `register_capabilities` returned."""
-        return self.host.capabilities
-
-    async def pre_tool_call(self, tool_name: str, args: dict[str, Any]) -> str | None:
-        return await self.host.pre_tool_call(tool_name, args, self.session)
-
-    def post_tool_call_hook(self) -> Hooks[Any]:
-        """`post_tool_call` as a capability: place it outside the output limits to pass the result the model sees."""
-
-        async def after_tool_execute(
-            ctx: RunContext[Any], /, *, call: ToolCallPart, tool_def: ToolDefinition, args: dict[str, Any], result: Any
-        ) -> Any:
-            await self.host.post_tool_call(call.tool_name, args, result, self.session)
-            return result
-
-        return Hooks[Any](after_tool_execute=after_tool_execute)
-
-
-def describe(exc: BaseException) -> str:
-    """`Type: message` on one short line."""
-    text = f"{type(exc).__name__}: {' '.join(str(exc).split())}".rstrip(": ")
-    return text if len(text) <= 300 else text[:297] + "…"
 
 
 def remembered_errors() -> dict[str, str]:

@@ -16,10 +16,12 @@ from pydantic_ai.conversation_store import (
 )
 from pydantic_ai.messages import ModelMessage
 
+from code_puppy.paths import data_dir
+
 from .catalog import SessionCatalog, record_save
 from .schema import Database, delete_conversation, discard_journal, timestamp
 
-__all__ = ("SqliteConversationStore", "message_adapter")
+__all__ = ("SqliteConversationStore", "message_adapter", "open_store")
 
 _record_adapter = TypeAdapter(ConversationRecord)
 message_adapter: TypeAdapter[ModelMessage] = TypeAdapter(
@@ -175,3 +177,8 @@ class SqliteConversationStore(ConversationStore):
             ConversationEntry(id=entry_id, parent_id=parent_id, message=message_adapter.validate_json(message))
             for entry_id, parent_id, message in rows
         ]
+
+
+def open_store(*, readonly: bool = False) -> SqliteConversationStore:
+    """The sessions database of this user (`sessions.db` in the data directory)."""
+    return SqliteConversationStore(data_dir() / "sessions.db", readonly=readonly)

@@ -8,6 +8,7 @@ live: Enter steers the running run, Tab queues the next turn, Ctrl-C cancels the
 from __future__ import annotations
 
 import asyncio
+import importlib
 import os
 import sys
 import time
@@ -30,7 +31,6 @@ from code_puppy.ui.keys import chat_key_bindings
 from code_puppy.ui.live import Live, Screen
 
 if TYPE_CHECKING:
-    from code_puppy.config import Settings
     from code_puppy.ui.approvals import Answer
     from code_puppy.ui.runtime import ChatRuntime
 
@@ -46,20 +46,6 @@ _BUSY_COMMANDS = frozenset({"help", "queue", "steer", "usage", "permissions", "e
 def run_chat(options: RunOptions) -> int:
     """Show the prompt, then load config, model, session and agent behind it (a bad config: exit 2 after all)."""
     return asyncio.run(Chat(options).run())
-
-
-def _load_heavy(options: RunOptions) -> tuple[Settings, str]:
-    """In a worker thread: the runtime's imports (pydantic-ai and the rest), the config and the model's name."""
-    import importlib
-
-    importlib.import_module("code_puppy.ui.runtime")  # here, so the event loop never waits for the import
-    from code_puppy.config import load_settings
-    from code_puppy.models import choose_model_name
-
-    settings = load_settings(options.project_root)
-    if options.no_mcp:
-        settings = settings.model_copy(update={"mcp_servers": {}})
-    return settings, choose_model_name(settings, options.model)
 
 
 @dataclass
@@ -136,30 +122,19 @@ class Chat:
         self.loading.add_done_callback(self._loaded)
 
     async def _load(self) -> ChatRuntime:
-        options = self.options
-        settings, self.model_name = await asyncio.to_thread(_load_heavy, options)
+        # Imported in a worker thread, so the event loop (and the prompt) never waits for pydantic-ai's import.
+        await asyncio.to_thread(importlib.import_module, "code_puppy.ui.runtime")
         from code_puppy.ui.runtime import ChatRuntime
 
-        return await ChatRuntime.open(
-            options.project_root,
-            settings,
-            self.model_name,
-            self.confirm,
-            continue_last=options.continue_last,
-            resume=options.resume,
-            permission_mode=options.permission_mode,
-            allow=options.allow,
-            max_requests=options.max_requests,
-            register_command=self.commands.register,
-            no_plugins=options.no_plugins,
-            debug=options.debug,
-        )
+        runtime = await ChatRuntime.open(self.options, self.confirm, register_command=self.commands.register)
+        self.model_name = runtime.model_name
+        return runtime
 
     def _loaded(self, task: asyncio.Task[ChatRuntime]) -> None:
         if task.cancelled():
             return
         if (error := task.exception()) is not None:
-            from code_puppy.config import ConfigError
+            from code_puppy.errors import ConfigError
 
             self.exit_code = 2 if isinstance(error, ConfigError) else 1
             what = str(error) if isinstance(error, ConfigError) else f"internal error: {type(error).__name__}: {error}"

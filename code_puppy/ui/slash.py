@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, get_args
 from code_puppy.ui.input import expand_mentions
 
 if TYPE_CHECKING:
-    from code_puppy.cli_runner import TurnOutcome
+    from code_puppy.core.run import TurnOutcome
     from code_puppy.ui.chat import Chat
 
 MAX_SHELL_CONTEXT = 8_000
@@ -39,7 +39,7 @@ def register_builtins(chat: Chat) -> None:
         if not args:
             named = ", ".join(sorted(runtime.settings.models)) or "none"
             return f"model: {runtime.model_name} (named in config: {named}); /model NAME switches"
-        await runtime.switch_model(args)
+        runtime.switch_model(args)
         chat.model_name = args
         return f"model: {args}"
 
@@ -117,8 +117,10 @@ def register_builtins(chat: Chat) -> None:
         from code_puppy.agents.mcp_servers import McpServers
 
         runtime = await chat.ready()
-        capabilities = runtime.agent.root_capability.capabilities
-        toolset = next((c.toolset for c in capabilities if isinstance(c, McpServers)), None)
+        from code_puppy.agents.builder import capability
+
+        servers = capability(runtime.agent, McpServers)
+        toolset = servers.toolset if servers is not None else None
         if toolset is None:
             return "no MCP servers enabled (add [mcp_servers.NAME] to config.toml; `code-puppy mcp list` checks them)"
         lines: list[str] = []
@@ -151,7 +153,7 @@ async def turn_job(chat: Chat, text: str) -> None:
     """One user turn on the shared run path, with `code-puppy steer` accepted while it runs."""
     from rich.text import Text
 
-    from code_puppy.cli_runner import unrun_follow_up_note
+    from code_puppy.core.run import unrun_follow_up_note
     from code_puppy.ui.chat_sink import ChatSink, describe_usage
 
     prompt, attached = expand_mentions(text, chat.options.project_root)
@@ -174,21 +176,14 @@ async def turn_job(chat: Chat, text: str) -> None:
 
 
 def _ending(outcome: TurnOutcome, seconds: float, describe_usage: Any) -> str:
-    from pydantic_ai.exceptions import UsageLimitExceeded
+    from code_puppy.core.events import ending
 
-    from code_puppy.cli_runner import describe_error
-    from code_puppy.plugins import PromptBlocked
-
-    error = outcome.error
-    if error is None:
+    status, message = ending(outcome)
+    if status == "success":
         return f"· {describe_usage(outcome.usage, seconds)}"
-    if isinstance(error, asyncio.CancelledError):
+    if status in ("interrupted", "terminated"):
         return "⏹ turn cancelled · finished work kept"
-    if isinstance(error, UsageLimitExceeded):
-        return f"⏹ stopped by a limit: {error}"
-    if isinstance(error, PromptBlocked):
-        return f"✗ prompt blocked by plugin {error.plugin}: {error.reason}"
-    return f"✗ run failed: {describe_error(error)}"
+    return f"{'⏹' if status == 'limit' else '✗'} {message}"
 
 
 async def shell_job(chat: Chat, command: str) -> None:

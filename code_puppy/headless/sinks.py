@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import asdict, dataclass
-from typing import Any, Literal, Protocol, TextIO
+from dataclasses import asdict
+from typing import Any, TextIO
 
 from pydantic_ai.messages import (
     AgentStreamEvent,
@@ -21,58 +21,7 @@ from pydantic_ai.messages import (
 )
 
 from code_puppy.agents.steering import steered_text
-
-Status = Literal["success", "error", "limit", "interrupted", "terminated"]
-
-
-@dataclass(frozen=True)
-class Usage:
-    input_tokens: int = 0
-    output_tokens: int = 0
-    requests: int = 0
-
-
-@dataclass(frozen=True)
-class RunOutcome:
-    """How one headless invocation ended: what `json` prints and `stream-json` ends with."""
-
-    session_id: str | None
-    """None when the invocation failed before it had a session."""
-    output: str | None
-    status: Status
-    usage: Usage
-    duration_ms: int
-    error: str | None = None
-
-
-class EventSink(Protocol):
-    """Receives what one invocation produces, in order: start, events, finish."""
-
-    def start(self, session_id: str) -> None: ...
-
-    def run_started(self, index: int) -> None:
-        """A run of the turn begins: 0 for the prompt's run, then one per follow-up."""
-        ...
-
-    def event(self, event: AgentStreamEvent) -> None: ...
-
-    def finish(self, outcome: RunOutcome) -> None: ...
-
-
-def tool_call_line(name: str, args: dict[str, Any]) -> str:
-    """`name(first-arg)` cut to one short line, e.g. `read_file(src/app.py)` or `shell(pytest -q)`."""
-    shown = next((str(value) for value in args.values()), "") if args else ""
-    shown = " ".join(shown.split())
-    return f"{name}({shown[:77] + '…' if len(shown) > 80 else shown})"
-
-
-def tool_result_line(event: FunctionToolResultEvent) -> str:
-    """The first line of a tool result, short; denials and failures say so."""
-    text = event.part.model_response_str() if hasattr(event.part, "model_response_str") else str(event.part.content)
-    first = text.strip().splitlines()[0] if text.strip() else ""
-    outcome = getattr(event.part, "outcome", "success")
-    prefix = "" if outcome == "success" else f"{outcome}: "
-    return prefix + (first[:97] + "…" if len(first) > 100 else first)
+from code_puppy.core.events import RunOutcome, tool_call_line, tool_result_line
 
 
 class TextSink:

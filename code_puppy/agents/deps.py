@@ -1,0 +1,39 @@
+"""`RunDeps`: what one run belongs to, passed as the run's `deps`, so that one agent serves every session."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic_ai import RunContext
+from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults
+
+from code_puppy.agents.steering import SteeringInbox
+from code_puppy.sessions.session import Session
+
+AskUser = Callable[[RunContext[Any], DeferredToolRequests, str], Awaitable[DeferredToolResults | None]]
+"""Answers the calls waiting for approval in one model step (pydantic-ai's `RequestInput.ask`)."""
+
+
+@dataclass
+class RunDeps:
+    """The session a run belongs to, where steering text for it arrives, and who answers its approvals.
+
+    The agent is built once per process and project (its tools, MCP servers, plugins and policy live as long);
+    everything that belongs to one conversation reaches the capabilities per run, through here. A run delegated from
+    inside a run (the harness's `delegate_task`) gets the same deps; the capabilities that own the conversation
+    leave such runs alone (`in_main_run`).
+    """
+
+    session: Session
+    """The durable history the run is absorbed into, and journaled into while it runs."""
+    steering: SteeringInbox = field(default_factory=SteeringInbox)
+    """Text sent to the running run."""
+    ask: AskUser | None = None
+    """Answers approvals while the run waits; None: nobody can, so what would ask is denied with a reason."""
+
+
+def deps_of(ctx: RunContext[Any]) -> RunDeps | None:
+    """The run's `RunDeps`, or None for a run started without them (an agent used bare, as in a test)."""
+    return ctx.deps if isinstance(ctx.deps, RunDeps) else None

@@ -1,0 +1,99 @@
+"""What the run path tells a front end: the sink protocol, how a turn ended, and one-line descriptions of both."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from pydantic_ai.exceptions import UsageLimitExceeded
+from pydantic_ai.messages import AgentStreamEvent, FunctionToolResultEvent
+
+from code_puppy.agents.history_validation import HistoryProcessingError
+from code_puppy.errors import one_line
+from code_puppy.plugins import PromptBlocked
+
+if TYPE_CHECKING:
+    from code_puppy.core.run import TurnOutcome
+
+Status = Literal["success", "error", "limit", "interrupted", "terminated"]
+EXIT_CODES: dict[Status, int] = {"success": 0, "error": 1, "limit": 3, "interrupted": 130, "terminated": 143}
+
+
+@dataclass(frozen=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    requests: int = 0
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """How one headless invocation ended: what `json` prints and `stream-json` ends with."""
+
+    session_id: str | None
+    """None when the invocation failed before it had a session."""
+    output: str | None
+    status: Status
+    usage: Usage
+    duration_ms: int
+    error: str | None = None
+
+
+class EventSink(Protocol):
+    """Receives what one invocation produces, in order: start, events, finish."""
+
+    def start(self, session_id: str) -> None: ...
+
+    def run_started(self, index: int) -> None:
+        """A run of the turn begins: 0 for the prompt's run, then one per follow-up."""
+        ...
+
+    def event(self, event: AgentStreamEvent) -> None: ...
+
+    def finish(self, outcome: RunOutcome) -> None: ...
+
+
+def ending(outcome: TurnOutcome, *, stopped_by: Status | None = None) -> tuple[Status, str | None]:
+    """How a turn ended, as a status and the one line that says why (None for a success).
+
+    `stopped_by` is the signal that cancelled the turn, when the front end knows it (`interrupted` otherwise).
+    """
+    error = outcome.error
+    status: Status
+    message: str | None = None
+    if error is None:
+        status = "success"
+    elif isinstance(error, asyncio.CancelledError):
+        status = stopped_by or "interrupted"
+        message = status
+    elif isinstance(error, PromptBlocked):
+        status, message = "error", f"prompt blocked by plugin {error.plugin}: {error.reason}"
+    elif isinstance(error, UsageLimitExceeded):
+        status, message = "limit", f"stopped by a limit: {error}"
+    elif isinstance(error, TimeoutError):
+        status, message = "limit", f"stopped by a limit: timeout ({error})"
+    elif isinstance(error, HistoryProcessingError):  # the class says whether the output was invalid or it crashed
+        status, message = "error", f"run failed: {type(error).__name__} {one_line(error)}"
+    else:
+        status, message = "error", f"run failed: {one_line(error)}"
+    if outcome.unsaved is not None:
+        status = "error" if status == "success" else status
+        message = "; ".join(filter(None, (message, str(outcome.unsaved))))
+    return status, message
+
+
+def tool_call_line(name: str, args: dict[str, Any]) -> str:
+    """`name(first-arg)` cut to one short line, e.g. `read_file(src/app.py)` or `shell(pytest -q)`."""
+    shown = next((str(value) for value in args.values()), "") if args else ""
+    shown = " ".join(shown.split())
+    return f"{name}({shown[:77] + '…' if len(shown) > 80 else shown})"
+
+
+def tool_result_line(event: FunctionToolResultEvent) -> str:
+    """The first line of a tool result, short; denials and failures say so."""
+    text = event.part.model_response_str() if hasattr(event.part, "model_response_str") else str(event.part.content)
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    outcome = getattr(event.part, "outcome", "success")
+    prefix = "" if outcome == "success" else f"{outcome}: "
+    return prefix + (first[:97] + "…" if len(first) > 100 else first)

@@ -1,0 +1,127 @@
+"""`Project`: one project root in this process, with its settings, plugins, sessions store and agent, made once.
+
+Every front end starts here: the settings, the model and the plugins come from `RunOptions` in this one place, a
+bad one stops the invocation (exit 2) before anything is sent, and the agent is built once, so switching the model,
+starting a new session or resuming one keeps its MCP servers, plugin state and "always allow" approvals.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+
+from pydantic_ai import Agent
+from pydantic_ai.models import Model
+
+from code_puppy.agents.builder import build_pydantic_agent, capability
+from code_puppy.agents.deps import RunDeps
+from code_puppy.agents.history_persistence import recover_interrupted_turn
+from code_puppy.agents.permissions import PermissionPolicy
+from code_puppy.config import Settings, load_settings
+from code_puppy.models import choose_model_name, resolve_model
+from code_puppy.options import RunOptions
+from code_puppy.plugins import RegisterCommand
+from code_puppy.plugins.discovery import load_plugins
+from code_puppy.plugins.host import PluginHost
+from code_puppy.sessions.session import Session, open_session
+from code_puppy.sessions.store import open_store
+
+
+class Project:
+    """A project root as this process serves it. Building one reads config and plugins and opens the sessions store;
+    `start` builds the agent and enters it (MCP servers start with the first run that lists tools); `close` ends
+    both.
+
+    Raises (from the constructor):
+        ConfigError: A bad config, model or plugin set-up; `StoreError` for a sessions database that cannot be used.
+    """
+
+    def __init__(self, options: RunOptions) -> None:
+        self.options = options
+        self.root = options.project_root
+        settings = load_settings(self.root)
+        self.settings: Settings = settings.model_copy(update={"mcp_servers": {}}) if options.no_mcp else settings
+        self.model_name = choose_model_name(self.settings, options.model)
+        self._models: dict[str, Model] = {self.model_name: resolve_model(self.settings, self.model_name)}
+        self.plugins = (
+            PluginHost(project_dir=self.root, debug=options.debug)
+            if options.no_plugins
+            else load_plugins(self.settings, self.root, debug=options.debug)
+        )
+        self.store = open_store()
+        self._agent: Agent[RunDeps, str] | None = None
+        self._stopped = False
+
+    @property
+    def agent(self) -> Agent[RunDeps, str]:
+        assert self._agent is not None, "start() builds the agent"
+        return self._agent
+
+    @property
+    def policy(self) -> PermissionPolicy:
+        """The live permission policy: `/permissions` switches its mode, approvals remember scopes on it."""
+        policy = capability(self.agent, PermissionPolicy)
+        assert policy is not None  # build_pydantic_agent always has one
+        return policy
+
+    def model(self, name: str | None = None) -> Model:
+        """The model named `name` (a model string or a `[models]` name), the chosen one by default; made once."""
+        name = name or self.model_name
+        if name not in self._models:
+            self._models[name] = resolve_model(self.settings, name)
+        return self._models[name]
+
+    async def open_session(self) -> tuple[Session, str | None]:
+        """The session the options ask for (new, `-c`, `-r`), with the note about an interrupted turn it recovered."""
+        session = await open_session(
+            self.store,
+            self.root,
+            model=self.model_name,
+            continue_last=self.options.continue_last,
+            resume=self.options.resume,
+        )
+        return session, await recover_interrupted_turn(session)
+
+    async def start(self, register_command: RegisterCommand | None = None) -> None:
+        """Start the plugins (their capabilities join the agent), build the agent and enter it."""
+        await self.plugins.startup(self.settings)
+        if register_command is not None:
+            await self.plugins.register_commands(register_command)
+        self._agent = build_pydantic_agent(
+            self.settings,
+            project_root=self.root,
+            model=self.model(),
+            permission_mode=self.options.permission_mode,
+            allow=self.options.allow,
+            plugins=self.plugins,
+        )
+        await self._agent.__aenter__()
+
+    async def stop(self) -> None:
+        """Leave the agent (MCP servers stop, the provider's HTTP client closes) and shut the plugins down; once."""
+        if self._stopped or self._agent is None:
+            return
+        self._stopped = True
+        try:
+            await self._agent.__aexit__(None, None, None)
+        finally:
+            await self.plugins.shutdown()
+
+    async def close(self) -> None:
+        """`stop`, then close the sessions store."""
+        try:
+            await self.stop()
+        finally:
+            self.store.close()
+
+    async def __aenter__(self) -> Project:
+        try:
+            await self.start()
+        except BaseException:
+            await self.close()
+            raise
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        await self.close()
