@@ -26,6 +26,7 @@ from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from code_puppy.agents.builder import build_pydantic_agent
+from code_puppy.agents.deps import RunDeps
 from code_puppy.agents.turn_journal import TurnJournal
 from code_puppy.config import Settings
 from code_puppy.sessions.session import Session
@@ -65,12 +66,12 @@ async def measure(root: Path, steps: int, prior: int) -> list[float]:
 
         settings = Settings.model_validate({"history": {"compaction": "off"}})
         agent = build_pydantic_agent(
-            settings, model=FunctionModel(stream_function=respond), project_root=root / "project", session=session
+            settings, model=FunctionModel(stream_function=respond), project_root=root / "project"
         )
         costs: list[float] = []
         for name in ("before_run", "after_node_run", "on_event"):
             setattr(TurnJournal, name, timed(costs, getattr(TurnJournal, name)))
-        await agent.run("read big.txt again and again", message_history=session.messages)
+        await agent.run("read big.txt again and again", message_history=session.messages, deps=RunDeps(session))
         # The hooks of one step: an after_node_run per node (request, tools) and an on_event per streamed event.
         return [sum(costs) / steps * 1000]
 

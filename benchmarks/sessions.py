@@ -76,7 +76,7 @@ OPEN = """
 import asyncio, sys, time
 from pathlib import Path
 started = time.perf_counter()
-from code_puppy.cli_runner import open_store
+from code_puppy.sessions.store import open_store
 from code_puppy.sessions.session import open_session
 async def main():
     with open_store() as store:

@@ -199,21 +199,18 @@ def test_mcp_allow_list_entries(allow: list[str], allowed: bool) -> None:
 
 
 @pytest.mark.parametrize(
-    ("mode", "interactive", "allow", "decision"),
+    ("mode", "allow", "decision"),
     [
-        ("ask", True, [], "ask"),
-        ("ask", False, [], "ask"),  # headless: turned into a denial with a reason by before_tool_execute
-        ("ask", False, ["mcp__echo"], "allow"),
-        ("accept-edits", False, [], "deny"),
-        ("accept-edits", False, ["mcp__echo__write_note"], "allow"),
-        ("yolo", False, [], "allow"),
-        ("read-only", False, ["mcp__echo"], "deny"),
+        ("ask", [], "ask"),
+        ("ask", ["mcp__echo"], "allow"),
+        ("accept-edits", [], "deny"),
+        ("accept-edits", ["mcp__echo__write_note"], "allow"),
+        ("yolo", [], "allow"),
+        ("read-only", ["mcp__echo"], "deny"),
     ],
 )
-def test_mcp_tools_in_the_decision_table(
-    tmp_path: Path, mode: PermissionMode, interactive: bool, allow: list[str], decision: str
-) -> None:
-    policy = PermissionPolicy(tmp_path, mode=mode, allow=allow, interactive=interactive)
+def test_mcp_tools_in_the_decision_table(tmp_path: Path, mode: PermissionMode, allow: list[str], decision: str) -> None:
+    policy = PermissionPolicy(tmp_path, mode=mode, allow=allow)
     args: dict[str, Any] = {"text": "x"}
     assert policy.decide("echo_write_note", args, mcp_permission="mcp__echo__write_note")[0] == decision
 

@@ -42,29 +42,27 @@ def test_allow_list_matches_every_segment(command: str, allowed: bool) -> None:
 
 
 @pytest.mark.parametrize(
-    ("mode", "interactive", "tool", "args", "decision"),
+    ("mode", "tool", "args", "decision"),
     [
-        ("ask", False, "read_file", {"path": "a"}, "allow"),
-        ("ask", False, "write_file", {"path": "a"}, "ask"),
-        ("ask", False, "shell", {"command": "pytest"}, "allow"),
-        ("ask", False, "shell", {"command": "make"}, "ask"),
-        ("ask", True, "some_plugin_tool", {}, "ask"),
-        ("accept-edits", False, "edit_file", {"path": "src/a.py"}, "allow"),
-        ("accept-edits", False, "edit_file", {"path": "../outside.py"}, "deny"),
-        ("accept-edits", False, "write_file", {"path": "/etc/passwd"}, "deny"),
-        ("accept-edits", False, "shell", {"command": "make"}, "deny"),
-        ("accept-edits", False, "shell", {"command": "pytest -x"}, "allow"),
-        ("yolo", False, "shell", {"command": "rm -rf build"}, "allow"),
-        ("yolo", False, "write_file", {"path": "../x"}, "deny"),
-        ("read-only", False, "write_file", {"path": "a"}, "deny"),
-        ("read-only", False, "shell", {"command": "pytest"}, "deny"),
-        ("read-only", False, "grep", {"pattern": "x"}, "allow"),
+        ("ask", "read_file", {"path": "a"}, "allow"),
+        ("ask", "write_file", {"path": "a"}, "ask"),
+        ("ask", "shell", {"command": "pytest"}, "allow"),
+        ("ask", "shell", {"command": "make"}, "ask"),
+        ("ask", "some_plugin_tool", {}, "ask"),
+        ("accept-edits", "edit_file", {"path": "src/a.py"}, "allow"),
+        ("accept-edits", "edit_file", {"path": "../outside.py"}, "deny"),
+        ("accept-edits", "write_file", {"path": "/etc/passwd"}, "deny"),
+        ("accept-edits", "shell", {"command": "make"}, "deny"),
+        ("accept-edits", "shell", {"command": "pytest -x"}, "allow"),
+        ("yolo", "shell", {"command": "rm -rf build"}, "allow"),
+        ("yolo", "write_file", {"path": "../x"}, "deny"),
+        ("read-only", "write_file", {"path": "a"}, "deny"),
+        ("read-only", "shell", {"command": "pytest"}, "deny"),
+        ("read-only", "grep", {"pattern": "x"}, "allow"),
     ],
 )
-def test_decision_table(
-    tmp_path: Path, mode: PermissionMode, interactive: bool, tool: str, args: dict[str, Any], decision: str
-) -> None:
-    policy = PermissionPolicy(tmp_path.resolve(), mode=mode, allow=["pytest*"], interactive=interactive)
+def test_decision_table(tmp_path: Path, mode: PermissionMode, tool: str, args: dict[str, Any], decision: str) -> None:
+    policy = PermissionPolicy(tmp_path.resolve(), mode=mode, allow=["pytest*"])
     assert policy.decide(tool, args)[0] == decision
 
 
@@ -227,17 +225,10 @@ def agent_config_project(project: Path) -> Path:
 @pytest.mark.parametrize("path", AGENT_CONFIG_PATHS)
 @pytest.mark.parametrize("tool", ["write_file", "edit_file", "create_directory"])
 def test_paths_that_configure_an_agent_always_ask_but_in_yolo(agent_config_project: Path, tool: str, path: str) -> None:
-    def decide(mode: PermissionMode, *, interactive: bool = False) -> str:
-        return PermissionPolicy(agent_config_project, mode=mode, interactive=interactive).decide(tool, {"path": path})[
-            0
-        ]
+    def decide(mode: PermissionMode) -> str:
+        return PermissionPolicy(agent_config_project, mode=mode).decide(tool, {"path": path})[0]
 
-    assert [
-        decide("ask"),
-        decide("ask", interactive=True),
-        decide("accept-edits"),
-        decide("accept-edits", interactive=True),
-    ] == ["ask"] * 4
+    assert [decide("ask"), decide("accept-edits")] == ["ask"] * 2
     assert (decide("yolo"), decide("read-only")) == ("allow", "deny")
 
 

@@ -1,7 +1,7 @@
 """Plugin hooks on the run path, in process: real plugin files in $CODE_PUPPY_HOME/plugins, real agents, `run_turn`.
 
-The interactive chat is not on this branch; these tests drive `run_turn` (the loop the chat shares) with agents built
-`interactive=True`, which is what the chat builds. The headless path is tested end to end in test_plugins_cli.py.
+These tests drive `run_turn` (the loop the chat shares) with runs whose approvals are asked and answered
+(`RunDeps.ask`), as the chat's are. The headless path is tested end to end in test_plugins_cli.py.
 """
 
 from __future__ import annotations
@@ -16,19 +16,20 @@ from pydantic_ai import Agent
 from pydantic_ai.capabilities import RequestInput
 from pydantic_ai.messages import ModelMessage, ModelRequest, ToolCallPart, UserPromptPart
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
-from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, RunContext
+from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, RunContext, ToolDenied
 from pydantic_ai_harness.filesystem import FileSystem
 
 from code_puppy.agents.builder import build_pydantic_agent
+from code_puppy.agents.deps import RunDeps
 from code_puppy.agents.permissions import PermissionPolicy
-from code_puppy.cli_runner import TurnOutcome, run_turn
 from code_puppy.config import PermissionMode, Settings
+from code_puppy.core.run import TurnLimits, TurnOutcome, run_turn
+from code_puppy.headless.sinks import TextSink
 from code_puppy.plugins import PromptBlocked
 from code_puppy.plugins.discovery import load_plugins
 from code_puppy.plugins.host import PluginHost
 from code_puppy.sessions.session import Session
 from code_puppy.sessions.store import SqliteConversationStore
-from code_puppy.ui.sinks import TextSink
 from tests.scripted_model import Reply, scripted, tool_returns
 
 RECORDER = """
@@ -87,6 +88,12 @@ def prompts_of(messages: list[ModelMessage]) -> list[str]:
     ]
 
 
+async def nobody_answers(ctx: RunContext[Any], requests: DeferredToolRequests, token: str) -> DeferredToolResults:
+    """An interactive run whose user denies every approval, as the chat's approvals are asked and answered."""
+    reason = ToolDenied("Nobody can approve this call in a non-interactive run; it was denied. Do not retry it.")
+    return requests.build_results(approvals={call.tool_call_id: reason for call in requests.approvals})
+
+
 async def turn(
     project: Path,
     *replies: Reply,
@@ -102,17 +109,11 @@ async def turn(
     await host.startup(settings)
     session = session or Session.in_memory()
     script = scripted(*replies)
-    agent = build_pydantic_agent(
-        settings,
-        model=script.model,
-        project_root=project,
-        permission_mode=mode,
-        interactive=True,
-        session=session,
-        plugins=host.for_agent(session),
-    )
+    agent = build_pydantic_agent(settings, model=script.model, project_root=project, permission_mode=mode, plugins=host)
     sink = TextSink(io.StringIO(), io.StringIO())
-    outcome = await run_turn(agent, session, prompt, sink, plugins=host, max_continuations=max_continuations)
+    deps = RunDeps(session, ask=nobody_answers)
+    limits = TurnLimits(max_continuations=max_continuations)
+    outcome = await run_turn(agent, deps, prompt, sink, plugins=host, limits=limits)
     return outcome, host, session, (agent, script)
 
 
@@ -161,10 +162,9 @@ def prompts_of_view(session):
         host = load_plugins(settings, project, stderr=io.StringIO())
         module(host, "observer").SESSION = session
         script = scripted("the answer")
-        agent = build_pydantic_agent(
-            settings, model=script.model, project_root=project, session=session, plugins=host.for_agent(session)
-        )
-        outcome = await run_turn(agent, session, "question", TextSink(io.StringIO(), io.StringIO()), plugins=host)
+        agent = build_pydantic_agent(settings, model=script.model, project_root=project, plugins=host)
+        sink = TextSink(io.StringIO(), io.StringIO())
+        outcome = await run_turn(agent, RunDeps(session), "question", sink, plugins=host)
         assert outcome.result is not None
         # Inside the hook: the run was already in the history, and the plugin's edit landed for a moment...
         assert module(host, "observer").SEEN == [True, ["rewritten by a plugin"]]
@@ -255,7 +255,6 @@ async def test_pre_tool_call_runs_once_for_a_call_the_user_approves(code_puppy_h
         "import code_puppy\nCALLS = []\n@code_puppy.hookimpl\ndef pre_tool_call(tool_name): CALLS.append(tool_name)\n",
     )
     host = load_plugins(Settings(), project, stderr=io.StringIO())
-    hooks = host.for_agent(Session.in_memory())
     asked: list[str] = []
 
     def approve(ctx: RunContext[Any], requests: DeferredToolRequests, token: str) -> DeferredToolResults:
@@ -265,9 +264,11 @@ async def test_pre_tool_call_runs_once_for_a_call_the_user_approves(code_puppy_h
     write = ToolCallPart("write_file", {"path": "new.txt", "content": "hi"}, tool_call_id="w1")
     script = scripted([write], "written")
     # The chat's approval path: the policy, a RequestInput that answers, the harness file tools.
-    policy = PermissionPolicy(project.resolve(), mode="ask", interactive=True, pre_tool_call=hooks.pre_tool_call)
-    agent = Agent(script.model, capabilities=[policy, RequestInput(approve), FileSystem(root_dir=project)])
-    await agent.run("write it")
+    policy = PermissionPolicy(project.resolve(), mode="ask", pre_tool_call=host.pre_tool_call)
+    agent = Agent(
+        script.model, deps_type=RunDeps, capabilities=[policy, RequestInput(approve), FileSystem(root_dir=project)]
+    )
+    await agent.run("write it", deps=RunDeps(Session.in_memory(), ask=approve))
     assert (asked, module(host, "counter").CALLS) == (["write_file"], ["write_file"])
     assert (project / "new.txt").read_text() == "hi"
 
@@ -341,10 +342,10 @@ async def test_an_interrupted_run_gets_agent_run_end_with_the_cancellation(
     settings = Settings()
     host = load_plugins(settings, project, stderr=io.StringIO())
     session = Session.in_memory()
-    agent = build_pydantic_agent(
-        settings, model=FunctionModel(stream_function=stream), project_root=project, interactive=True, session=session
-    )
-    task = asyncio.create_task(run_turn(agent, session, "slow", TextSink(io.StringIO(), io.StringIO()), plugins=host))
+    agent = build_pydantic_agent(settings, model=FunctionModel(stream_function=stream), project_root=project)
+    sink = TextSink(io.StringIO(), io.StringIO())
+    deps = RunDeps(session, ask=nobody_answers)
+    task = asyncio.create_task(run_turn(agent, deps, "slow", sink, plugins=host))
     await waiting.wait()
     task.cancel()
     outcome = await task

@@ -14,10 +14,11 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ToolCallPart, UserP
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
 from code_puppy.agents.builder import build_pydantic_agent
-from code_puppy.cli_runner import run_turn
+from code_puppy.agents.deps import RunDeps
 from code_puppy.config import Settings
+from code_puppy.core.run import TurnLimits, run_turn
+from code_puppy.headless.sinks import StreamJsonSink, TextSink
 from code_puppy.sessions.session import Session
-from code_puppy.ui.sinks import StreamJsonSink, TextSink
 from tests.scripted_model import scripted, tool_returns
 
 
@@ -34,14 +35,16 @@ def prompts_of(session: Session) -> list[str]:
 async def test_follow_ups_run_in_the_same_session_until_none(project: Path) -> None:
     session = Session.in_memory()
     script = scripted("first", "second", "third")
-    agent = build_pydantic_agent(Settings(), model=script.model, project_root=project, session=session)
+    agent = build_pydantic_agent(Settings(), model=script.model, project_root=project)
     asked: list[str] = []
 
     async def follow_up(result: AgentRunResult[str]) -> str | None:
         asked.append(result.output)
         return {"first": "again", "second": "once more"}.get(result.output)
 
-    outcome = await run_turn(agent, session, "start", TextSink(io.StringIO(), io.StringIO()), follow_up=follow_up)
+    outcome = await run_turn(
+        agent, RunDeps(session), "start", TextSink(io.StringIO(), io.StringIO()), follow_up=follow_up
+    )
     assert (outcome.error, outcome.runs, outcome.result and outcome.result.output) == (None, 3, "third")
     assert asked == ["first", "second", "third"]
     assert prompts_of(session) == ["start", "again", "once more"]
@@ -51,13 +54,15 @@ async def test_follow_ups_run_in_the_same_session_until_none(project: Path) -> N
 async def test_continuations_are_bounded(project: Path) -> None:
     session = Session.in_memory()
     script = scripted(*["answer"] * 5)
-    agent = build_pydantic_agent(Settings(), model=script.model, project_root=project, session=session)
+    agent = build_pydantic_agent(Settings(), model=script.model, project_root=project)
 
     async def forever(result: AgentRunResult[str]) -> str | None:
         return "keep going"
 
     sink = TextSink(io.StringIO(), io.StringIO())
-    outcome = await run_turn(agent, session, "go", sink, follow_up=forever, max_continuations=2)
+    outcome = await run_turn(
+        agent, RunDeps(session), "go", sink, follow_up=forever, limits=TurnLimits(max_continuations=2)
+    )
     assert (outcome.error, outcome.runs, len(script.seen)) == (None, 3, 3)
     assert prompts_of(session) == ["go", "keep going", "keep going"]
     assert outcome.unrun_follow_up == "keep going"
@@ -66,13 +71,18 @@ async def test_continuations_are_bounded(project: Path) -> None:
 async def test_max_requests_bounds_the_whole_turn(project: Path) -> None:
     session = Session.in_memory()
     script = scripted([ToolCallPart("read_file", {"path": "README.md"}, tool_call_id="r")], "done", "never")
-    agent = build_pydantic_agent(Settings(), model=script.model, project_root=project, session=session)
+    agent = build_pydantic_agent(Settings(), model=script.model, project_root=project)
 
     async def more(result: AgentRunResult[str]) -> str | None:
         return "follow-up"
 
     outcome = await run_turn(
-        agent, session, "go", TextSink(io.StringIO(), io.StringIO()), max_requests=2, follow_up=more
+        agent,
+        RunDeps(session),
+        "go",
+        TextSink(io.StringIO(), io.StringIO()),
+        limits=TurnLimits(max_requests=2),
+        follow_up=more,
     )
     assert isinstance(outcome.error, UsageLimitExceeded)
     assert (outcome.usage.requests, len(script.seen)) == (2, 2)
@@ -82,13 +92,13 @@ async def test_max_requests_bounds_the_whole_turn(project: Path) -> None:
 async def test_stream_events_carry_the_run_index(project: Path) -> None:
     session = Session.in_memory()
     script = scripted("one", "two")
-    agent = build_pydantic_agent(Settings(), model=script.model, project_root=project, session=session)
+    agent = build_pydantic_agent(Settings(), model=script.model, project_root=project)
     out = io.StringIO()
 
     async def once(result: AgentRunResult[str]) -> str | None:
         return "next" if result.output == "one" else None
 
-    await run_turn(agent, session, "go", StreamJsonSink(out), follow_up=once)
+    await run_turn(agent, RunDeps(session), "go", StreamJsonSink(out), follow_up=once)
     deltas = [json.loads(line) for line in out.getvalue().splitlines()]
     assert [(d["run"], d["text"]) for d in deltas if d["type"] == "text_delta"] == [(0, "one"), (1, "two")]
 
@@ -105,10 +115,8 @@ async def test_a_cancelled_turn_is_checkpointed_and_returned(project: Path) -> N
         await asyncio.Event().wait()  # the provider never answers the second request
         yield "unreachable"
 
-    agent = build_pydantic_agent(
-        Settings(), model=FunctionModel(stream_function=stream), project_root=project, session=session
-    )
-    task = asyncio.create_task(run_turn(agent, session, "slow", TextSink(io.StringIO(), io.StringIO())))
+    agent = build_pydantic_agent(Settings(), model=FunctionModel(stream_function=stream), project_root=project)
+    task = asyncio.create_task(run_turn(agent, RunDeps(session), "slow", TextSink(io.StringIO(), io.StringIO())))
     await waiting.wait()
     task.cancel()
     outcome = await task

@@ -23,6 +23,7 @@ from pydantic_ai_harness.compaction import SlidingWindowCompaction, SummarizingC
 
 from code_puppy.agents.builder import build_pydantic_agent
 from code_puppy.agents.compaction import CompactionReport, PersistentCompaction, compact_history, compaction_strategy
+from code_puppy.agents.deps import RunDeps
 from code_puppy.agents.history_groups import SYSTEM_PROMPT, orphan_results, partition, unanswered_calls
 from code_puppy.agents.user_history_processor import HistoryProcessorContext
 from code_puppy.config import HistoryConfig, Settings
@@ -105,8 +106,8 @@ async def test_an_automatic_compaction_persists_and_is_not_repeated(
     old_head = (await store.read_record(session.id)).head_id  # type: ignore[union-attr]
     script = Model([read("r1"), "done", "done again"])
     settings = Settings(history=HistoryConfig(compaction="summarize"))
-    agent = build_pydantic_agent(settings, model=script.model, project_root=project, session=session)
-    result = await agent.run("new question", message_history=session.messages)
+    agent = build_pydantic_agent(settings, model=script.model, project_root=project)
+    result = await agent.run("new question", message_history=session.messages, deps=RunDeps(session))
     assert script.summaries == 1
     first, second = script.seen
     assert summarized(first) and summarized(second)  # the tool-loop step starts from the compacted history
@@ -118,7 +119,7 @@ async def test_an_automatic_compaction_persists_and_is_not_repeated(
     record = await store.read_record(session.id)
     assert record is not None and record.branches == [old_head]
     assert (session.cache_epoch, store.sessions.get(session.id).cache_epoch) == (1, 1)  # type: ignore[union-attr]
-    await agent.run("and then?", message_history=session.messages)
+    await agent.run("and then?", message_history=session.messages, deps=RunDeps(session))
     assert script.summaries == 1
     assert texts(script.seen[2]) == [*texts(stored), "U:and then?"]  # stored as the next run sends it: no 2nd branch
     assert len((await store.read_record(session.id)).branches) == 1  # type: ignore[union-attr]
@@ -141,11 +142,9 @@ async def test_processors_run_before_compaction_and_see_its_result_later(project
     session = Session.in_memory()
     script = Model([read("r1"), "done"])
     settings = Settings(history=HistoryConfig(compaction="summarize"))
-    agent = build_pydantic_agent(
-        settings, model=script.model, project_root=project, session=session, history_processors=[drop_oldest]
-    )
+    agent = build_pydantic_agent(settings, model=script.model, project_root=project, history_processors=[drop_oldest])
     history = long_history()
-    await agent.run("new question", message_history=history)
+    await agent.run("new question", message_history=history, deps=RunDeps(session))
     # request 1: the processor saw the whole history; compaction summarized what the processor left
     assert calls[0] == texts([*history, U("new question")])
     assert texts(script.seen[0])[:2] == ["system-prompt U:old question 1", "T:a0"]  # (the wire merges requests)
@@ -209,8 +208,8 @@ async def test_compaction_off_leaves_a_long_history_alone(project: Path) -> None
 async def test_tiered_compaction_clears_old_tool_results_first(project: Path) -> None:
     script = Model(["done"], context_window=4_000)
     session = Session.in_memory()
-    agent = build_pydantic_agent(Settings(), model=script.model, project_root=project, session=session)
-    await agent.run("new question", message_history=long_history())
+    agent = build_pydantic_agent(Settings(), model=script.model, project_root=project)
+    await agent.run("new question", message_history=long_history(), deps=RunDeps(session))
     for sent in (script.seen[0], session.messages):
         returns = [str(p.content) for m in sent for p in m.parts if p.part_kind == "tool-return"]
         assert returns[3:] == ["x" * 2_000] * 3 and len(set(returns[:3])) == 1 and len(returns[0]) < 30
@@ -223,11 +222,11 @@ async def test_the_default_tiered_compaction_persists_across_runs(
     session = await Session.start(store, project, model="test")
     await session.set_message_history(long_history())
     script = Model([read("r1"), "done", "second turn done"])
-    agent = build_pydantic_agent(Settings(), model=script.model, project_root=project, session=session)
-    await agent.run("new question", message_history=session.messages)
+    agent = build_pydantic_agent(Settings(), model=script.model, project_root=project)
+    await agent.run("new question", message_history=session.messages, deps=RunDeps(session))
     after_first = session.messages
     summaries_after_first = script.summaries
-    await agent.run("another question", message_history=session.messages)
+    await agent.run("another question", message_history=session.messages, deps=RunDeps(session))
     # The second run starts from what the first one stored, not from the original long history.
     assert script.seen[2][: len(after_first)] == after_first
     assert len(after_first) < len(long_history()) + 4
@@ -245,8 +244,8 @@ async def test_a_compaction_inside_a_delegated_run_leaves_the_session_revision_a
     reads = [[ToolCallPart("read_file", {"path": "big.txt"}, tool_call_id=f"n{i}")] for i in range(6)]
     delegate = ToolCallPart("delegate_task", {"agent_name": "self", "task": "read big.txt six times"}, "d1")
     script = Model([[delegate], *reads, "nested done", "outer done"], context_window=800)
-    agent = build_pydantic_agent(Settings(), model=script.model, project_root=project, session=session)
-    result = await agent.run("delegate it", message_history=session.messages)
+    agent = build_pydantic_agent(Settings(), model=script.model, project_root=project)
+    result = await agent.run("delegate it", message_history=session.messages, deps=RunDeps(session))
     assert result.output == "outer done"
     nested_last = script.seen[-2]
     assert texts(nested_last[:1]) == ["U:read big.txt six times"]

@@ -5,14 +5,17 @@ from __future__ import annotations
 import ast
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
-from pydantic_ai import Agent
+from pydantic_ai import Agent, RunContext
+from pydantic_ai.agent import AgentRunResult
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, UserPromptPart
 from pydantic_ai.models.test import TestModel
 from pydantic_ai.usage import RunUsage
 
-from code_puppy.agents.builder import build_pydantic_agent
+from code_puppy.agents.builder import build_pydantic_agent, capability
+from code_puppy.agents.deps import RunDeps
 from code_puppy.agents.history_persistence import HistoryPersistence, persist_checkpoint, persist_result_history
 from code_puppy.config import Settings
 from code_puppy.sessions.session import Session
@@ -23,7 +26,11 @@ PACKAGE = Path(__file__).resolve().parents[2] / "code_puppy"
 
 
 class RecordingHistory:
-    """A durable history that records every write, for the seam tests."""
+    """A durable history that records every write, for the seam tests; it keeps no journal."""
+
+    journal = None
+    cache_epoch = 0
+    history_version = 0
 
     def __init__(self) -> None:
         self.writes: list[list[ModelMessage]] = []
@@ -48,22 +55,34 @@ def store(tmp_path: Path) -> SqliteConversationStore:
         yield opened  # type: ignore[misc]
 
 
+class SpyPersistence(HistoryPersistence):
+    """Records the result object each `after_run` receives."""
+
+    def __init__(self) -> None:
+        self.seen: list[object] = []
+
+    async def after_run(self, ctx: RunContext[Any], *, result: AgentRunResult[Any]) -> AgentRunResult[Any]:
+        self.seen.append(result)
+        return await super().after_run(ctx, result=result)
+
+
 async def test_after_run_gets_the_identical_result_the_caller_gets() -> None:
     history = RecordingHistory()
-    persistence = HistoryPersistence(history)
-    agent = Agent(TestModel(custom_output_text="hi"), capabilities=[persistence])
-    result = await agent.run("hello")
-    assert persistence.last_result is result
+    persistence = SpyPersistence()
+    agent = Agent(TestModel(custom_output_text="hi"), deps_type=RunDeps, capabilities=[persistence])
+    result = await agent.run("hello", deps=RunDeps(history))  # type: ignore[arg-type]
+    assert persistence.seen == [result] and persistence.seen[0] is result
     assert history.writes == [result.all_messages()]
-    async with agent.iter("again", message_history=result.all_messages()) as run:
+    async with agent.iter("again", message_history=result.all_messages(), deps=RunDeps(history)) as run:  # type: ignore[arg-type]
         async for _ in run:
             pass
-    assert persistence.last_result is run.result
+    assert persistence.seen[1] is run.result
 
 
 async def test_after_run_passes_the_result_through_unchanged() -> None:
     history = RecordingHistory()
-    result = await Agent(TestModel(custom_output_text="out"), capabilities=[HistoryPersistence(history)]).run("x")
+    agent = Agent(TestModel(custom_output_text="out"), deps_type=RunDeps, capabilities=[HistoryPersistence()])
+    result = await agent.run("x", deps=RunDeps(history))  # type: ignore[arg-type]
     assert result.output == "out"
     assert HistoryPersistence.get_serialization_name() is None
 
@@ -77,14 +96,16 @@ async def test_a_failed_run_writes_nothing_through_after_run() -> None:
     from pydantic_ai.models.function import FunctionModel
 
     with pytest.raises(RuntimeError):
-        await Agent(FunctionModel(boom), capabilities=[HistoryPersistence(history)]).run("x")
+        agent = Agent(FunctionModel(boom), deps_type=RunDeps, capabilities=[HistoryPersistence()])
+        await agent.run("x", deps=RunDeps(history))  # type: ignore[arg-type]
     assert history.writes == []
 
 
 async def test_persist_result_history_overwrites_a_change_made_after_after_run() -> None:
     """The seed's review: an agent_run_end observer's history change is clobbered by the turn-end write."""
     history = RecordingHistory()
-    result = await Agent(TestModel(custom_output_text="a"), capabilities=[HistoryPersistence(history)]).run("q")
+    agent = Agent(TestModel(custom_output_text="a"), deps_type=RunDeps, capabilities=[HistoryPersistence()])
+    result = await agent.run("q", deps=RunDeps(history))  # type: ignore[arg-type]
     observer_edit = [ModelRequest(parts=[UserPromptPart("injected by a plugin")])]
     await history.set_message_history(observer_edit)
     await persist_result_history(history, result)
@@ -104,8 +125,8 @@ async def test_persist_result_history_with_a_message_less_result() -> None:
 async def test_real_run_with_a_tool_cycle_lands_in_sqlite(project: Path, store: SqliteConversationStore) -> None:
     session = await Session.start(store, project, model="test")
     script = scripted([ToolCallPart("read_file", {"path": "README.md"}, tool_call_id="r1")], "It is a demo.")
-    agent = build_pydantic_agent(Settings(), model=script.model, project_root=project, session=session)
-    result = await agent.run("what is it?")
+    agent = build_pydantic_agent(Settings(), model=script.model, project_root=project)
+    result = await agent.run("what is it?", deps=RunDeps(session))
     loaded = await store.load(session.id)
     assert loaded is not None and loaded.messages == result.all_messages()
     assert [name for name, _, _ in tool_returns(loaded.messages)] == ["read_file"]
@@ -119,21 +140,20 @@ async def test_follow_up_run_is_seeded_with_exactly_the_persisted_history(
 ) -> None:
     session = await Session.start(store, project, model="test")
     script = scripted("first answer", "second answer")
-    agent = build_pydantic_agent(Settings(), model=script.model, project_root=project, session=session)
-    first = await agent.run("one")
+    agent = build_pydantic_agent(Settings(), model=script.model, project_root=project)
+    first = await agent.run("one", deps=RunDeps(session))
     await persist_result_history(session, first)
     resumed = await Session.resume(store, store.sessions.find(session.id)[0], model="test")
-    second = await agent.run("two", message_history=resumed.messages)
+    second = await agent.run("two", message_history=resumed.messages, deps=RunDeps(resumed))
     assert script.seen[1][:-1] == first.all_messages()
     assert second.all_messages()[: len(first.all_messages())] == first.all_messages()
 
 
 async def test_build_pydantic_agent_carries_history_persistence(project: Path) -> None:
     session = Session.in_memory()
-    agent = build_pydantic_agent(Settings(), model=TestModel(call_tools=[]), project_root=project, session=session)
-    capabilities = agent._root_capability.capabilities  # pyright: ignore[reportPrivateUsage]
-    assert [type(c) for c in capabilities if isinstance(c, HistoryPersistence)] == [HistoryPersistence]
-    result = await agent.run("hi")  # no write-back call: the capability alone persists the run
+    agent = build_pydantic_agent(Settings(), model=TestModel(call_tools=[]), project_root=project)
+    assert capability(agent, HistoryPersistence) is not None
+    result = await agent.run("hi", deps=RunDeps(session))  # no write-back call: the capability alone persists it
     assert session.messages == result.all_messages()
 
 
@@ -141,8 +161,8 @@ async def test_delegated_sub_agent_runs_never_write_the_main_history(project: Pa
     writes = RecordingHistory()
     delegate = ToolCallPart("delegate_task", {"agent_name": "self", "task": "count files"}, tool_call_id="d1")
     script = scripted([delegate], "sub-agent says 3", "main answer")
-    agent = build_pydantic_agent(Settings(), model=script.model, project_root=project, session=writes)
-    result = await agent.run("delegate something")
+    agent = build_pydantic_agent(Settings(), model=script.model, project_root=project)
+    result = await agent.run("delegate something", deps=RunDeps(writes))  # type: ignore[arg-type]
     assert len(script.seen) == 3  # main request, the delegate's own request, main final request
     assert writes.writes == [result.all_messages()]
     assert result.output == "main answer"
@@ -204,8 +224,8 @@ async def test_checkpoint_of_a_run_that_recorded_nothing_keeps_the_prompt(
 
 async def test_run_usage_counts_once_however_often_it_is_written(project: Path, store: SqliteConversationStore) -> None:
     session = await Session.start(store, project, model="test")
-    agent = build_pydantic_agent(Settings(), model=TestModel(call_tools=[]), project_root=project, session=session)
-    result = await agent.run("hi")
+    agent = build_pydantic_agent(Settings(), model=TestModel(call_tools=[]), project_root=project)
+    result = await agent.run("hi", deps=RunDeps(session))
     await persist_result_history(session, result)
     await persist_result_history(session, result)
     assert session.usage.requests == result.usage.requests == 1

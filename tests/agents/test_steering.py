@@ -19,11 +19,12 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
 from code_puppy.agents.builder import build_pydantic_agent
+from code_puppy.agents.deps import RunDeps
 from code_puppy.agents.steering import Steering, SteeringInbox, held_steers, steered_text
-from code_puppy.cli_runner import run_turn, stream_run
 from code_puppy.config import Settings
+from code_puppy.core.run import run_turn, stream_run
+from code_puppy.headless.sinks import TextSink
 from code_puppy.sessions.session import Session
-from code_puppy.ui.sinks import TextSink
 
 
 def user_texts(messages: list[ModelMessage]) -> list[str]:
@@ -34,6 +35,11 @@ def user_texts(messages: list[ModelMessage]) -> list[str]:
         for part in message.parts
         if isinstance(part, UserPromptPart)
     ]
+
+
+def steering_into(inbox: SteeringInbox) -> RunDeps:
+    """Deps for a run of an in-memory session, steered through `inbox`."""
+    return RunDeps(Session.in_memory(), steering=inbox)
 
 
 class Recorder:
@@ -62,7 +68,7 @@ async def test_a_steer_during_a_tool_call_reaches_the_next_request() -> None:
         else:
             yield "done"
 
-    agent = Agent(FunctionModel(stream_function=stream), capabilities=[Steering(inbox)])
+    agent = Agent(FunctionModel(stream_function=stream), deps_type=RunDeps, capabilities=[Steering()])
 
     @agent.tool_plain
     async def slow() -> str:  # pyright: ignore[reportUnusedFunction]
@@ -71,7 +77,7 @@ async def test_a_steer_during_a_tool_call_reaches_the_next_request() -> None:
         return "slow result"
 
     sink = Recorder()
-    run = asyncio.create_task(stream_run(agent, "start", sink))
+    run = asyncio.create_task(stream_run(agent, "start", sink, deps=steering_into(inbox)))
     await tool_started.wait()
     assert inbox.steer("use approach B") == "enqueued"
     assert inbox.waiting == 1
@@ -80,7 +86,8 @@ async def test_a_steer_during_a_tool_call_reaches_the_next_request() -> None:
     assert seen == [["start"], ["start", "use approach B"]]
     assert sink.steers == ["use approach B"]
     assert user_texts(result.all_messages()) == ["start", "use approach B"]
-    assert (inbox.waiting, inbox.running) == (0, False)
+    assert inbox.waiting == 0
+    assert inbox.steer("after the run") == "held"  # no run takes text any more
 
 
 async def test_a_steer_during_the_final_answer_makes_the_run_go_one_more_round() -> None:
@@ -98,8 +105,8 @@ async def test_a_steer_during_the_final_answer_makes_the_run_go_one_more_round()
         else:
             yield "Revised for the steer."
 
-    agent = Agent(FunctionModel(stream_function=stream), capabilities=[Steering(inbox)])
-    run = asyncio.create_task(stream_run(agent, "start", Recorder()))
+    agent = Agent(FunctionModel(stream_function=stream), deps_type=RunDeps, capabilities=[Steering()])
+    run = asyncio.create_task(stream_run(agent, "start", Recorder(), deps=steering_into(inbox)))
     await writing.wait()
     assert inbox.steer("also mention tests") == "enqueued"
     steered.set()
@@ -118,17 +125,17 @@ async def test_a_steer_after_the_run_ended_is_held_for_the_owner(project: Path) 
         seen.append(user_texts(messages))
         yield f"answer {len(seen)}"
 
-    agent = build_pydantic_agent(
-        Settings(), model=FunctionModel(stream_function=stream), project_root=project, session=session, steering=inbox
-    )
+    agent = build_pydantic_agent(Settings(), model=FunctionModel(stream_function=stream), project_root=project)
     sink = TextSink(io.StringIO(), io.StringIO())
-    outcome = await run_turn(agent, session, "first", sink)
+    outcome = await run_turn(agent, RunDeps(session, steering=inbox), "first", sink)
     assert outcome.error is None
     assert inbox.steer("too late for the first run") == "held"
     assert inbox.waiting == 1
     announced = Recorder()
     # The next run takes it at its start, and it is saved in the session.
-    outcome = await run_turn(agent, session, "second", sink, follow_up=held_steers(inbox, announced.event))
+    outcome = await run_turn(
+        agent, RunDeps(session, steering=inbox), "second", sink, follow_up=held_steers(inbox, announced.event)
+    )
     assert announced.steers == []  # the second run took it at its start, so nothing was left for the follow-up
     assert seen[-1] == ["first", "second", "too late for the first run"]
     assert user_texts(session.messages) == ["first", "second", "too late for the first run"]
@@ -150,12 +157,12 @@ async def test_text_held_when_a_run_ends_runs_as_a_follow_up(project: Path) -> N
             inbox.steer("arrived as it ended")
         yield f"answer {len(seen)}"
 
-    agent = build_pydantic_agent(
-        Settings(), model=FunctionModel(stream_function=stream), project_root=project, session=session, steering=inbox
-    )
+    agent = build_pydantic_agent(Settings(), model=FunctionModel(stream_function=stream), project_root=project)
     announced = Recorder()
     sink = TextSink(io.StringIO(), io.StringIO())
-    outcome = await run_turn(agent, session, "go", sink, follow_up=held_steers(inbox, announced.event))
+    outcome = await run_turn(
+        agent, RunDeps(session, steering=inbox), "go", sink, follow_up=held_steers(inbox, announced.event)
+    )
     assert (outcome.error, outcome.runs) == (None, 2)
     assert announced.steers == ["arrived as it ended"]
     assert user_texts(session.messages) == ["go", "arrived as it ended"]
@@ -170,20 +177,22 @@ async def test_steers_a_cancelled_run_never_sent_are_returned() -> None:
         await asyncio.Event().wait()
         yield "never"
 
-    agent = Agent(FunctionModel(stream_function=stream), capabilities=[Steering(inbox)])
-    run = asyncio.create_task(stream_run(agent, "start", Recorder()))
+    agent = Agent(FunctionModel(stream_function=stream), deps_type=RunDeps, capabilities=[Steering()])
+    run = asyncio.create_task(stream_run(agent, "start", Recorder(), deps=steering_into(inbox)))
     await started.wait()
     assert inbox.steer("typed while it hung") == "enqueued"
     run.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await run
-    assert (inbox.running, inbox.take_undelivered()) == (False, ["typed while it hung"])
+    assert inbox.take_undelivered() == ["typed while it hung"]
+    assert inbox.steer("after the run") == "held"  # no run takes text any more
 
 
 async def test_a_nested_run_of_the_same_agent_does_not_take_the_inbox() -> None:
     inbox = SteeringInbox()
     depth: list[bool] = []
-    agent: Agent[None, str]
+    agent: Agent[RunDeps, str]
+    deps = steering_into(inbox)
 
     async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:
         if user_texts(messages) == ["outer"] and len(messages) == 1:
@@ -191,14 +200,14 @@ async def test_a_nested_run_of_the_same_agent_does_not_take_the_inbox() -> None:
         else:
             yield "ok"
 
-    agent = Agent(FunctionModel(stream_function=stream), capabilities=[Steering(inbox)])
+    agent = Agent(FunctionModel(stream_function=stream), deps_type=RunDeps, capabilities=[Steering()])
 
     @agent.tool_plain
     async def delegate() -> str:  # pyright: ignore[reportUnusedFunction]
         outer = inbox._ctx  # pyright: ignore[reportPrivateUsage]
-        await agent.run("inner")
+        await agent.run("inner", deps=deps)  # the same deps, as the harness's delegate_task passes them
         depth.append(inbox._ctx is outer)  # pyright: ignore[reportPrivateUsage]
         return "delegated"
 
-    await stream_run(agent, "outer", Recorder())
+    await stream_run(agent, "outer", Recorder(), deps=deps)
     assert depth == [True]

@@ -9,11 +9,13 @@ import asyncio
 import dataclasses
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from pydantic_ai import Agent, RunContext
+from pydantic_ai.agent import AgentRunResult
 from pydantic_ai.exceptions import UserError
 from pydantic_ai.messages import (
     ModelMessage,
@@ -27,6 +29,7 @@ from pydantic_ai.messages import (
 )
 
 from code_puppy.agents.builder import build_pydantic_agent
+from code_puppy.agents.deps import RunDeps
 from code_puppy.agents.history_persistence import HistoryPersistence
 from code_puppy.agents.history_processors import (
     HistoryProcessorState,
@@ -59,6 +62,18 @@ def store(tmp_path: Path) -> Iterator[SqliteConversationStore]:
         yield opened
 
 
+@dataclass
+class SessionAgent:
+    """The agent, with each run belonging to `session` (its `RunDeps`) when there is one."""
+
+    agent: Agent[RunDeps, str]
+    session: Session | None
+
+    async def run(self, prompt: str, **kwargs: Any) -> AgentRunResult[str]:
+        deps = RunDeps(self.session) if self.session is not None else None
+        return await self.agent.run(prompt, deps=deps, **kwargs)  # type: ignore[arg-type]
+
+
 def agent_with(
     script: Scripted,
     project: Path,
@@ -66,15 +81,15 @@ def agent_with(
     *,
     condition: Callable[..., Any] | None = None,
     session: Session | None = None,
-) -> Agent[None, str]:
-    return build_pydantic_agent(
+) -> SessionAgent:
+    agent = build_pydantic_agent(
         Settings(),
         model=script.model,
         project_root=project,
-        session=session,
         history_processors=processors,
         history_processor_condition=condition,
     )
+    return SessionAgent(agent, session)
 
 
 # --- the four pydantic-ai signatures and the context style, sync and async -------------------------------------
@@ -556,9 +571,9 @@ async def test_request_estimate_anchors_on_the_usage_of_an_unchanged_prefix(proj
 
     session = Session.in_memory()
     processor = UserHistoryProcessor((classify_processor(look, "look"),))
-    agent = Agent(FunctionModel(answer), capabilities=[processor, HistoryPersistence(session)])
-    await agent.run("q1")
-    await agent.run("q2", message_history=session.messages)
+    agent = Agent(FunctionModel(answer), deps_type=RunDeps, capabilities=[processor, HistoryPersistence()])
+    await agent.run("q1", deps=RunDeps(session))
+    await agent.run("q2", message_history=session.messages, deps=RunDeps(session))
     new_prompt = session.messages[2]
     assert isinstance(new_prompt, ModelRequest) and isinstance(session.messages[1], ModelResponse)
     assert estimates[1] == (estimates[0][0] * 2 + 9, 90_010 + message_tokens(new_prompt))  # anchored: + the prompt

@@ -8,18 +8,25 @@ from typing import Any
 
 from pydantic_ai.messages import ToolCallPart
 
-from code_puppy.agents.builder import build_pydantic_agent
+from code_puppy.agents.builder import build_pydantic_agent, capability
+from code_puppy.agents.deps import RunDeps
 from code_puppy.agents.permissions import PermissionPolicy
-from code_puppy.cli_runner import run_turn
 from code_puppy.config import Settings
+from code_puppy.core.run import run_turn
+from code_puppy.headless.sinks import TextSink
 from code_puppy.sessions.session import Session
 from code_puppy.ui.approvals import Answer, Approver, proposed_diff
-from code_puppy.ui.sinks import TextSink
 from tests.scripted_model import scripted, tool_returns
 
 
 def shell(command: str, call_id: str) -> list[ToolCallPart]:
     return [ToolCallPart("shell", {"command": command}, tool_call_id=call_id)]
+
+
+def the_policy(agent: Any) -> PermissionPolicy:
+    policy = capability(agent, PermissionPolicy)
+    assert policy is not None
+    return policy
 
 
 async def test_always_allows_the_same_command_for_the_rest_of_the_session(project: Path) -> None:
@@ -38,9 +45,9 @@ async def test_always_allows_the_same_command_for_the_rest_of_the_session(projec
     async def ask(ctx: Any, requests: Any, token: str) -> Any:
         return await Approver(policy[0], project.resolve(), confirm, lambda: shown)(ctx, requests, token)
 
-    agent = build_pydantic_agent(Settings(), model=script.model, project_root=project, session=session, ask=ask)
-    policy.append(next(c for c in agent.root_capability.capabilities if isinstance(c, PermissionPolicy)))
-    outcome = await run_turn(agent, session, "go", TextSink(io.StringIO(), io.StringIO()))
+    agent = build_pydantic_agent(Settings(), model=script.model, project_root=project)
+    policy.append(the_policy(agent))
+    outcome = await run_turn(agent, RunDeps(session, ask=ask), "go", TextSink(io.StringIO(), io.StringIO()))
     assert outcome.error is None
     assert asked == ["⚠ shell wants to run:", "⚠ shell wants to run:"]  # `echo one` was asked about once
     assert policy[0].session_allowed == {"shell:echo one"}
@@ -94,9 +101,9 @@ async def test_always_for_edits_never_covers_a_path_that_configures_an_agent(pro
     async def ask(ctx: Any, requests: Any, token: str) -> Any:
         return await Approver(policy[0], project.resolve(), confirm, set)(ctx, requests, token)
 
-    agent = build_pydantic_agent(Settings(), model=script.model, project_root=project, session=session, ask=ask)
-    policy.append(next(c for c in agent.root_capability.capabilities if isinstance(c, PermissionPolicy)))
-    outcome = await run_turn(agent, session, "go", TextSink(io.StringIO(), io.StringIO()))
+    agent = build_pydantic_agent(Settings(), model=script.model, project_root=project)
+    policy.append(the_policy(agent))
+    outcome = await run_turn(agent, RunDeps(session, ask=ask), "go", TextSink(io.StringIO(), io.StringIO()))
     assert outcome.error is None
     assert asked == [
         "⚠ write_file wants to write file a.txt",
