@@ -21,7 +21,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from code_puppy.errors import ConfigError as ConfigError
 
 # Re-exported: the locations live in a module without pydantic, for the chat's fast start.
-from code_puppy.paths import code_puppy_home as code_puppy_home
 from code_puppy.paths import config_dir as config_dir
 from code_puppy.paths import data_dir as data_dir
 from code_puppy.paths import find_project_root as find_project_root

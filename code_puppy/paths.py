@@ -1,10 +1,13 @@
-"""Where code-puppy keeps things (DESIGN §3 "Locations"), without importing pydantic: the chat needs them before
-its prompt shows, and `config.py` re-exports them."""
+"""Where code-puppy keeps things (DESIGN §3 "Locations"), and how it writes its own small files there, without
+importing pydantic: the chat needs them before its prompt shows, and `config.py` re-exports them."""
 
 from __future__ import annotations
 
+import json
 import os
+import tempfile
 from pathlib import Path
+from typing import Any
 
 
 def code_puppy_home() -> Path | None:
@@ -38,3 +41,25 @@ def find_project_root(start: Path) -> Path:
         if (directory / ".git").exists() or (directory / ".code-puppy").is_dir():
             return directory
     return start
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Replace `path` with `data` as JSON atomically (a crash leaves the old or the new file, never half of one),
+    private to the user (0600, its folder created 0700)."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)  # created 0600
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+            file.write(json.dumps(data, indent=1) + "\n")
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    if hasattr(os, "O_DIRECTORY"):  # the rename itself survives a power cut only once the directory is synced
+        directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)

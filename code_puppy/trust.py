@@ -15,13 +15,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
 
-from code_puppy.paths import config_dir
+from code_puppy.paths import config_dir, write_json
 
 TRUSTED_PROJECTS_FILE = "trusted_projects.json"
 PROJECT_CONFIG = ".code-puppy/config.toml"
@@ -90,7 +88,7 @@ def trust_project(project_root: Path) -> dict[str, Any]:
     """Trust the project's covered files and plugins folder as they are now; returns the entry recorded."""
     root = project_root.resolve()
     entry: dict[str, Any] = {"path": str(root), "files": covered_files(root), "plugins_sha256": plugins_digest(root)}
-    _write_entries([*(other for other in _entries() if _path_of(other) != root), entry])
+    write_json(trust_file(), [*(other for other in _entries() if _path_of(other) != root), entry])
     return entry
 
 
@@ -122,28 +120,6 @@ def plugins_digest(project_root: Path) -> str:
 def trust_file() -> Path:
     """Where the trust entries live."""
     return config_dir() / TRUSTED_PROJECTS_FILE
-
-
-def _write_entries(entries: list[Any]) -> None:
-    """Replace the trust file atomically (a crash leaves the old or the new list, never half of one), private."""
-    path = trust_file()
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)  # created 0600
-    try:
-        with os.fdopen(descriptor, "w", encoding="utf-8") as file:
-            file.write(json.dumps(entries, indent=1) + "\n")
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    if hasattr(os, "O_DIRECTORY"):  # the rename itself survives a power cut only once the directory is synced
-        directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
 
 
 def _entries() -> list[Any]:

@@ -29,6 +29,7 @@ from pydantic_ai.messages import (
 )
 
 from code_puppy.agents.token_estimate import message_tokens
+from code_puppy.sessions.catalog import title_of
 
 CURRENT_REQUEST = "current_request"
 """The last group: it holds the request about to be sent."""
@@ -198,7 +199,7 @@ def describe_groups(messages: Sequence[ModelMessage]) -> list[str]:
             f"group {group.index} · messages {group.entry_start}-{group.entry_end - 1} · {state} · "
             f"~{group.estimated_tokens} tokens{reasons}{f' · tools: {tools}' if tools else ''}"
         )
-        if prompt := _first_prompt(messages[group.entry_start : group.entry_end]):
+        if prompt := title_of(messages[group.entry_start : group.entry_end], limit=80):
             lines.append(f"  › {prompt}")
     return lines
 
@@ -252,12 +253,3 @@ def _origins(members: Sequence[ModelMessage]) -> tuple[HistoryOrigin, ...]:
         if isinstance(part, ToolCallPart | NativeToolCallPart)
     )
     return origins or (HistoryOrigin(next((m.run_id for m in members if m.run_id is not None), None)),)
-
-
-def _first_prompt(members: Sequence[ModelMessage]) -> str:
-    for message in members:
-        for part in message.parts:
-            if isinstance(part, UserPromptPart) and isinstance(part.content, str) and part.content.strip():
-                text = " ".join(part.content.split())
-                return text if len(text) <= 80 else text[:79] + "…"
-    return ""

@@ -6,10 +6,10 @@ time: a plugin's failure is reported once (one line naming it; the traceback wit
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 import json
-import os
 import sys
 import time
 import traceback
@@ -26,6 +26,7 @@ from pydantic_ai.messages import ToolCallPart
 from code_puppy.agents.deps import deps_of
 from code_puppy.config import Settings, data_dir
 from code_puppy.errors import one_line
+from code_puppy.paths import write_json
 from code_puppy.plugins import PROJECT_NAME, PromptBlocked, RegisterCommand, SessionView, hookspecs
 from code_puppy.sessions.session import Session
 
@@ -239,10 +240,5 @@ def remembered_errors() -> dict[str, str]:
 def _remember_error(name: str, error: str) -> None:
     path = data_dir() / ERRORS_FILE
     known = remembered_errors() | {name: f"{time.strftime('%Y-%m-%d %H:%M')} {error}"}
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_name(f"{path.name}.{os.getpid()}")
-        temporary.write_text(json.dumps(known, indent=1), encoding="utf-8")
-        temporary.replace(path)
-    except OSError:
-        pass  # a record for `plugins list`, not worth failing a run over
+    with contextlib.suppress(OSError):  # a record for `plugins list`, not worth failing a run over
+        write_json(path, known)

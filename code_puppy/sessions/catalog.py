@@ -55,8 +55,8 @@ def _info(row: Any) -> SessionInfo:
     return SessionInfo(**values)
 
 
-def title_of(messages: Sequence[ModelMessage]) -> str:
-    """The text of the first user prompt in `messages` with text, on one line and shortened, or `''`."""
+def title_of(messages: Sequence[ModelMessage], *, limit: int = TITLE_LENGTH) -> str:
+    """The text of the first user prompt in `messages` with text, on one line and cut to `limit`, or `''`."""
     for message in messages:
         if not isinstance(message, ModelRequest):
             continue
@@ -69,7 +69,7 @@ def title_of(messages: Sequence[ModelMessage]) -> str:
             ).split()
             if words:
                 text = " ".join(words)
-                return text if len(text) <= TITLE_LENGTH else text[: TITLE_LENGTH - 1].rstrip() + "…"
+                return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
     return ""
 
 
