@@ -1,0 +1,48 @@
+"""The package's layers (issue 11): front ends over one core, which imports no front end."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "code_puppy"
+
+FORBIDDEN = {
+    "ui": ("code_puppy.headless",),
+    "headless": ("code_puppy.ui",),
+    "core": ("code_puppy.ui", "code_puppy.headless"),
+    "agents": ("code_puppy.core", "code_puppy.ui", "code_puppy.headless"),
+    "sessions": ("code_puppy.core", "code_puppy.ui", "code_puppy.headless"),
+    "plugins": ("code_puppy.core", "code_puppy.ui", "code_puppy.headless"),
+}
+"""What each subpackage must not import: the front ends (chat, headless) sit over the core, the core over the
+agent, sessions and plugins, and nothing imports upwards."""
+
+
+def imports(path: Path) -> list[str]:
+    """Every module `path` imports, at any depth (lazy imports inside functions count too)."""
+    found: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append(node.module)
+    return found
+
+
+@pytest.mark.parametrize("layer", sorted(FORBIDDEN))
+def test_no_layer_imports_what_sits_above_it(layer: str) -> None:
+    offenders = [
+        f"{path.relative_to(PACKAGE)} imports {module}"
+        for path in sorted((PACKAGE / layer).rglob("*.py"))
+        for module in imports(path)
+        if module.startswith(FORBIDDEN[layer])
+    ]
+    assert offenders == []
+
+
+def test_the_layers_exist() -> None:
+    """The check above means something only while the folders it reads hold modules."""
+    assert all(list((PACKAGE / layer).rglob("*.py")) for layer in FORBIDDEN)
