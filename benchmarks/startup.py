@@ -90,7 +90,7 @@ def main() -> None:
     print(f"code-puppy --version               {version * 1000:7.0f} ms   (budget 150 ms)")
     print(f"code-puppy --help                  {help_ * 1000:7.0f} ms   (budget 150 ms)")
     print(f"import pydantic_ai + OpenAI model  {baseline * 1000:7.0f} ms")
-    print(f"headless run, 3 requests, 2 tools  {run * 1000:7.0f} ms   = {run / baseline:.2f}x import (budget 1.4x)")
+    print(f"headless run, 3 requests, 2 tools  {run * 1000:7.0f} ms   = {run / baseline:.2f}x import (budget 1.3x)")
     print(f"headless run peak RSS              {peak / 1024:7.0f} MiB  (budget 120 MiB)")
     print(f"medians of {runs} runs; python {sys.version.split()[0]}")
 

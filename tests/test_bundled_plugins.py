@@ -216,6 +216,9 @@ def test_the_wheel_ships_the_bundled_plugins_inside_the_package(tmp_path: Path, 
         check=True,
     )
     assert located.stdout == f"{tmp_path / 'installed' / 'code_puppy' / 'bundled_plugins'}\n"
+    # Configured, so that listing them imports each one from the installed wheel.
+    config = Path(os.environ["CODE_PUPPY_HOME"]) / "config.toml"
+    config.write_text("[plugins.notify]\n[plugins.shell_hooks]\n[plugins.verify_loop]\n")
     listed = subprocess.run(
         [sys.executable, "-m", "code_puppy", "plugins", "list"], cwd=tmp_path, env=env, capture_output=True, text=True
     )

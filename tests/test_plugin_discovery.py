@@ -61,11 +61,12 @@ async def test_discovery_order_entry_points_and_a_user_plugin_replacing_a_bundle
     write(project_plugins_dir(project) / "proj.py", LOGS_STARTUP)
     trust_project(project)
     stderr = io.StringIO()
-    host = load_plugins(Settings(), project, stderr=stderr)
+    settings = Settings.model_validate({"plugins": {"shell_hooks": {}}})
+    host = load_plugins(settings, project, stderr=stderr)
     assert listing(host) == [
         ("notify", "bundled", "replaced"),
         ("shell_hooks", "bundled", "enabled"),
-        ("verify_loop", "bundled", "enabled"),
+        ("verify_loop", "bundled", "idle"),  # nothing configures it: not even imported
         ("ep", "entry point", "enabled"),
         ("mine", "user", "enabled"),
         ("notify", "user", "enabled"),
@@ -88,6 +89,8 @@ def test_disabled_plugins_are_listed_and_never_imported(code_puppy_home: Path, p
     host = load_plugins(settings, project, stderr=stderr)
     assert [(name, status) for name, _, status in listing(host) if status != "enabled"] == [
         ("notify", "disabled"),
+        ("shell_hooks", "idle"),
+        ("verify_loop", "idle"),
         ("loud", "disabled"),
     ]
     assert stderr.getvalue() == ""

@@ -213,7 +213,7 @@ def test_plugins_list_and_trust(server: Any, code_puppy_home: Path, project: Pat
     user_plugin(code_puppy_home, "broken", "raise ValueError('bad config')\n")
     user_plugin(code_puppy_home, "raiser", "import code_puppy\n@code_puppy.hookimpl\ndef turn_end(): 1 / 0\n")
     write(project_plugins := project / ".code-puppy" / "plugins" / "local.py", "import code_puppy\n")
-    configure(code_puppy_home, '[plugins]\ndisabled = ["notify"]\n')
+    configure(code_puppy_home, '[plugins]\ndisabled = ["notify"]\n[plugins.verify_loop]\ncommand = "true"\n')
     server.script(text("done"))
     headless = run_cli("-p", "hi", cwd=project)
     assert headless.returncode == 0
@@ -228,7 +228,7 @@ def test_plugins_list_and_trust(server: Any, code_puppy_home: Path, project: Pat
     assert [*rows[:4], rows[4][:3], rows[5][:3], rows[6]] == [
         ["NAME", "SOURCE", "ENABLED", "LAST ERROR"],
         ["notify", "bundled", "no (disabled)"],
-        ["shell_hooks", "bundled", "yes"],
+        ["shell_hooks", "bundled", "no (not configured)"],
         ["verify_loop", "bundled", "yes"],
         ["broken", "user", "no (failed to load)"],
         ["raiser", "user", "yes"],

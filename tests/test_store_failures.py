@@ -129,7 +129,7 @@ def test_a_save_that_fails_after_the_answer_still_prints_it_and_exits_1(
     server: FakeLLMServer, project: Path, code_puppy_home: Path
 ) -> None:
     seed(code_puppy_home, project, 1)  # the store exists and is migrated; the run's own writes are what fail
-    answer = "a long answer " * 20_000
+    answer = "long" * 50_000  # one streamed chunk: the fake server splits on white space
     server.script(text(answer))
     completed = subprocess.run(
         # The file size limit plays a full disk: every write past 100 KB fails (Python ignores SIGXFSZ).

@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import json_repair
 from pydantic_ai import RunContext, ToolDefinition
 from pydantic_ai.capabilities import AbstractCapability, RawToolArgs
 from pydantic_ai.exceptions import ToolFailed
@@ -47,6 +46,8 @@ class CutOffCalls(AbstractCapability[Any]):
             )
         if valid or raw is None:
             return args
+        import json_repair  # only once a model sends malformed JSON
+
         try:
             return json_repair.repair_json(raw, skip_json_loads=True, ensure_ascii=False)
         except (ValueError, RecursionError):

@@ -33,8 +33,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from pydantic_ai import RunContext
 from pydantic_ai.messages import ModelMessage
 
+from code_puppy.agents.history_errors import HistoryProcessingError
 from code_puppy.agents.history_groups import HistoryGroup, keep_recent
-from code_puppy.agents.history_validation import HistoryProcessingError
 from code_puppy.config import ConfigError, HistoryConfig
 from code_puppy.errors import one_line
 

@@ -17,7 +17,6 @@ from pydantic_ai.tools import ToolDenied
 from pydantic_ai_harness.filesystem import READ_ONLY_TOOL_NAMES
 
 from code_puppy.agents.deps import deps_of
-from code_puppy.agents.risky_options import risky_option
 from code_puppy.config import PermissionMode
 from code_puppy.paths import config_dir
 from code_puppy.trust import TRUSTED_PROJECTS_FILE
@@ -210,6 +209,8 @@ class PermissionPolicy(AbstractCapability[Any]):
         if tool_name in SHELL_TOOL_NAMES:
             command = str(args.get("command", ""))
             if allowed_by_list(command, self.allow):
+                from code_puppy.agents.risky_options import risky_option  # only for allow-listed commands
+
                 if (risk := risky_option(command, self.project_root)) is None:
                     return "allow", ""
                 refused = (

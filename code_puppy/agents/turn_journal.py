@@ -15,7 +15,6 @@ from pydantic_ai.messages import (
     FunctionToolResultEvent,
     ModelMessage,
     ModelRequest,
-    UserPromptPart,
 )
 
 from code_puppy.agents.deps import deps_of
@@ -54,7 +53,7 @@ class TurnJournal(AbstractCapability[Any]):
         if not in_main_run() or deps is None or (journal := deps.session.journal) is None:
             return
         self._base = list(ctx.messages)
-        prompt = ModelRequest(parts=[UserPromptPart(ctx.prompt)], run_id=ctx.run_id) if ctx.prompt else None
+        prompt = ctx.prompt if isinstance(ctx.prompt, str) else None
         try:
             self._journal = (journal, deps.session.begin_run(journal, ctx.run_id, prompt))
         except sqlite3.Error as exc:

@@ -18,6 +18,7 @@ from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models import ModelRequestContext
 
 from code_puppy.agents.deps import deps_of
+from code_puppy.agents.history_errors import HistoryProcessingError, HistoryProcessingValidationError
 from code_puppy.agents.history_groups import HistoryGroup, HistoryOrigin, partition
 from code_puppy.agents.history_persistence import in_main_run
 from code_puppy.agents.history_processors import (
@@ -30,11 +31,7 @@ from code_puppy.agents.history_processors import (
     call_processor,
     evaluate_condition,
 )
-from code_puppy.agents.history_validation import (
-    HistoryProcessingError,
-    HistoryProcessingValidationError,
-    validate_output,
-)
+from code_puppy.agents.history_validation import validate_output
 from code_puppy.agents.token_estimate import (
     PREFIX_DIGEST_KEY,
     estimate_request_tokens,

@@ -7,6 +7,7 @@ starting a new session or resuming one keeps its MCP servers, plugin state and "
 
 from __future__ import annotations
 
+import threading
 from types import TracebackType
 
 from pydantic_ai import Agent
@@ -23,7 +24,7 @@ from code_puppy.plugins import RegisterCommand
 from code_puppy.plugins.discovery import load_plugins
 from code_puppy.plugins.host import PluginHost
 from code_puppy.sessions.session import Session, open_session
-from code_puppy.sessions.store import open_store
+from code_puppy.sessions.store import build_serializers, open_store
 
 
 class Project:
@@ -86,6 +87,8 @@ class Project:
         await self.plugins.startup(self.settings)
         if register_command is not None:
             await self.plugins.register_commands(register_command)
+        # Built while the first model request is out, rather than when its answer is first journaled.
+        threading.Thread(target=build_serializers, name="code-puppy serializers", daemon=True).start()
         self._agent = build_pydantic_agent(
             self.settings,
             project_root=self.root,

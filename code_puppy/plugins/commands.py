@@ -14,6 +14,7 @@ from code_puppy.trust import project_plugins_dir, trust_project
 ENABLED: dict[Status, str] = {
     "enabled": "yes",
     "disabled": "no (disabled)",
+    "idle": "no (not configured)",
     "failed": "no (failed to load)",
     "untrusted": "no (not trusted)",
     "changed": "no (changed since trusted)",

@@ -34,7 +34,8 @@ def load_plugins(
     debug: bool = False,
     stderr: TextIO | None = None,
 ) -> PluginHost:
-    """Find, import and register the plugins of `project_root`; `[plugins] disabled` ones are listed, not imported."""
+    """Find, import and register the plugins of `project_root`; `[plugins] disabled` ones, and bundled ones without
+    a `[plugins.NAME]` table (they would do nothing), are listed, not imported."""
     host = PluginHost(project_dir=project_root, debug=debug, stderr=stderr)
     found = [
         *plugins_in(bundled_plugins_dir(), "bundled"),
@@ -54,6 +55,8 @@ def load_plugins(
     for plugin in found:
         if plugin.status == "enabled" and plugin.name in settings.plugins.disabled:
             plugin.status = "disabled"
+        elif plugin.status == "enabled" and plugin.source == "bundled" and plugin.name not in settings.plugins.options:
+            plugin.status = "idle"  # a bundled plugin does nothing until its [plugins.NAME] table configures it
         elif plugin.status == "enabled":
             try:
                 plugin.namespace = _import(plugin)

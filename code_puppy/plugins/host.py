@@ -30,8 +30,9 @@ from code_puppy.paths import write_json
 from code_puppy.plugins import PROJECT_NAME, PromptBlocked, RegisterCommand, SessionView, hookspecs
 from code_puppy.sessions.session import Session
 
-Status = Literal["enabled", "disabled", "untrusted", "changed", "replaced", "failed"]
-"""Whether a found plugin runs, and if not, why: `changed` is a trusted project folder whose content changed."""
+Status = Literal["enabled", "disabled", "idle", "untrusted", "changed", "replaced", "failed"]
+"""Whether a found plugin runs, and if not, why: `changed` is a trusted project folder whose content changed, `idle` a
+bundled plugin nothing configures."""
 ERRORS_FILE = "plugin_errors.json"
 """Each plugin's last error, kept in the data directory for `code-puppy plugins list`."""
 

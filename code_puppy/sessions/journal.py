@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from pydantic_ai.messages import ModelMessage
+from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
 
 from .catalog import title_of
 from .runs import process_started
@@ -55,27 +55,27 @@ class Journal:
     def __init__(self, database: Database) -> None:
         self._database = database
 
-    def begin(self, session_id: str, run_id: str | None, prompt: ModelMessage | None) -> int:
-        """A run of `session_id` starts in this process: a journal holding its prompt (pending); the journal's id.
+    def begin(self, session_id: str, run_id: str | None, prompt: str | None) -> int:
+        """A run of `session_id` starts in this process: a journal holding its prompt; the journal's id.
 
-        The session is listed from now on (`SessionCatalog.recent`), under its prompt as title if it has none yet.
+        The session is listed from now on (`SessionCatalog.recent`), under its prompt as title if it has none yet. The
+        prompt is kept as text, so that starting a run needs no message serializer (its first build is slow).
         """
+        request = ModelRequest(parts=[UserPromptPart(prompt)], run_id=run_id) if prompt else None
         pid = os.getpid()
         now = timestamp(datetime.now(UTC))
         with self._database.write(durable=False) as db:
             head = db.execute("SELECT head_id FROM conversations WHERE id = ?", (session_id,)).fetchone()
             (journal_id,) = db.execute(
                 """
-                INSERT INTO journals (session_id, run_id, base_head, pid, pid_started, started_at)
-                VALUES (?, ?, ?, ?, ?, ?) RETURNING id
+                INSERT INTO journals (session_id, run_id, base_head, prompt, pid, pid_started, started_at)
+                VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id
                 """,
-                (session_id, run_id, head[0] if head else None, pid, process_started(pid), now),
+                (session_id, run_id, head[0] if head else None, prompt, pid, process_started(pid), now),
             ).fetchone()
-            if prompt is not None:
-                _insert(db, journal_id, [prompt], pending=True)
             db.execute(
                 "UPDATE sessions SET updated_at = ?, title = CASE WHEN title = '' THEN ? ELSE title END WHERE id = ?",
-                (now, title_of([prompt] if prompt else []), session_id),
+                (now, title_of([request] if request else []), session_id),
             )
         return int(journal_id)
 
@@ -99,30 +99,28 @@ class Journal:
         with self._database.read() as db:
             headers = db.execute(
                 """
-                SELECT id, run_id, base_head, snapshot, pid, pid_started FROM journals
+                SELECT id, run_id, base_head, snapshot, prompt, pid, pid_started FROM journals
                 WHERE session_id = ? ORDER BY started_at, id
                 """,
                 (session_id,),
             ).fetchall()
             rows = {
                 journal_id: db.execute(
-                    "SELECT message FROM journal_entries WHERE journal_id = ? ORDER BY pending, id", (journal_id,)
+                    "SELECT pending, message FROM journal_entries WHERE journal_id = ? ORDER BY pending, id",
+                    (journal_id,),
                 ).fetchall()
                 for journal_id, *_ in headers
             }
-        return [
-            InterruptedTurn(
-                journal_id=journal_id,
-                session_id=session_id,
-                run_id=run_id,
-                base_head=base_head,
-                snapshot=bool(snapshot),
-                messages=[message_adapter.validate_json(message) for (message,) in rows[journal_id]],
-                pid=pid,
-                pid_started=pid_started,
+        turns: list[InterruptedTurn] = []
+        for journal_id, run_id, base_head, snapshot, prompt, pid, pid_started in headers:
+            messages = [message_adapter.validate_json(message) for _, message in rows[journal_id]]
+            if prompt and not any(not pending for pending, _ in rows[journal_id]):
+                # No model request completed: the prompt is all the run's own history there is.
+                messages.insert(0, ModelRequest(parts=[UserPromptPart(prompt)], run_id=run_id))
+            turns.append(
+                InterruptedTurn(journal_id, session_id, run_id, base_head, bool(snapshot), messages, pid, pid_started)
             )
-            for journal_id, run_id, base_head, snapshot, pid, pid_started in headers
-        ]
+        return turns
 
     def discard(self, journal_id: int) -> None:
         with self._database.write() as db:

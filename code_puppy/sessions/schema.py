@@ -116,6 +116,7 @@ def m004_journal(db: sqlite3.Connection) -> None:
             run_id TEXT,
             base_head TEXT,
             snapshot INTEGER NOT NULL DEFAULT 0,
+            prompt TEXT,
             pid INTEGER NOT NULL,
             pid_started TEXT,
             started_at TEXT NOT NULL

@@ -83,7 +83,7 @@ class Session:
         """Where this session's runs journal their steps; None for a session kept only in memory."""
         return Journal(self.store.database) if isinstance(self.store, SqliteConversationStore) else None
 
-    def begin_run(self, journal: Journal, run_id: str | None, prompt: ModelMessage | None) -> int:
+    def begin_run(self, journal: Journal, run_id: str | None, prompt: str | None) -> int:
         """A run of this session starts: it is listed from now on; the id of its journal, begun with `prompt`."""
         self._create_row()
         return journal.begin(self.id, run_id, prompt)

@@ -14,7 +14,7 @@ from pydantic_ai.conversation_store import (
     ConversationRecord,
     ConversationStore,
 )
-from pydantic_ai.messages import ModelMessage
+from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
 
 from code_puppy.paths import data_dir
 
@@ -182,3 +182,9 @@ class SqliteConversationStore(ConversationStore):
 def open_store(*, readonly: bool = False) -> SqliteConversationStore:
     """The sessions database of this user (`sessions.db` in the data directory)."""
     return SqliteConversationStore(data_dir() / "sessions.db", readonly=readonly)
+
+
+def build_serializers() -> None:
+    """Build the (deferred) message serializer now: its first build takes ~0.1 s of schema building, which a caller
+    can do in a worker thread while it waits for something else."""
+    message_adapter.dump_json(ModelRequest(parts=[UserPromptPart("")]))
