@@ -118,16 +118,10 @@ def _metadata(info: SessionInfo) -> dict[str, object]:
 
 def check_store(out: TextIO) -> int:
     """`sessions check`: 0 when every page of sessions.db reads back sound, 1 with SQLite's findings."""
-    from code_puppy.paths import data_dir
-
-    path = data_dir() / "sessions.db"
-    if not path.is_file():
+    path, problems = _examined()
+    if problems is None:
         print(f"no sessions database at {path} yet", file=out)
         return 0
-    try:
-        problems = check(path)
-    except sqlite3.DatabaseError as exc:
-        problems = [str(exc)]
     if not problems:
         print(f"{path}: ok", file=out)
         return 0
@@ -138,18 +132,9 @@ def check_store(out: TextIO) -> int:
 
 def repair_store(out: TextIO) -> int:
     """`sessions repair`: rebuild a damaged sessions.db from what can still be read; a sound one is left alone."""
-    from code_puppy.paths import data_dir
-
-    path = data_dir() / "sessions.db"
-    if not path.is_file():
-        print(f"no sessions database at {path}: nothing to repair", file=out)
-        return 0
-    try:
-        sound = not check(path)
-    except sqlite3.DatabaseError:
-        sound = False
-    if sound:
-        print(f"{path}: ok, nothing to repair", file=out)
+    path, problems = _examined()
+    if not problems:
+        print(f"{path}: ok, nothing to repair" if problems == [] else f"no sessions database at {path}", file=out)
         return 0
     report = repair(path)
     print(f"moved the damaged database to {report.moved_to}", file=out)
@@ -160,3 +145,16 @@ def repair_store(out: TextIO) -> int:
         kept += f"; {report.lost_sessions} sessions could not be read at all and were left out"
     print(f"rebuilt {path}: {kept}", file=out)
     return 0
+
+
+def _examined() -> tuple[Path, list[str] | None]:
+    """This user's sessions.db and what `integrity_check` finds wrong with it (None: there is none)."""
+    from code_puppy.paths import data_dir
+
+    path = data_dir() / "sessions.db"
+    if not path.is_file():
+        return path, None
+    try:
+        return path, check(path)
+    except sqlite3.DatabaseError as exc:
+        return path, [str(exc)]
