@@ -1,4 +1,5 @@
-"""The interactive chat with what the lead wired into it: plugins, `/compact`, `/mcp`, `--no-plugins`, `--no-mcp`.
+"""The interactive chat with what the lead wired into it: plugins, `/compact`, `/mcp` (its servers kept across `/model`
+and `/new`), `--no-plugins`, `--no-mcp`.
 
 A real pseudo-terminal (tests/pty_chat.py) against the fake model server; a user plugin in $CODE_PUPPY_HOME/plugins
 records its hooks to a file; the MCP server is the real echo server over stdio.
@@ -286,3 +287,38 @@ def test_no_mcp_leaves_the_servers_out_of_the_chat(
     finally:
         chat.close()
     assert not {tool["function"]["name"] for tool in server.requests[0].body["tools"]} & set(ECHO_TOOLS)
+
+
+def test_an_mcp_server_serves_on_across_model_and_new(
+    server: FakeLLMServer, code_puppy_home: Path, project: Path, tag: str
+) -> None:
+    configure(code_puppy_home, server, echo=stdio_server(tag))
+    with (code_puppy_home / "config.toml").open("a") as config:
+        config.write(f'\n[models.other]\nname = "other-model"\nbase_url = "{server.base_url}"\n')
+    server.script(
+        tool_calls(call("echo_echo", {"text": "one"})),
+        text("First."),
+        tool_calls(call("echo_echo", {"text": "two"})),
+        text("Second."),
+    )
+    chat = open_chat(project, "--allow", "mcp__echo")
+    try:
+        chat.type("echo one\r")
+        chat.wait_turn("First.")
+        started = processes_tagged(tag)  # the server and the shell that keeps its process group
+        assert len(servers_tagged(tag)) == 1
+        chat.type("/model other\r")
+        chat.wait_for("model: other")
+        chat.type("/new\r")
+        chat.wait_for("new session ")
+        assert processes_tagged(tag) == started
+        chat.type("echo two\r")
+        chat.wait_turn("Second.")
+        assert processes_tagged(tag) == started
+        exit_chat(chat)
+    finally:
+        chat.close()
+    assert (project / "calls.log").read_text() == "echo one\necho two\n"
+    assert [r.body["model"] for r in server.requests] == ["fake-model", "fake-model", "other-model", "other-model"]
+    assert user_messages(server.requests[2].body) == ["echo two"]  # a new session: nothing of the first one
+    assert [m["content"] for m in server.requests[3].body["messages"] if m["role"] == "tool"] == ["two"]

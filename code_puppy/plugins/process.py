@@ -1,4 +1,5 @@
-"""Running a command a plugin was configured with: through the shell, with a timeout that ends the whole group."""
+"""Running a shell command (a plugin's configured command, the chat's `!cmd`): a timeout or a cancellation ends the
+whole process group it started."""
 
 from __future__ import annotations
 
@@ -24,14 +25,15 @@ async def run_shell(
     command: str,
     *,
     cwd: Path,
-    timeout: float,
+    timeout: float | None,
     stdin: str = "",
     env: Mapping[str, str] | None = None,
     merge_stderr: bool = False,
 ) -> Completed:
     """Run `command` with `sh -c` in `cwd`, `stdin` written to it; on timeout or cancellation its group is killed.
 
-    `merge_stderr` interleaves stderr into `stdout`, as a terminal would show them.
+    `timeout` None waits for as long as the command runs. `merge_stderr` interleaves stderr into `stdout`, as a
+    terminal would show them.
     """
     process = await asyncio.create_subprocess_shell(
         command,

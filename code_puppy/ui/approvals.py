@@ -12,14 +12,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from pydantic import TypeAdapter, ValidationError
 from pydantic_ai import RunContext
 from pydantic_ai.messages import ToolCallPart
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, ToolDenied
+from pydantic_ai_harness.filesystem import Replacement
 from rich.padding import Padding
 from rich.syntax import Syntax
 from rich.text import Text
 
 from code_puppy.agents.permissions import PermissionPolicy
+from code_puppy.agents.project_files import BINARY_SAMPLE_BYTES
 from code_puppy.ui.chat_sink import diff_text
 
 Answer = Literal["yes", "no", "always"]
@@ -28,25 +31,64 @@ Confirm = Callable[[list[Any], str], Awaitable[Answer]]
 
 
 def proposed_diff(root: Path, tool_name: str, args: dict[str, Any]) -> str | None:
-    """The unified diff a `write_file` or `edit_file` call would make, from its arguments and the file as it is."""
+    """The unified diff a `write_file` or `edit_file` call would make, from its arguments and the file as it is.
+
+    None when there is nothing to show: another tool, a path outside the project, or an edit the tool will refuse
+    (it changes nothing then, and its result tells the model why).
+    """
     path = args.get("path")
     if tool_name not in ("write_file", "edit_file") or not isinstance(path, str):
         return None
     target = (root / path).resolve()
     try:
         relative = target.relative_to(root).as_posix()
-        old = target.read_text(encoding="utf-8") if target.is_file() else ""
-    except (ValueError, OSError, UnicodeDecodeError):
+        data = target.read_bytes() if target.is_file() else None
+    except (ValueError, OSError):
         return None
     if tool_name == "write_file":
+        old = data.decode(errors="replace") if data is not None else ""
         new = str(args.get("content", ""))
     else:
-        old_text, new_text = str(args.get("old_text", "")), str(args.get("new_text", ""))
-        if not old_text or old_text not in old:
-            return None  # the edit will fail; the tool says why
-        new = old.replace(old_text, new_text, 1)
+        if data is None or b"\x00" in data[:BINARY_SAMPLE_BYTES]:
+            return None
+        try:
+            old = data.decode()  # bytes as they are: an edit matches `\r\n` as written, as the tool does
+        except UnicodeDecodeError:
+            return None
+        new = _edited(old, args)
+        if new is None:
+            return None
     lines = difflib.unified_diff(old.splitlines(), new.splitlines(), f"a/{relative}", f"b/{relative}", lineterm="")
     return "\n".join(lines)
+
+
+_REPLACEMENTS: TypeAdapter[list[Replacement] | None] = TypeAdapter(list[Replacement] | None)
+
+
+def _edited(text: str, args: dict[str, Any]) -> str | None:
+    """`text` as the harness's `edit_file` would leave it given `args`, or None when the tool would refuse them.
+
+    The approval is asked before the tool runs, and the harness computes an edit only inside the tool (its public
+    `FileSystemToolset.edit_file` takes one pair and writes the file), so its rules are followed here: one
+    `old_text`/`new_text` pair or a non-empty `replacements` list, not both; replacements applied in order, each
+    `old_text` non-empty and found exactly once in the text the previous ones left.
+    """
+    old_text, new_text = args.get("old_text"), args.get("new_text")
+    try:
+        replacements = _REPLACEMENTS.validate_python(args.get("replacements"))
+    except ValidationError:
+        return None  # pydantic-ai rejects the arguments before the tool runs
+    if replacements is None:
+        if not isinstance(old_text, str) or not isinstance(new_text, str):
+            return None
+        replacements = [Replacement(old_text=old_text, new_text=new_text)]
+    elif old_text is not None or new_text is not None or not replacements:
+        return None
+    for replacement in replacements:
+        if not replacement.old_text or text.count(replacement.old_text) != 1:
+            return None
+        text = text.replace(replacement.old_text, replacement.new_text, 1)
+    return text
 
 
 @dataclass

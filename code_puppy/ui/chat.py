@@ -14,7 +14,8 @@ import sys
 import time
 from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
 
 from prompt_toolkit import PromptSession
 from prompt_toolkit.application import Application
@@ -27,8 +28,10 @@ from code_puppy.options import RunOptions
 from code_puppy.paths import data_dir
 from code_puppy.ui.commands import CommandRegistry, split_command
 from code_puppy.ui.input import ChatCompleter, ProjectFiles, expand_mentions, history_path
+from code_puppy.ui.jobs import shell_job, show_resumed, turn_job
 from code_puppy.ui.keys import chat_key_bindings
 from code_puppy.ui.live import Live, Screen
+from code_puppy.ui.slash import register_builtins
 
 if TYPE_CHECKING:
     from code_puppy.ui.approvals import Answer
@@ -55,80 +58,88 @@ class Approval:
 
 
 class Chat:
-    def __init__(self, options: RunOptions) -> None:
-        from code_puppy.ui.slash import register_builtins
+    """The chat, which alone changes its state: the key bindings act on it through `KeyTarget`, slash commands and
+    jobs through `ChatControl`."""
 
-        self.options = options
-        self.model_name = options.model or os.environ.get("CODE_PUPPY_MODEL") or ""
-        """The model's name; known for sure once the config has loaded."""
-        self.commands = CommandRegistry()
-        register_builtins(self)
-        self.live = Live()
-        self.queued: list[str] = []
-        self.shell_context: list[str] = []
-        self.runtime: ChatRuntime | None = None
-        self.loading: asyncio.Task[ChatRuntime] | None = None
-        self.job: asyncio.Task[None] | None = None
-        self.job_is_turn = False
-        self.job_ok = True
-        self.cancelling = False
-        self.approval: Approval | None = None
-        self.hint = ""
-        self.exit_code = 0
-        self.quitting = False
-        self.interrupted_at = 0.0
+    def __init__(self, options: RunOptions) -> None:
+        self._options = options
+        self._commands = CommandRegistry()
+        register_builtins(self._commands, self)
+        self._live = Live()
+        self._queued: list[str] = []
+        self._attached: list[str] = []
+        self._runtime: ChatRuntime | None = None
+        self._loading: asyncio.Task[ChatRuntime] | None = None
+        self._job: asyncio.Task[bool] | None = None
+        self._job_is_turn = False
+        self._cancelling = False
+        self._approval: Approval | None = None
+        self._hint = ""
+        self._interrupted_at = 0.0
+        self._exit_code = 0
+        self._quitting = False
         history = history_path(data_dir(), options.project_root)
         history.parent.mkdir(parents=True, exist_ok=True)
         files = ProjectFiles(options.project_root)
-        self.session: PromptSession[str] = PromptSession(
+        self._prompt: PromptSession[str] = PromptSession(
             history=FileHistory(str(history)),
             key_bindings=chat_key_bindings(self),
             bottom_toolbar=self._toolbar,
-            completer=ChatCompleter(files, self.commands.names),
+            completer=ChatCompleter(files, self._commands.names),
             complete_while_typing=True,
             prompt_continuation=lambda width, line_number, wrapped: " " * width,
             style=STYLE,
         )
-        self.screen = Screen(self.session)
+        self.screen: Final = Screen(self._prompt)
+
+    @property
+    def project_root(self) -> Path:
+        return self._options.project_root
+
+    @property
+    def live(self) -> Live:
+        return self._live
+
+    @property
+    def runtime(self) -> ChatRuntime | None:
+        return self._runtime
 
     # --- the loop -------------------------------------------------------------------------------------------------
 
     async def run(self) -> int:
-        print(f"\x1b[2mcode-puppy · {self.options.project_root} · /help for commands, Ctrl-D quits\x1b[0m")
-        self.session.app.after_render += self._first_render
+        print(f"\x1b[2mcode-puppy · {self.project_root} · /help for commands, Ctrl-D quits\x1b[0m")
+        self._prompt.app.after_render += self._first_render
         ticker = asyncio.create_task(self._tick())
         try:
             with patch_stdout(raw=True):
-                while not self.quitting:
+                while not self._quitting:
                     try:
-                        text = await self.session.prompt_async(self._message)
+                        text = await self._prompt.prompt_async(self._message)
                     except (EOFError, KeyboardInterrupt):
                         break
-                    if self.submit(text):
+                    if self._submit(text):
                         break
         finally:
             ticker.cancel()
             await self._shut_down()
-        return self.exit_code
+        return self._exit_code
 
     def _first_render(self, app: Application[Any]) -> None:
-        if self.loading is not None:
+        if self._loading is not None:
             return
         if trace := os.environ.get(STARTUP_TRACE):
             heavy = [name for name in ("pydantic", "pydantic_ai", "openai", "anthropic") if name in sys.modules]
             with open(trace, "a") as file:
                 file.write(f"prompt drawn; imported so far: {', '.join(heavy) or 'none of pydantic, pydantic_ai'}\n")
-        self.loading = asyncio.ensure_future(self._load())
-        self.loading.add_done_callback(self._loaded)
+        self._loading = asyncio.ensure_future(self._load())
+        self._loading.add_done_callback(self._loaded)
 
     async def _load(self) -> ChatRuntime:
         # Imported in a worker thread, so the event loop (and the prompt) never waits for pydantic-ai's import.
         await asyncio.to_thread(importlib.import_module, "code_puppy.ui.runtime")
         from code_puppy.ui.runtime import ChatRuntime
 
-        runtime = await ChatRuntime.open(self.options, self.confirm, register_command=self.commands.register)
-        self.model_name = runtime.model_name
-        return runtime
+        return await ChatRuntime.open(self._options, self.confirm, register_command=self._commands.register)
 
     def _loaded(self, task: asyncio.Task[ChatRuntime]) -> None:
         if task.cancelled():
@@ -136,71 +147,67 @@ class Chat:
         if (error := task.exception()) is not None:
             from code_puppy.errors import ConfigError
 
-            self.exit_code = 2 if isinstance(error, ConfigError) else 1
+            self._exit_code = 2 if isinstance(error, ConfigError) else 1
             what = str(error) if isinstance(error, ConfigError) else f"internal error: {type(error).__name__}: {error}"
             self.screen.write(f"code-puppy: error: {what}\n")
             self.quit()
             return
-        self.runtime = task.result()
-        if self.options.continue_last or self.options.resume:
-            from code_puppy.ui.slash import show_resumed
-
+        self._runtime = task.result()
+        if self._options.continue_last or self._options.resume:
             show_resumed(self)
         self.screen.invalidate()
 
     def quit(self) -> None:
         """Leave the chat: now if the prompt is up, else before it comes up again."""
-        self.quitting = True
-        if self.session.app.is_running:
-            self.session.app.exit(exception=EOFError())
+        self._quitting = True
+        if self._prompt.app.is_running:
+            self._prompt.app.exit(exception=EOFError())
 
     async def ready(self) -> ChatRuntime:
-        """The runtime, once loaded."""
-        if self.runtime is not None:
-            return self.runtime
-        assert self.loading is not None  # started at the first render, before any input
-        self.live.activity = "loading"
-        return await asyncio.shield(self.loading)
+        if self._runtime is not None:
+            return self._runtime
+        assert self._loading is not None  # started at the first render, before any input
+        self._live.activity = "loading"
+        return await asyncio.shield(self._loading)
 
     async def _shut_down(self) -> None:
-        if self.job is not None and not self.job.done():
+        if self._job is not None and not self._job.done():
             self.cancel_job()
-            await asyncio.wait([self.job])
-        if self.loading is not None and not self.loading.done():
-            self.loading.cancel()
-        if self.runtime is not None:
-            await self.runtime.close()
+            await asyncio.wait([self._job])
+        if self._loading is not None and not self._loading.done():
+            self._loading.cancel()
+        if self._runtime is not None:
+            await self._runtime.close()
 
     async def _tick(self) -> None:
         while True:
             await asyncio.sleep(0.1)
-            if self.live.started is not None:
+            if self._live.started is not None:
                 self.screen.invalidate()
-            if self.hint and time.monotonic() - self.interrupted_at > 2:
-                self.hint = ""
+            if self._hint and time.monotonic() - self._interrupted_at > 2:
+                self._hint = ""
                 self.screen.invalidate()
 
     # --- input ----------------------------------------------------------------------------------------------------
 
-    def submit(self, text: str) -> bool:
+    def _submit(self, text: str) -> bool:
         """Act on a line entered at the idle prompt; True means exit."""
         text = text.strip()
         if not text:
             return False
         if (parsed := split_command(text)) is not None:
-            return self.run_command(*parsed)
+            return self._run_command(*parsed)
         if text.startswith("!"):
-            from code_puppy.ui.slash import shell_job
-
-            self.start_job(shell_job(self, text[1:].strip()), turn=False)
+            self._start_job(shell_job(self, text[1:].strip()), turn=False)
             return False
         self.start_turn(text)
         return False
 
-    def run_command(self, name: str, args: str) -> bool:
-        command = self.commands.get(name)
+    def _run_command(self, name: str, args: str) -> bool:
+        """Run `/name args`; True when it was `/exit`."""
+        command = self._commands.get(name)
         if command is None:
-            suggestion = self.commands.suggest(name)
+            suggestion = self._commands.suggest(name)
             nearest = f"; did you mean /{suggestion}?" if suggestion else "; /help lists the commands"
             self.screen.print(f"unknown command /{name}{nearest}")
             return False
@@ -211,20 +218,21 @@ class Chat:
             return False
         if isinstance(result, Coroutine):
             coroutine: Coroutine[Any, Any, object] = result  # pyright: ignore[reportUnknownVariableType]
-            self.start_job(self._print_result(coroutine), turn=False)
+            self._start_job(self._print_result(coroutine), turn=False)
         elif result is not None:
             self.screen.print(result)
         return name == "exit"
 
-    async def _print_result(self, coroutine: Coroutine[Any, Any, object]) -> None:
+    async def _print_result(self, coroutine: Coroutine[Any, Any, object]) -> bool:
         if (result := await coroutine) is not None:
             self.screen.print(result)
+        return True
 
     def while_busy(self, text: str) -> None:
         """Enter while a job runs: a steer into the running turn, or one of the commands that work meanwhile."""
         if (parsed := split_command(text)) is not None:
-            if parsed[0] in _BUSY_COMMANDS or self.commands.get(parsed[0]) is None:
-                if self.run_command(*parsed):
+            if parsed[0] in _BUSY_COMMANDS or self._commands.get(parsed[0]) is None:
+                if self._run_command(*parsed):
                     self.quit()
             else:
                 self.screen.print(f"/{parsed[0]} waits until this turn ends (Ctrl-C cancels it; Tab queues it)")
@@ -232,113 +240,136 @@ class Chat:
         self.steer(text)
 
     def steer(self, text: str) -> None:
-        if self.runtime is None or not self.job_is_turn:
+        if self._runtime is None or not self._job_is_turn:
             self.queue(text)
             return
-        self.runtime.inbox.steer(expand_mentions(text, self.options.project_root)[0])
+        self._runtime.inbox.steer(expand_mentions(text, self.project_root)[0])
         self.screen.invalidate()
 
     def queue(self, text: str) -> None:
-        self.queued.append(text)
+        self._queued.append(text)
         self.screen.invalidate()
 
-    def restore_input(self, texts: list[str]) -> None:
+    def attach(self, text: str) -> None:
+        self._attached.append(text)
+
+    def interrupt_idle(self) -> None:
+        """The second Ctrl-C within 2 s quits; the first says so."""
+        if time.monotonic() - self._interrupted_at < 2:
+            self.quit()
+            return
+        self._interrupted_at = time.monotonic()
+        self._hint = "Ctrl-C again (or Ctrl-D) to quit"
+
+    def _restore_input(self, texts: list[str]) -> None:
         """Put unsent text back into the input line, ahead of whatever is being typed."""
-        buffer = self.session.default_buffer
+        buffer = self._prompt.default_buffer
         combined = "\n".join([*texts, buffer.text] if buffer.text else texts)
         buffer.text = combined
         buffer.cursor_position = len(combined)
+
+    # --- approvals ------------------------------------------------------------------------------------------------
 
     async def confirm(self, items: list[Any], question: str) -> Answer:
         """Show `items` above the prompt and ask `question` in it; y / n / a answer, Ctrl-C cancels the turn."""
         self.screen.print(*items)
         await self.screen.drain()  # the command or diff first, then the question
         answer: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
-        self.approval = Approval(question, answer)
-        activity, self.live.activity = self.live.activity, "waiting for your answer"
+        self._approval = Approval(question, answer)
+        activity, self._live.activity = self._live.activity, "waiting for your answer"
         self.screen.invalidate()
         try:
             result = await answer
         finally:
-            self.approval = None
-            self.live.activity = activity
+            self._approval = None
+            self._live.activity = activity
         labels = {"yes": "allowed", "no": "denied", "always": "allowed for the rest of this session"}
         self.screen.print(f"  ↳ {labels[result]}")
         return result
 
+    def approving(self) -> bool:
+        return self._approval is not None
+
+    def answer(self, answer: Answer) -> None:
+        if self._approval is not None and not self._approval.answer.done():
+            self._approval.answer.set_result(answer)
+
     # --- jobs -----------------------------------------------------------------------------------------------------
 
     def start_turn(self, text: str) -> None:
-        if self.shell_context:
-            text = "\n\n".join([*self.shell_context, text])
-            self.shell_context.clear()
-        from code_puppy.ui.slash import turn_job
+        if self._attached:
+            text = "\n\n".join([*self._attached, text])
+            self._attached.clear()
+        self._start_job(turn_job(self, text), turn=True)
 
-        self.start_job(turn_job(self, text), turn=True)
-
-    def start_job(self, job: Coroutine[Any, Any, None], *, turn: bool) -> None:
-        self.job_is_turn, self.job_ok, self.cancelling = turn, True, False
-        self.live = Live(started=time.monotonic(), activity="working")
-        self.job = asyncio.create_task(job)
-        self.job.add_done_callback(self._job_done)
+    def _start_job(self, job: Coroutine[Any, Any, bool], *, turn: bool) -> None:
+        self._job_is_turn, self._cancelling = turn, False
+        self._live = Live(started=time.monotonic(), activity="working")
+        self._job = asyncio.create_task(job)
+        self._job.add_done_callback(self._job_done)
 
     def busy(self) -> bool:
-        return self.job is not None and not self.job.done()
+        return self._job is not None and not self._job.done()
 
     def cancel_job(self) -> None:
-        if self.busy() and not self.cancelling:
-            assert self.job is not None
-            self.cancelling = True
-            self.live.activity = "cancelling"
-            self.job.cancel()
+        if self._job is not None and not self._job.done() and not self._cancelling:
+            self._cancelling = True
+            self._live.activity = "cancelling"
+            self._job.cancel()
 
-    def _job_done(self, job: asyncio.Task[None]) -> None:
-        if not job.cancelled() and (error := job.exception()) is not None:
-            self.job_ok = False
+    def _job_done(self, job: asyncio.Task[bool]) -> None:
+        went_on = False
+        if job.cancelled():
+            self.screen.print("⏹ cancelled")
+        elif (error := job.exception()) is not None:
             self.screen.print(f"✗ {type(error).__name__}: {error}")
-        self.live = Live()
-        unsent = self.runtime.inbox.take_undelivered() if self.runtime is not None else []
-        if job.cancelled() or not self.job_ok:
-            if job.cancelled():
-                self.screen.print("⏹ cancelled")
-            self.restore_input([*unsent, *self.queued])
-            self.queued.clear()
         else:
-            self.queued[:0] = unsent
-            if self.queued:
-                text = self.queued.pop(0)
+            went_on = job.result()
+        self._live = Live()
+        unsent = self._runtime.inbox.take_undelivered() if self._runtime is not None else []
+        if went_on:
+            self._queued[:0] = unsent
+            if self._queued:
+                text = self._queued.pop(0)
                 self.screen.print(f"› {text}")
                 self.start_turn(text)
+        else:
+            self._restore_input([*unsent, *self._queued])
+            self._queued.clear()
         self.screen.invalidate()
 
     # --- screen ---------------------------------------------------------------------------------------------------
 
     def _message(self) -> StyleAndTextTuples:
         lines: StyleAndTextTuples = []
-        if self.live.started is not None:
-            if self.live.partial:
-                lines.append(("class:partial", self.live.partial[-(self.screen.width - 3) :] + "\n"))
-            waiting = self.runtime.inbox.waiting if self.runtime is not None else 0
+        live = self._live
+        if live.started is not None:
+            if live.partial:
+                lines.append(("class:partial", live.partial[-(self.screen.width - 3) :] + "\n"))
+            waiting = self._runtime.inbox.waiting if self._runtime is not None else 0
             notes = [
-                *([f"{len(self.queued)} queued"] if self.queued else []),
+                *([f"{len(self._queued)} queued"] if self._queued else []),
                 *([f"{waiting} steer{'s' if waiting > 1 else ''} waiting"] if waiting else []),
             ]
-            lines.append(("class:spinner", self.live.spinner_line(*notes) + "\n"))
-        if self.approval is not None:
-            lines.append(("class:approval", self.approval.question + " › "))
+            lines.append(("class:spinner", live.spinner_line(*notes) + "\n"))
+        if self._approval is not None:
+            lines.append(("class:approval", self._approval.question + " › "))
             return lines
-        if self.hint:
-            lines.append(("class:hint", self.hint + "\n"))
-        lines.append(("class:prompt", "steer› " if self.busy() and self.job_is_turn else "› "))
+        if self._hint:
+            lines.append(("class:hint", self._hint + "\n"))
+        lines.append(("class:prompt", "steer› " if self.busy() and self._job_is_turn else "› "))
         return lines
 
     def _toolbar(self) -> str:
-        runtime = self.runtime
-        parts = [self.model_name or "…", f"session {runtime.session.id[:8]}" if runtime is not None else "loading…"]
-        if runtime is not None:
-            parts += [runtime.context_used(), runtime.policy.mode]
+        runtime = self._runtime
+        if runtime is None:
+            # The model the config will most likely choose, until it has loaded and says for sure.
+            parts = [self._options.model or os.environ.get("CODE_PUPPY_MODEL") or "…", "loading…"]
+        else:
+            session = f"session {runtime.session.id[:8]}"
+            parts = [runtime.model_name, session, runtime.context_used(), runtime.policy.mode]
         if self.busy():
-            keys = "Enter steer · Tab queue · Ctrl-C cancel" if self.job_is_turn else "Tab queue · Ctrl-C cancel"
+            keys = "Enter steer · Tab queue · Ctrl-C cancel" if self._job_is_turn else "Tab queue · Ctrl-C cancel"
         else:
             keys = "/help · @file · !cmd · Esc-Enter newline"
         return f" {' · '.join(parts)}   {keys}"

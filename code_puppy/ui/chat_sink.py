@@ -219,9 +219,10 @@ class ChatSink:
 
 def describe_usage(usage: RunUsage, seconds: float) -> str:
     """`3.2s · 2 requests · 1.2k in / 300 out` for the line under a finished turn."""
-
-    def tokens(count: int) -> str:
-        return f"{count / 1000:.1f}k" if count >= 1000 else str(count)
-
     requests = f"{usage.requests} request{'s' if usage.requests != 1 else ''}"
-    return f"{seconds:.1f}s · {requests} · {tokens(usage.input_tokens)} in / {tokens(usage.output_tokens)} out"
+    return f"{seconds:.1f}s · {requests} · {thousands(usage.input_tokens)} in / {thousands(usage.output_tokens)} out"
+
+
+def thousands(count: int) -> str:
+    """A token count as the chat shows it: `12.3k`, or the number itself under a thousand."""
+    return f"{count / 1000:.1f}k" if count >= 1000 else str(count)

@@ -2,25 +2,49 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from prompt_toolkit.filters import Condition
 from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
 
 if TYPE_CHECKING:
     from code_puppy.ui.approvals import Answer
-    from code_puppy.ui.chat import Chat
 
 _ANSWERS: dict[str, Answer] = {"y": "yes", "n": "no", "a": "always"}
 
 
-def chat_key_bindings(chat: Chat) -> KeyBindings:
+class KeyTarget(Protocol):
+    """What the keys do to the chat; the input line itself is theirs."""
+
+    def busy(self) -> bool: ...
+
+    def approving(self) -> bool:
+        """Whether the prompt is asking an approval question."""
+        ...
+
+    def answer(self, answer: Answer) -> None:
+        """Answer the approval question."""
+        ...
+
+    def while_busy(self, text: str) -> None:
+        """Enter while a job runs."""
+        ...
+
+    def queue(self, text: str) -> None: ...
+
+    def cancel_job(self) -> None: ...
+
+    def interrupt_idle(self) -> None:
+        """Ctrl-C at an empty prompt while nothing runs."""
+        ...
+
+
+def chat_key_bindings(chat: KeyTarget) -> KeyBindings:
     """Bindings that take precedence over the prompt's defaults; idle Enter and Tab keep theirs (send, complete)."""
     kb = KeyBindings()
     busy = Condition(chat.busy)
-    approving = Condition(lambda: chat.approval is not None)
+    approving = Condition(chat.approving)
 
     @kb.add("enter", filter=~approving)
     def _enter(event: KeyPressEvent) -> None:  # pyright: ignore[reportUnusedFunction]
@@ -61,11 +85,8 @@ def chat_key_bindings(chat: Chat) -> KeyBindings:
             chat.cancel_job()  # the draft stays
         elif buffer.text:
             buffer.reset()
-        elif time.monotonic() - chat.interrupted_at < 2:
-            chat.quit()
         else:
-            chat.interrupted_at = time.monotonic()
-            chat.hint = "Ctrl-C again (or Ctrl-D) to quit"
+            chat.interrupt_idle()
 
     for key, answer in _ANSWERS.items():
         for variant in (key, key.upper()):
@@ -73,9 +94,8 @@ def chat_key_bindings(chat: Chat) -> KeyBindings:
     return kb
 
 
-def _answer(chat: Chat, answer: Answer) -> Callable[[KeyPressEvent], None]:
+def _answer(chat: KeyTarget, answer: Answer) -> Callable[[KeyPressEvent], None]:
     def handler(event: KeyPressEvent) -> None:
-        if chat.approval is not None and not chat.approval.answer.done():
-            chat.approval.answer.set_result(answer)
+        chat.answer(answer)
 
     return handler

@@ -26,7 +26,7 @@ from code_puppy.sessions.runs import RunRegistry
 from code_puppy.sessions.session import Session, find_session
 from code_puppy.sessions.store import SqliteConversationStore
 from code_puppy.ui.approvals import Approver, Confirm
-from code_puppy.ui.chat_sink import ChatSink
+from code_puppy.ui.chat_sink import ChatSink, thousands
 
 # The chat owns its screen: pydantic-ai's first-run banner would land in the middle of it.
 pydantic_ai.BANNER_ENABLED = False
@@ -142,8 +142,8 @@ class ChatRuntime:
         if tokens is None:
             return "ctx –"
         window = self.model.context_window
-        shown = f"ctx {_k(tokens)}"
-        return f"{shown}/{_k(window)} {tokens * 100 // window}%" if window else shown
+        shown = f"ctx {thousands(tokens)}"
+        return f"{shown}/{thousands(window)} {tokens * 100 // window}%" if window else shown
 
 
 def _last_context_tokens(messages: list[ModelMessage]) -> int | None:
@@ -151,7 +151,3 @@ def _last_context_tokens(messages: list[ModelMessage]) -> int | None:
         if isinstance(message, ModelResponse) and message.usage.input_tokens:
             return message.usage.input_tokens + message.usage.output_tokens
     return None
-
-
-def _k(count: int) -> str:
-    return f"{count / 1000:.1f}k" if count >= 1000 else str(count)

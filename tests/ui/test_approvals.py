@@ -121,3 +121,56 @@ async def test_always_for_edits_never_covers_a_path_that_configures_an_agent(pro
         "denied",
     ]
     assert not (project / ".mcp.json").exists()
+
+
+def test_the_proposed_diff_of_a_multi_edit_is_what_the_harness_applies(project: Path) -> None:
+    (project / "app.py").write_text("a = 1\nb = 2\nc = 3\n")
+    # The second replacement matches only the text the first one made: they apply in order, as the tool does.
+    edits = [{"old_text": "a = 1", "new_text": "a = 10"}, {"old_text": "a = 10\nb", "new_text": "a = 10\nbb"}]
+    assert proposed_diff(project, "edit_file", {"path": "app.py", "replacements": edits}) == (
+        "--- a/app.py\n+++ b/app.py\n@@ -1,3 +1,3 @@\n-a = 1\n-b = 2\n+a = 10\n+bb = 2\n c = 3"
+    )
+    (project / "dos.txt").write_bytes(b"one\r\ntwo\r\n")  # no newline translation: `\r\n` is matched as written
+    assert proposed_diff(project, "edit_file", {"path": "dos.txt", "old_text": "one\r\ntwo", "new_text": "2"}) == (
+        "--- a/dos.txt\n+++ b/dos.txt\n@@ -1,2 +1 @@\n-one\n-two\n+2"
+    )
+    # Whatever makes the tool refuse the call shows no diff: it changes nothing, and the tool says why.
+    for refused in (
+        {"replacements": [*edits, {"old_text": "nowhere", "new_text": "x"}]},  # every replacement must match
+        {"replacements": [{"old_text": " = ", "new_text": "="}]},  # exactly once
+        {"replacements": [{"old_text": "", "new_text": "x"}]},
+        {"replacements": []},
+        {"replacements": [{"old_text": "a = 1"}]},
+        {"replacements": edits, "old_text": "a = 1", "new_text": "a = 2"},  # both forms at once
+        {"old_text": "a = 1"},
+    ):
+        assert proposed_diff(project, "edit_file", {"path": "app.py", **refused}) is None, refused
+    (project / "blob.bin").write_bytes(b"a = 1\x00")
+    assert proposed_diff(project, "edit_file", {"path": "blob.bin", "old_text": "a = 1", "new_text": "x"}) is None
+
+
+async def test_a_multi_edit_asks_with_the_diff_the_tool_then_makes(project: Path) -> None:
+    (project / "app.py").write_text("def f():\n    return 1\n\n\ndef g():\n    return 2\n")
+    edits = [{"old_text": "return 1", "new_text": "return 10"}, {"old_text": "return 2", "new_text": "return 20"}]
+    shown: list[str] = []
+
+    async def confirm(items: list[Any], question: str) -> Answer:
+        shown.extend(str(item) for item in items[1:])
+        return "yes"
+
+    script = scripted([ToolCallPart("edit_file", {"path": "app.py", "replacements": edits}, tool_call_id="e")], "done")
+    agent = build_pydantic_agent(Settings(), model=script.model, project_root=project)
+    policy = the_policy(agent)
+
+    async def ask(ctx: Any, requests: Any, token: str) -> Any:
+        return await Approver(policy, project.resolve(), confirm, set)(ctx, requests, token)
+
+    session = Session.in_memory()
+    outcome = await run_turn(agent, RunDeps(session, ask=ask), "go", TextSink(io.StringIO(), io.StringIO()))
+    assert outcome.error is None
+    assert [(name, result) for name, result, _ in tool_returns(session.messages)] == [("edit_file", "success")]
+    assert (project / "app.py").read_text() == "def f():\n    return 10\n\n\ndef g():\n    return 20\n"
+    assert shown == [
+        "--- a/app.py\n+++ b/app.py\n@@ -1,6 +1,6 @@\n def f():\n-    return 1\n+    return 10\n \n \n def g():\n"
+        "-    return 2\n+    return 20"
+    ]

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +17,7 @@ import pytest
 from tests.conftest import run_cli
 from tests.fake_llm import FakeLLMServer, call, hang, text, tool_calls
 from tests.pty_chat import PtyChat
+from tests.test_mcp import processes_tagged
 
 CTRL_C, CTRL_D = "\x03", "\x04"
 
@@ -236,6 +241,26 @@ def test_shell_escape_multiline_input_and_per_project_history(
     assert prompt.startswith('<shell-command exit_code="0">\n$ echo from-the-shell\nfrom-the-shell\n</shell-command>')
     (history,) = (code_puppy_home / "history").iterdir()
     assert "+first line\n+second line\n+third line\n" in history.read_text()
+
+
+def test_ctrl_c_during_a_shell_escape_ends_everything_it_started(
+    server: FakeLLMServer, chat: PtyChat, project: Path
+) -> None:
+    tag = f"bang-test-{uuid.uuid4().hex}"
+    sleeper = f"{sys.executable} -c 'import time; time.sleep(300)' {tag}"
+    chat.type(f"!{sleeper} & {sleeper}\r")  # one in the background, one in the foreground, under `sh -c`
+    try:
+        wait_until(lambda: len(processes_tagged(tag)) == 3)
+        chat.type(CTRL_C)
+        chat.wait_for("⏹ cancelled")
+        wait_until(lambda: processes_tagged(tag) == [], timeout=5)
+    finally:
+        for process in processes_tagged(tag):
+            os.kill(int(process.split()[0]), signal.SIGKILL)
+    server.script(text("Still here."))
+    chat.type("hello\r")
+    chat.wait_turn("Still here.")
+    assert user_messages(server.requests[0].body) == ["hello"]  # a cancelled command passes nothing on
 
 
 def test_continue_shows_where_the_session_left_off(server: FakeLLMServer, chat: PtyChat, project: Path) -> None:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from pydantic_ai.messages import FunctionToolResultEvent, ToolReturnPart
+from pydantic_ai.usage import RunUsage
 
-from code_puppy.ui.chat_sink import MarkdownStream, diff_text, short_result
+from code_puppy.ui.chat_sink import MarkdownStream, describe_usage, diff_text, short_result, thousands
 
 
 def test_streamed_text_is_cut_into_complete_markdown_blocks() -> None:
@@ -38,3 +39,9 @@ def test_short_results() -> None:
     assert short_result("read_file", result("read_file", "[a.py | 42 lines]\n     1\tx\n")) == "42 lines"
     assert short_result("grep", result("grep", "a.py:1:x\nb.py:2:x\n")) == "2 lines"
     assert short_result("shell", result("shell", "Not allowed.", "denied")) == "denied: Not allowed."
+
+
+def test_token_counts_in_thousands() -> None:
+    assert [thousands(count) for count in (0, 999, 1000, 12_345, 131_072)] == ["0", "999", "1.0k", "12.3k", "131.1k"]
+    usage = RunUsage(requests=1, input_tokens=1234, output_tokens=300)
+    assert describe_usage(usage, 3.24) == "3.2s · 1 request · 1.2k in / 300 out"

@@ -1,0 +1,59 @@
+"""`ChatControl`: the chat as its slash commands and jobs see it. They read it and act through it; its state is its own.
+
+Key bindings have a narrower view still, `KeyTarget` in `keys.py`. `Chat` is the one implementation of both.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from code_puppy.ui.live import Live, Screen
+    from code_puppy.ui.runtime import ChatRuntime
+
+
+class ChatControl(Protocol):
+    @property
+    def project_root(self) -> Path: ...
+
+    @property
+    def screen(self) -> Screen:
+        """Output goes here, above the prompt."""
+        ...
+
+    @property
+    def live(self) -> Live:
+        """The running job's live region: its spinner line and the line still streaming."""
+        ...
+
+    @property
+    def runtime(self) -> ChatRuntime | None:
+        """The project and conversation, once loaded."""
+        ...
+
+    async def ready(self) -> ChatRuntime:
+        """The runtime, waiting for it to load."""
+        ...
+
+    def busy(self) -> bool:
+        """Whether a job (a turn, `!cmd`, a slow command) is running."""
+        ...
+
+    def steer(self, text: str) -> None:
+        """Send `text` into the running turn; queue it when no turn runs."""
+        ...
+
+    def queue(self, text: str) -> None:
+        """Run `text` as a turn once the running job ends."""
+        ...
+
+    def start_turn(self, text: str) -> None:
+        """Run `text` as a turn now; only when nothing is running."""
+        ...
+
+    def cancel_job(self) -> None: ...
+
+    def attach(self, text: str) -> None:
+        """Put `text` ahead of the next turn's prompt, for the model to see with it."""
+        ...

@@ -1,0 +1,97 @@
+"""The chat's jobs, each run beside the prompt: a user turn and `!cmd`; and the look back at a resumed session.
+
+A job returns whether the turns queued behind it may run (False puts them back into the input line instead).
+Imported before the prompt shows, so heavy modules are imported inside the functions, which only run once the
+runtime has loaded.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from code_puppy.ui.input import expand_mentions
+
+if TYPE_CHECKING:
+    from code_puppy.core.run import TurnOutcome
+    from code_puppy.ui.control import ChatControl
+
+MAX_SHELL_CONTEXT = 8_000
+"""Characters of a `!cmd`'s output passed on to the model with the next message."""
+
+
+async def turn_job(chat: ChatControl, text: str) -> bool:
+    """One user turn on the shared run path, with `code-puppy steer` accepted while it runs; True if it succeeded."""
+    from rich.text import Text
+
+    from code_puppy.core.run import unrun_follow_up_note
+    from code_puppy.ui.chat_sink import ChatSink
+
+    prompt, attached = expand_mentions(text, chat.project_root)
+    if attached:
+        chat.screen.print(Text(f"  ↳ attached {', '.join(attached)}", style="dim"))
+    runtime = await chat.ready()
+    sink = ChatSink(chat.screen, chat.live, chat.project_root)
+    started = time.monotonic()
+    async with runtime.steerable():
+        outcome = await runtime.turn(prompt, sink)
+    sink.flush_text()
+    chat.screen.print(Text(_ending(outcome, time.monotonic() - started), style="dim"), "")
+    if outcome.unrun_follow_up:
+        limit = runtime.settings.plugins.max_continuations
+        chat.screen.print(Text(unrun_follow_up_note(outcome.unrun_follow_up, limit), style="yellow"))
+    if runtime.session.notice:
+        chat.screen.print(Text(runtime.session.notice, style="yellow"))
+        runtime.session.notice = None
+    return outcome.error is None
+
+
+def _ending(outcome: TurnOutcome, seconds: float) -> str:
+    from code_puppy.core.events import ending
+    from code_puppy.ui.chat_sink import describe_usage
+
+    status, message = ending(outcome)
+    if status == "success":
+        return f"· {describe_usage(outcome.usage, seconds)}"
+    if status in ("interrupted", "terminated"):
+        return "⏹ turn cancelled · finished work kept"
+    return f"{'⏹' if status == 'limit' else '✗'} {message}"
+
+
+async def shell_job(chat: ChatControl, command: str) -> bool:
+    """`!cmd`: run a shell command in the project; its output goes above, and to the model with the next message."""
+    from rich.text import Text
+
+    from code_puppy.plugins.process import run_shell
+
+    if not command:
+        chat.screen.print("usage: !COMMAND")
+        return True
+    done = await run_shell(command, cwd=chat.project_root, timeout=None, merge_stderr=True)
+    output = done.stdout.rstrip()
+    chat.screen.print(
+        Text(f"$ {command}", style="bold"), output or "(no output)", Text(f"exit {done.returncode}", style="dim")
+    )
+    chat.attach(
+        f'<shell-command exit_code="{done.returncode}">\n$ {command}\n{output[-MAX_SHELL_CONTEXT:]}\n</shell-command>'
+    )
+    return True
+
+
+def show_resumed(chat: ChatControl) -> None:
+    """A short look at where a resumed session left off."""
+    from rich.text import Text
+
+    from code_puppy.sessions.commands import transcript
+
+    runtime = chat.runtime
+    if runtime is None:
+        return
+    lines = [line for line in transcript(runtime.session.messages) if line.strip()]
+    chat.screen.print(
+        Text(f"resumed session {runtime.session.id[:8]} · {len(runtime.session.messages)} messages", style="bold"),
+        *(Text(line[:200], style="dim") for line in lines[-8:]),
+    )
+    if runtime.recovered:
+        chat.screen.print(Text(runtime.recovered, style="yellow"))
+        runtime.recovered = None
