@@ -25,7 +25,7 @@ from pydantic_ai.messages import (
 )
 
 from code_puppy.agents.history_groups import HistoryGroup, orphan_results, unanswered_calls
-from code_puppy.sessions.store import message_adapter
+from code_puppy.agents.token_estimate import serialize
 
 
 class HistoryProcessingError(AgentRunError):
@@ -50,11 +50,6 @@ class HistoryProcessingValidationError(HistoryProcessingError):
         """The input group concerned, when there is one."""
         self.output_index = output_index
         """The index in the processor's output of the message concerned, when there is one."""
-
-
-def serialize(message: ModelMessage) -> bytes:
-    """A message in its stored JSON form: what "unchanged" and "an exact copy" compare."""
-    return message_adapter.dump_json(message)
 
 
 @dataclass(frozen=True)

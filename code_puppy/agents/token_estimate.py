@@ -42,6 +42,8 @@ from pydantic_ai.messages import (
 from pydantic_ai.models import ModelRequestParameters
 from pydantic_ai_harness.compaction import estimate_context_tokens
 
+from code_puppy.sessions.store import message_adapter
+
 BYTES_PER_TOKEN = 3
 """UTF-8 bytes per token: between code_puppy's 2.5 characters and the harness's 4, and byte-based so CJK and emoji
 are not undercounted."""
@@ -56,6 +58,11 @@ UNKNOWN_PART_CHARS = 100_000
 
 _BOOKKEEPING_PARTS = (InstructionDeltaPart, InstructionBaselinePart, ModelSettingsDeltaPart, CapabilityLoadDeltaPart)
 _MEDIA_KINDS = frozenset({"image-url", "audio-url", "document-url", "video-url", "binary", "uploaded-file"})
+
+
+def serialize(message: ModelMessage) -> bytes:
+    """A message in its stored JSON form: what "unchanged" and "an exact copy" compare."""
+    return message_adapter.dump_json(message)
 
 
 def text_tokens(text: str) -> int:

@@ -33,10 +33,9 @@ from code_puppy.agents.history_processors import (
 from code_puppy.agents.history_validation import (
     HistoryProcessingError,
     HistoryProcessingValidationError,
-    serialize,
     validate_output,
 )
-from code_puppy.agents.token_estimate import estimate_request_tokens
+from code_puppy.agents.token_estimate import estimate_request_tokens, serialize
 
 __all__ = (
     "HistoryGroup",

@@ -22,7 +22,8 @@ from pydantic_ai.messages import (
 )
 
 from code_puppy.agents.history_groups import keep_recent, partition
-from code_puppy.agents.history_validation import HistoryProcessingValidationError, serialize, validate_output
+from code_puppy.agents.history_validation import HistoryProcessingValidationError, validate_output
+from code_puppy.agents.token_estimate import serialize
 from tests.agents.history_cases import WHEN, C, R, Req, Resp, T, U
 
 Messages = list[ModelMessage]
