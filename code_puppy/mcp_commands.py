@@ -6,9 +6,12 @@ import asyncio
 from pathlib import Path
 
 import click
+from pydantic_ai import RunContext
+from pydantic_ai.models.test import TestModel
+from pydantic_ai.usage import RunUsage
 
-from code_puppy.agents.mcp_servers import McpServer, McpToolset, assign_names, expand_env, permission_name
-from code_puppy.agents.permissions import POLICY_TOOL_NAMES
+from code_puppy.agents.mcp_servers import McpServer, McpServerGroup, expand_env
+from code_puppy.agents.permissions import MCP_PERMISSION_KEY
 from code_puppy.config import ConfigError, McpServerConfig, load_settings
 
 EXIT_FAILED = 1
@@ -36,20 +39,20 @@ def _server(name: str, config: McpServerConfig, project_root: Path) -> McpServer
         return McpServer(name, config, project_root, "failed", str(exc).removeprefix(f"MCP server '{name}': "))
 
 
+def _listing_context() -> RunContext[None]:
+    """Listing tools asks no model, but a `RunContext` needs one."""
+    return RunContext(deps=None, model=TestModel(), usage=RunUsage())
+
+
 async def _rows(servers: list[McpServer]) -> list[tuple[str, str, str, str]]:
     """Read while the servers run: stopping them clears their state."""
-    enabled = [server for server in servers if server.config.enabled]
-    rows: list[tuple[str, str, str, str]] = []
-    async with McpToolset(enabled, report=lambda _: None) as toolset:
-        await toolset.start()
+    async with McpServerGroup([server for server in servers if server.config.enabled], report=lambda _: None) as group:
+        await group.get_tools(_listing_context())
+        rows: list[tuple[str, str, str, str]] = []
         for server in servers:
             count, status = "-", "disabled"
-            if server.toolset is not None:
-                try:
-                    count = str(sum(server.offers(tool.name) for tool in await server.toolset.list_tools()))
-                    status = "running"
-                except Exception as exc:
-                    status = f"crashed: {exc or type(exc).__name__}"
+            if server.state == "running":
+                count, status = str(len(group.names[server.name])), "running"
             elif server.config.enabled:
                 status = f"{server.state}: {server.error}"
             rows.append((server.name, server.transport, count, status))
@@ -62,14 +65,12 @@ def show_tools(project_root: Path, name: str) -> int:
     if name not in configs:
         known = ", ".join(sorted(configs)) or "none configured"
         raise ConfigError(f"unknown MCP server '{name}' (configured: {known})")
-    server = McpServer(name, expand_env(name, configs[name]), project_root)
-    tools = asyncio.run(_tools(server))
+    tools = asyncio.run(_tools(McpServer(name, expand_env(name, configs[name]), project_root)))
     if isinstance(tools, str):
         click.echo(f"code-puppy: error: MCP server '{name}' failed to start: {tools}", err=True)
         return EXIT_FAILED
-    wanted = [(name, tool, server.preferred_name(tool)) for tool, _ in tools]
-    for shown, (tool, description) in zip(assign_names(wanted, POLICY_TOOL_NAMES), tools, strict=True):
-        click.echo(f"{shown}  (allow with: {permission_name(name, tool)})")
+    for shown, permission, description in tools:
+        click.echo(f"{shown}  (allow with: {permission})")
         for line in (description or "(no description)").strip().splitlines():
             click.echo(f"    {line.rstrip()}")
     if not tools:
@@ -77,10 +78,13 @@ def show_tools(project_root: Path, name: str) -> int:
     return 0
 
 
-async def _tools(server: McpServer) -> list[tuple[str, str | None]] | str:
-    """(name, description) of the tools the server offers after `allow_tools`/`deny_tools`, or why it failed."""
-    async with McpToolset([server], report=lambda _: None) as toolset:
-        await toolset.start()
-        if server.toolset is None:
+async def _tools(server: McpServer) -> list[tuple[str, str, str | None]] | str:
+    """(name the model sees, permission name, description) of each tool the server offers, or why it failed."""
+    async with McpServerGroup([server], report=lambda _: None) as group:
+        tools = await group.get_tools(_listing_context())
+        if server.state != "running":
             return server.error or server.state
-        return [(tool.name, tool.description) for tool in await server.toolset.list_tools() if server.offers(tool.name)]
+        return [
+            (name, (tool.tool_def.metadata or {})[MCP_PERMISSION_KEY], tool.tool_def.description)
+            for name, tool in tools.items()
+        ]

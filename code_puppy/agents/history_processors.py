@@ -74,7 +74,8 @@ class HistoryProcessorState:
     estimated_tokens: int
     """The history's estimated tokens, its own system parts included; instructions and tool schemas are not."""
     estimated_request_tokens: int
-    """The whole request: history, instructions and tool schemas (anchored on reported usage when it can be)."""
+    """The whole request: history, instructions and tool schemas, anchored on the latest response's reported usage
+    (harness `estimate_context_tokens`); after a rewrite it stays high until the next response."""
     context_window: int | None
     """The model's context window in tokens, when known."""
     message_count: int

@@ -1,4 +1,22 @@
-"""`McpServers`: the tools of the configured MCP servers, on pydantic-ai's `MCPToolset` (a FastMCP client).
+"""`McpServers`: the tools of the configured MCP servers, each server on pydantic-ai's `MCPToolset` (a FastMCP client).
+
+Each server's tools go through pydantic-ai's toolset combinators: `filtered` (`allow_tools`/`deny_tools`), `prepared`
+(the permission name `mcp__SERVER__TOOL` the policy reads), `renamed` (the name the model sees), and a
+`CombinedToolset` merges the servers. This module adds what they lack: servers started lazily, all at once, each
+within its timeout; one that fails to start or crashes reported in one line, its tools withdrawn, the run going on;
+stdio servers under a shell that ends their process group; names that never clash with a built-in tool or another
+server's (a clash renames, with a note).
+
+Not used, and why:
+- `load_mcp_toolsets` and its `${VAR:-default}` expansion: it reads one `mcpServers` JSON file, while our servers
+  come from config.toml layers and trusted `.mcp.json` files, with keys it does not know (`timeout`, `tool_prefix`,
+  `allow_tools`, `deny_tools`, `enabled`). It expands the whole file at once, and a missing variable is
+  `ValueError("Environment variable ${X} is not defined")`, naming neither server nor key, where code-puppy exits 2
+  naming both and `code-puppy mcp list` shows that one server failed while the others run. The expansion function
+  itself is private (`pydantic_ai.mcp._expand_env_vars`). So `expand_env` is ours, with the same syntax.
+- `prefixed`: a tool's final name is decided across all servers (a clash turns the prefixed name into
+  `SERVER_TOOL`), so each server's one `renamed` map carries the prefix; a `prefixed` layer under it would spell the
+  prefix twice.
 
 `pydantic_ai.mcp` costs most of a second to import, so it is imported when the first server starts, never for a
 run without servers.
@@ -22,8 +40,8 @@ import anyio
 from pydantic_ai import RunContext
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.exceptions import ModelRetry, ToolFailed
-from pydantic_ai.toolsets import AbstractToolset
-from pydantic_ai.toolsets.abstract import ToolsetTool
+from pydantic_ai.tools import ToolDefinition
+from pydantic_ai.toolsets import AbstractToolset, CombinedToolset, ToolsetTool
 
 from code_puppy.agents.permissions import MCP_PERMISSION_KEY, POLICY_TOOL_NAMES
 from code_puppy.config import ConfigError, McpServerConfig, data_dir
@@ -222,15 +240,59 @@ class McpServer:
                     await toolset.__aexit__(None, None, None)
 
 
-@dataclass(kw_only=True)
-class _McpTool(ToolsetTool[Any]):
+@dataclass
+class _ServerTools(AbstractToolset[Any]):
+    """A server's tools, under its own names, while it runs; none once it failed or crashed. A crash fails the call
+    that met it, never the run."""
+
     server: McpServer
-    original: ToolsetTool[Any]
-    """The tool as the server's `MCPToolset` listed it, under the server's own name."""
+    report: Callable[[str], None]
+
+    @property
+    def id(self) -> str:
+        return self.server.name
+
+    async def get_tools(self, ctx: RunContext[Any]) -> dict[str, ToolsetTool[Any]]:
+        connection = self.server.toolset
+        if self.server.state != "running" or connection is None:
+            return {}
+        try:
+            return await connection.get_tools(ctx)
+        except Exception as exc:
+            self._crashed(exc)
+            return {}
+
+    async def call_tool(
+        self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
+    ) -> Any:
+        server, connection = self.server, self.server.toolset
+        if server.state != "running" or connection is None:
+            raise ToolFailed(f"MCP server '{server.name}' is not running ({server.error or server.state}).")
+        try:
+            return await connection.call_tool(name, tool_args, ctx, tool)
+        except ModelRetry as exc:
+            # MCPToolset turns protocol errors into retries; a closed connection means the server is gone, and
+            # anything else fails this call without spending the run's retry budget.
+            if not _connection_closed(exc):
+                raise ToolFailed(exc.message) from exc
+            error: Exception = exc
+        except ToolFailed:
+            raise
+        except Exception as exc:
+            error = exc
+        self._crashed(error)
+        raise ToolFailed(f"MCP server '{server.name}' crashed ({server.error}); its tools are no longer available.")
+
+    def _crashed(self, error: Exception) -> None:
+        server = self.server
+        if server.state == "running":
+            server.state, server.error = "crashed", one_line(error)
+            self.report(f"MCP server '{server.name}' crashed: {server.error}; continuing without its tools")
 
 
-class McpToolset(AbstractToolset[Any]):
-    """All servers' tools under clash-free names. Servers start on the first tool listing and stop on the last exit."""
+class McpServerGroup(AbstractToolset[Any]):
+    """The tools of several MCP servers under clash-free names. The servers start, all at once, on the first tool
+    listing inside `async with`, and stop when the last `async with` exits."""
 
     def __init__(
         self,
@@ -242,15 +304,33 @@ class McpToolset(AbstractToolset[Any]):
         self.servers = list(servers)
         self.reserved_names = reserved_names
         self.report = report
+        self.names: dict[str, dict[str, str]] = {server.name: {} for server in self.servers}
+        """Per server, as of the latest listing: the name the model sees for each tool -> the server's own name."""
+        self._offered = [self._offered_by(server) for server in self.servers]
+        self._listed = CombinedToolset[Any]([])
+        """The latest listing. Each tool it returned carries the toolsets it came from, so it dispatches every call,
+        also one to a tool an earlier listing named."""
         self._entered = 0
         self._start_lock: asyncio.Lock | None = None
         self._noted_renames: set[tuple[str, str]] = set()
+
+    def _offered_by(self, server: McpServer) -> AbstractToolset[Any]:
+        def mark(ctx: RunContext[Any], tools: list[ToolDefinition]) -> list[ToolDefinition]:
+            return [
+                replace(
+                    tool,
+                    metadata={**(tool.metadata or {}), MCP_PERMISSION_KEY: permission_name(server.name, tool.name)},
+                )
+                for tool in tools
+            ]
+
+        return _ServerTools(server, self.report).filtered(lambda _, tool: server.offers(tool.name)).prepared(mark)
 
     @property
     def id(self) -> str:
         return "mcp_servers"
 
-    async def __aenter__(self) -> McpToolset:
+    async def __aenter__(self) -> McpServerGroup:
         self._entered += 1
         return self
 
@@ -261,7 +341,7 @@ class McpToolset(AbstractToolset[Any]):
 
     async def start(self) -> None:
         """Start, all at once, the servers not yet tried in this session; report those that fail."""
-        assert self._entered, "start servers only inside `async with toolset:`, which stops them"
+        assert self._entered, "start servers only inside `async with group:`, which stops them"
         self._start_lock = self._start_lock or asyncio.Lock()
         async with self._start_lock:
             pending = [server for server in self.servers if server.state == "stopped"]
@@ -272,63 +352,28 @@ class McpToolset(AbstractToolset[Any]):
 
     async def get_tools(self, ctx: RunContext[Any]) -> dict[str, ToolsetTool[Any]]:
         await self.start()
-        running = [server for server in self.servers if server.state == "running"]
-        listings = await asyncio.gather(*(self._list(server, ctx) for server in running))
-        listed = [(server, tool) for server, tools in zip(running, listings, strict=True) for tool in tools]
-        wanted = [(s.name, t.tool_def.name, s.preferred_name(t.tool_def.name)) for s, t in listed]
-        tools: dict[str, ToolsetTool[Any]] = {}
-        for (server, tool), (_, original, preferred), name in zip(
-            listed, wanted, assign_names(wanted, self.reserved_names), strict=True
-        ):
-            if name != preferred and (server.name, original) not in self._noted_renames:
-                self._noted_renames.add((server.name, original))
-                self.report(f"MCP tool '{original}' of server '{server.name}' is offered as '{name}' (name clash)")
-            metadata = {**(tool.tool_def.metadata or {}), MCP_PERMISSION_KEY: permission_name(server.name, original)}
-            tools[name] = _McpTool(
-                toolset=self,
-                tool_def=replace(tool.tool_def, name=name, metadata=metadata),
-                max_retries=tool.max_retries,
-                args_validator=tool.args_validator,
-                server=server,
-                original=tool,
-            )
-        return tools
-
-    async def _list(self, server: McpServer, ctx: RunContext[Any]) -> list[ToolsetTool[Any]]:
-        assert server.toolset is not None
-        try:
-            tools = await server.toolset.get_tools(ctx)
-        except Exception as exc:
-            self._crashed(server, exc)
-            return []
-        return [tool for name, tool in tools.items() if server.offers(name)]
+        listings = await asyncio.gather(*(offered.get_tools(ctx) for offered in self._offered))
+        wanted = [
+            (server.name, tool, server.preferred_name(tool))
+            for server, listing in zip(self.servers, listings, strict=True)
+            for tool in listing
+        ]
+        names: dict[str, dict[str, str]] = {server.name: {} for server in self.servers}
+        for (server, tool, preferred), name in zip(wanted, assign_names(wanted, self.reserved_names), strict=True):
+            names[server][name] = tool
+            if name != preferred and (server, tool) not in self._noted_renames:
+                self._noted_renames.add((server, tool))
+                self.report(f"MCP tool '{tool}' of server '{server}' is offered as '{name}' (name clash)")
+        self.names = names
+        self._listed = CombinedToolset(
+            [offered.renamed(names[server.name]) for server, offered in zip(self.servers, self._offered, strict=True)]
+        )
+        return await self._listed.get_tools(ctx)
 
     async def call_tool(
         self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
     ) -> Any:
-        assert isinstance(tool, _McpTool)
-        server = tool.server
-        if server.state != "running" or server.toolset is None:
-            raise ToolFailed(f"MCP server '{server.name}' is not running ({server.error or server.state}).")
-        try:
-            return await server.toolset.call_tool(tool.original.tool_def.name, tool_args, ctx, tool.original)
-        except ModelRetry as exc:
-            # MCPToolset turns protocol errors into retries; a closed connection means the server is gone, and
-            # anything else fails this call without spending the run's retry budget.
-            if not _connection_closed(exc):
-                raise ToolFailed(exc.message) from exc
-            error: Exception = exc
-        except ToolFailed:
-            raise
-        except Exception as exc:
-            error = exc
-        self._crashed(server, error)
-        raise ToolFailed(f"MCP server '{server.name}' crashed ({server.error}); its tools are no longer available.")
-
-    def _crashed(self, server: McpServer, error: Exception) -> None:
-        if server.state == "running":
-            server.state, server.error = "crashed", one_line(error)
-            self.report(f"MCP server '{server.name}' crashed: {server.error}; continuing without its tools")
+        return await self._listed.call_tool(name, tool_args, ctx, tool)
 
 
 async def _run_to_end(work: asyncio.Future[Any], *, cancel: bool) -> None:
@@ -372,7 +417,7 @@ class McpServers(AbstractCapability[Any]):
     """Where stdio servers run (their `cwd` is relative to it)."""
     report: Callable[[str], None] = report_to_stderr
     """Receives the one-line notices: a server that failed or crashed, a tool renamed by a clash."""
-    toolset: McpToolset | None = field(init=False, repr=False, default=None)
+    toolset: McpServerGroup | None = field(init=False, repr=False, default=None)
 
     def __post_init__(self) -> None:
         servers = [
@@ -380,11 +425,11 @@ class McpServers(AbstractCapability[Any]):
             for name, config in self.servers.items()
             if config.enabled
         ]
-        self.toolset = McpToolset(servers, report=self.report) if servers else None
+        self.toolset = McpServerGroup(servers, report=self.report) if servers else None
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
         return None
 
-    def get_toolset(self) -> McpToolset | None:
+    def get_toolset(self) -> McpServerGroup | None:
         return self.toolset

@@ -1,20 +1,23 @@
 """A cheap, conservative token estimate of a history (reference/history-processing.md §4).
 
-`estimate_history_tokens` counts the messages only (Kedi's `estimated_tokens`: system parts the history holds
-count, the separately sent instructions and tool schemas do not). `estimate_request_tokens` is the whole
-request: it anchors on the provider-reported usage of the latest response when the history before that response
-is still the one it was produced from, and otherwise adds the instructions (once) and the tool schemas to the
-history estimate. No tokenizer and no I/O; the constants are unverified guesses, kept here to calibrate.
+`estimate_history_tokens` counts the messages only, group by group (`HistoryGroup.estimated_tokens`, Kedi's
+`estimated_tokens`): the system parts the history holds count, the separately sent instructions and tool schemas do
+not. `estimate_request_tokens` is the whole request: the harness's `estimate_context_tokens` with `text_tokens` as
+its tokenizer, which anchors on the provider-reported usage of the latest response (instructions and tool schemas
+included) and estimates only the messages after it, plus the tool schemas while no response has reported usage.
+
+The harness keeps its anchor when a processor or compaction rewrites the history before it: the estimate is then
+too high until the next response re-anchors it. That is the cheap failure mode (compacting a little early), where an
+underestimate on dense content lets the history overflow the window. No tokenizer and no I/O; the constants are
+unverified guesses, kept here to calibrate.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from pydantic import ConfigDict, TypeAdapter
 from pydantic_ai.messages import (
     BaseToolCallPart,
     BaseToolReturnPart,
@@ -25,7 +28,6 @@ from pydantic_ai.messages import (
     InstructionBaselinePart,
     InstructionDeltaPart,
     ModelMessage,
-    ModelRequest,
     ModelResponse,
     ModelSettingsDeltaPart,
     RetryFeedbackPart,
@@ -37,7 +39,10 @@ from pydantic_ai.messages import (
     ToolAvailabilityDeltaPart,
     UserPromptPart,
 )
-from pydantic_ai.tools import ToolDefinition
+from pydantic_ai.models import ModelRequestParameters
+from pydantic_ai_harness.compaction import estimate_context_tokens
+
+from code_puppy.sessions.store import message_adapter
 
 BYTES_PER_TOKEN = 3
 """UTF-8 bytes per token: between code_puppy's 2.5 characters and the harness's 4, and byte-based so CJK and emoji
@@ -50,21 +55,14 @@ MEDIA_ITEM_TOKENS = 1_000
 """Tokens counted for each image, audio, video, document or file item, whatever its size."""
 UNKNOWN_PART_CHARS = 100_000
 """How much of an unknown part's `repr` is counted."""
-PREFIX_DIGEST_KEY = "code_puppy.prefix_digest"
-"""`ModelResponse.metadata` key holding the digest of the history the response was produced from."""
 
 _BOOKKEEPING_PARTS = (InstructionDeltaPart, InstructionBaselinePart, ModelSettingsDeltaPart, CapabilityLoadDeltaPart)
 _MEDIA_KINDS = frozenset({"image-url", "audio-url", "document-url", "video-url", "binary", "uploaded-file"})
 
-_message_adapter: TypeAdapter[ModelMessage] = TypeAdapter(
-    ModelMessage, config=ConfigDict(defer_build=True, ser_json_bytes="base64", val_json_bytes="base64")
-)
-"""`ModelMessagesTypeAdapter`'s settings, for one message: how messages are stored and compared."""
-
 
 def serialize(message: ModelMessage) -> bytes:
     """A message in its stored JSON form: what "unchanged" and "an exact copy" compare."""
-    return _message_adapter.dump_json(message)
+    return message_adapter.dump_json(message)
 
 
 def text_tokens(text: str) -> int:
@@ -85,49 +83,22 @@ def estimate_history_tokens(messages: Iterable[ModelMessage]) -> int:
     return sum(message_tokens(message) for message in messages)
 
 
-def estimate_request_tokens(messages: Sequence[ModelMessage], tools: Iterable[ToolDefinition] = ()) -> int:
-    """The request this history would be sent as: history, instructions (once) and tool schemas.
+def estimate_request_tokens(messages: Sequence[ModelMessage], parameters: ModelRequestParameters | None = None) -> int:
+    """The context the next request with `messages` fills: what a session's "context used" shows.
 
-    Anchored on the latest response with reported input usage when its prefix digest still matches (the provider
-    counted instructions and tools then); any rewrite of the history before it drops the anchor.
+    With `parameters`, the tool schemas count too: a usage anchor holds those it was sent with, so after it only the
+    ones the history revealed since are added (by the harness); without an anchor, all of them. A stored history has
+    no `parameters`: its estimate leaves out the tools that no anchor covers.
     """
-    for index in range(len(messages) - 1, -1, -1):
-        response = messages[index]
-        if not isinstance(response, ModelResponse) or not response.usage.input_tokens:
-            continue
-        recorded = (response.metadata or {}).get(PREFIX_DIGEST_KEY)
-        if recorded is None or recorded != prefix_digest(messages[:index]):
-            break
-        tail = messages[index + 1 :]
-        total = response.usage.input_tokens + response.usage.output_tokens + estimate_history_tokens(tail)
-        if _instructions(messages) != _instructions(messages[: index + 1]):
-            total += text_tokens(_instructions(messages))
-        return total
-    return estimate_history_tokens(messages) + text_tokens(_instructions(messages)) + _tool_tokens(tools)
-
-
-def prefix_digest(messages: Iterable[ModelMessage]) -> str:
-    """A digest of `messages` in their stored form, recorded on a response to tell later whether they changed."""
-    digest = hashlib.blake2b(digest_size=16)
-    for message in messages:
-        digest.update(serialize(message))
-        digest.update(b"\n")
-    return digest.hexdigest()
-
-
-def _instructions(messages: Sequence[ModelMessage]) -> str:
-    """The latest non-empty instructions: what a request sends once, whatever each past request carried."""
-    for message in reversed(messages):
-        if isinstance(message, ModelRequest) and message.instructions:
-            return message.instructions
-    return ""
-
-
-def _tool_tokens(tools: Iterable[ToolDefinition]) -> int:
-    return sum(
+    # The harness's `has_context_usage_anchor` is not exported (it lives in its private `_shared` module); this is
+    # the anchor `estimate_context_tokens` documents: a response with reported input usage.
+    if parameters is None or any(isinstance(m, ModelResponse) and m.usage.input_tokens for m in messages):
+        return estimate_context_tokens(messages, text_tokens, model_request_parameters=parameters)
+    tools = sum(
         PART_OVERHEAD + text_tokens(f"{tool.name} {tool.description or ''} {json.dumps(tool.parameters_json_schema)}")
-        for tool in tools
+        for tool in parameters.tool_defs.values()
     )
+    return estimate_context_tokens(messages, text_tokens) + tools
 
 
 def _part_tokens(part: Any) -> int:

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic_ai import RunContext
 from pydantic_ai.capabilities import AbstractCapability
-from pydantic_ai.messages import ModelMessage, ModelResponse
+from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models import ModelRequestContext
 
 from code_puppy.agents.deps import deps_of
@@ -32,12 +32,7 @@ from code_puppy.agents.history_processors import (
     evaluate_condition,
 )
 from code_puppy.agents.history_validation import validate_output
-from code_puppy.agents.token_estimate import (
-    PREFIX_DIGEST_KEY,
-    estimate_request_tokens,
-    prefix_digest,
-    serialize,
-)
+from code_puppy.agents.token_estimate import estimate_request_tokens, serialize
 
 __all__ = (
     "HistoryGroup",
@@ -132,15 +127,6 @@ class UserHistoryProcessor(AbstractCapability[Any]):
             revision.history_version += 1
         return request_context
 
-    async def after_model_request(
-        self, ctx: RunContext[Any], *, request_context: ModelRequestContext, response: ModelResponse
-    ) -> ModelResponse:
-        if not self.processors:
-            return response
-        # Binds the usage the provider reports to the history it was measured on: `estimated_request_tokens`
-        # anchors on it only while that history is unchanged.
-        return replace(response, metadata={**(response.metadata or {}), PREFIX_DIGEST_KEY: prefix_digest(ctx.messages)})
-
     def _state(
         self,
         ctx: RunContext[Any],
@@ -150,7 +136,6 @@ class UserHistoryProcessor(AbstractCapability[Any]):
         estimated_tokens: int,
     ) -> HistoryProcessorState:
         model = request_context.model
-        parameters = request_context.model_request_parameters
         return HistoryProcessorState(
             adapter_shortname=model.system,
             model_id=model.model_id,
@@ -158,9 +143,7 @@ class UserHistoryProcessor(AbstractCapability[Any]):
             cache_epoch=revision.cache_epoch,
             history_version=revision.history_version,
             estimated_tokens=estimated_tokens,
-            estimated_request_tokens=estimate_request_tokens(
-                messages, [*parameters.function_tools, *parameters.output_tools]
-            ),
+            estimated_request_tokens=estimate_request_tokens(messages, request_context.model_request_parameters),
             context_window=model.context_window,
             message_count=len(messages),
         )

@@ -17,21 +17,19 @@ from pydantic_ai.messages import (
     RetryFeedbackPart,
     RetryInfo,
     SystemPromptPart,
-    TextPart,
     ThinkingPart,
     ToolAvailabilityDeltaPart,
     UserPromptPart,
 )
+from pydantic_ai.models import ModelRequestParameters
 from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.usage import RequestUsage
 
 from code_puppy.agents.token_estimate import (
     MEDIA_ITEM_TOKENS,
-    PREFIX_DIGEST_KEY,
     estimate_history_tokens,
     estimate_request_tokens,
     message_tokens,
-    prefix_digest,
     text_tokens,
 )
 from tests.agents.history_cases import WHEN, C, R, Req, Resp, T, U
@@ -100,34 +98,34 @@ def test_monotonic_and_deterministic() -> None:
         previous = estimate
 
 
+GREP = ToolDefinition(name="grep", description="search", parameters_json_schema={"type": "object"})
+SCHEMA_TOKENS = 4 + text_tokens('grep search {"type": "object"}')
+
+
 def test_request_estimate_adds_instructions_once_and_tool_schemas() -> None:
-    first = dataclasses.replace(U("q1"), instructions="be brief")
-    second = dataclasses.replace(U("q2"), instructions="be brief")
-    tool = ToolDefinition(name="grep", description="search", parameters_json_schema={"type": "object"})
-    history = [first, T("a1"), second]
-    schema_tokens = 4 + text_tokens('grep search {"type": "object"}')
-    assert estimate_request_tokens(history, [tool]) == estimate_history_tokens(history) + 3 + schema_tokens
+    history = [dataclasses.replace(U(q), instructions="be brief") for q in ("q1", "q2")]
+    history.insert(1, T("a1"))
+    text = sum(text_tokens(segment) for segment in ("q1", "a1", "q2", "be brief"))
+    assert estimate_request_tokens(history, ModelRequestParameters(function_tools=[GREP])) == text + SCHEMA_TOKENS
+    assert estimate_request_tokens(history) == text  # a stored history: no tools to count
 
 
-def test_anchor_on_reported_usage_until_the_prefix_changes() -> None:
-    prefix: list[ModelMessage] = [dataclasses.replace(U("q1"), instructions="be brief")]
-    answered = ModelResponse(
-        parts=[TextPart("a1")],
-        usage=RequestUsage(input_tokens=5000, output_tokens=7),
-        timestamp=WHEN,
-        metadata={PREFIX_DIGEST_KEY: prefix_digest(prefix)},
-    )
+def test_anchor_on_the_latest_reported_usage_even_after_a_rewrite() -> None:
+    answered = T("a1", usage=RequestUsage(input_tokens=5000, output_tokens=7))
     follow_up = dataclasses.replace(U("q2"), instructions="be brief")
-    history = [*prefix, answered, follow_up]
-    assert estimate_request_tokens(history) == 5007 + message_tokens(follow_up)
-    changed_instructions = dataclasses.replace(follow_up, instructions="be very brief")
-    assert estimate_request_tokens([*prefix, answered, changed_instructions]) == 5007 + message_tokens(
-        changed_instructions
-    ) + text_tokens("be very brief")
+    history = [dataclasses.replace(U("q1"), instructions="be brief"), answered, follow_up]
+    tools = ModelRequestParameters(function_tools=[GREP])
+    # the provider counted the instructions and tool schemas of the anchored request: not added again
+    assert estimate_request_tokens(history, tools) == 5007 + text_tokens("q2")
+    changed = [*history[:2], dataclasses.replace(follow_up, instructions="be very brief")]
+    assert estimate_request_tokens(changed, tools) == 5007 + text_tokens("q2") + text_tokens("be very brief")
+    # a rewritten prefix keeps the anchor, so the estimate stays high until the next response re-anchors it
     rewritten = [dataclasses.replace(U("q1 (summarized)"), instructions="be brief"), answered, follow_up]
-    assert estimate_request_tokens(rewritten) == estimate_history_tokens(rewritten) + text_tokens("be brief")
-    unrecorded = dataclasses.replace(answered, metadata=None)
-    assert estimate_request_tokens([*prefix, unrecorded, follow_up]) < 5000
+    assert estimate_request_tokens(rewritten, tools) == 5007 + text_tokens("q2")
+    # a tool revealed after the anchor was not in its request: the harness adds its schema
+    reveal = U("q3", ToolAvailabilityDeltaPart(tools_added=["grep"]))
+    assert estimate_request_tokens([*history, reveal], tools) > 5007 + text_tokens("q2") + text_tokens("q3")
+    assert estimate_request_tokens([reveal], tools) == text_tokens("q3") + SCHEMA_TOKENS  # without one, once
 
 
 def test_a_megabyte_takes_milliseconds() -> None:

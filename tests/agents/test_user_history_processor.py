@@ -19,7 +19,6 @@ from pydantic_ai.agent import AgentRunResult
 from pydantic_ai.exceptions import UserError
 from pydantic_ai.messages import (
     ModelMessage,
-    ModelRequest,
     ModelResponse,
     TextPart,
     ToolCallPart,
@@ -30,14 +29,13 @@ from pydantic_ai.messages import (
 
 from code_puppy.agents.builder import build_pydantic_agent
 from code_puppy.agents.deps import RunDeps
-from code_puppy.agents.history_persistence import HistoryPersistence
 from code_puppy.agents.history_processors import (
     HistoryProcessorState,
     classify_condition,
     classify_processor,
     resolve_history_processing,
 )
-from code_puppy.agents.token_estimate import message_tokens
+from code_puppy.agents.token_estimate import text_tokens
 from code_puppy.agents.user_history_processor import (
     HistoryProcessingError,
     HistoryProcessingValidationError,
@@ -555,29 +553,39 @@ async def test_case_29_an_accepted_edit_is_stored_as_a_branch_and_resumed(
     assert (store.sessions.get(session.id).cache_epoch, resumed.history_version) == (2, 4)  # type: ignore[union-attr]
 
 
-async def test_request_estimate_anchors_on_the_usage_of_an_unchanged_prefix(project: Path) -> None:
+async def test_request_estimate_anchors_on_the_latest_usage_and_keeps_it_after_a_rewrite(project: Path) -> None:
     estimates: list[tuple[int, int]] = []
 
     def look(ctx: HistoryProcessorContext) -> Sequence[ModelMessage]:
         estimates.append((ctx.estimated_tokens, ctx.estimated_request_tokens))
         return ctx.messages
 
+    def trim(ctx: HistoryProcessorContext) -> Sequence[ModelMessage]:
+        return ctx.keep_recent_groups(1)
+
     def answer(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         from pydantic_ai.usage import RequestUsage
 
-        return ModelResponse(parts=[TextPart("a")], usage=RequestUsage(input_tokens=90_000, output_tokens=10))
+        return ModelResponse(
+            parts=[TextPart("a")], usage=RequestUsage(input_tokens=1000 * len(messages), output_tokens=10)
+        )
 
     from pydantic_ai.models.function import FunctionModel
 
-    session = Session.in_memory()
-    processor = UserHistoryProcessor((classify_processor(look, "look"),))
-    agent = Agent(FunctionModel(answer), deps_type=RunDeps, capabilities=[processor, HistoryPersistence()])
-    await agent.run("q1", deps=RunDeps(session))
-    await agent.run("q2", message_history=session.messages, deps=RunDeps(session))
-    new_prompt = session.messages[2]
-    assert isinstance(new_prompt, ModelRequest) and isinstance(session.messages[1], ModelResponse)
-    assert estimates[1] == (estimates[0][0] * 2 + 9, 90_010 + message_tokens(new_prompt))  # anchored: + the prompt
-    assert estimates[0][1] == estimates[0][0]  # no anchor yet: + instructions and tool schemas, none here
+    processors = (classify_processor(look, "look"), classify_processor(trim, "trim"), classify_processor(look, "look"))
+    agent = Agent(FunctionModel(answer), capabilities=[UserHistoryProcessor(processors)])
+    history: list[ModelMessage] = []
+    for prompt in ("q1", "q2", "q3"):
+        history = (await agent.run(prompt, message_history=history)).all_messages()
+    assert texts(history) == ["U:q2", "T:a", "U:q3", "T:a"]
+    assert estimates == [
+        (9, text_tokens("q1")),  # no anchor: the text, instructions and tool schemas (none here) estimated
+        (9, text_tokens("q1")),
+        (27, 1010 + text_tokens("q2")),  # anchored on the first answer's usage: only the new prompt estimated
+        (27, 1010 + text_tokens("q2")),
+        (45, 3010 + text_tokens("q3")),
+        (27, 3010 + text_tokens("q3")),  # trimmed, but the anchor still counts q1 and a1 until the next answer
+    ]
 
 
 async def test_delegated_runs_are_processed_but_do_not_advance_the_session(project: Path) -> None:
