@@ -87,8 +87,6 @@ class Project:
         await self.plugins.startup(self.settings)
         if register_command is not None:
             await self.plugins.register_commands(register_command)
-        # Built while the first model request is out, rather than when its answer is first journaled.
-        threading.Thread(target=build_serializers, name="code-puppy serializers", daemon=True).start()
         self._agent = build_pydantic_agent(
             self.settings,
             project_root=self.root,
@@ -97,6 +95,9 @@ class Project:
             allow=self.options.allow,
             plugins=self.plugins,
         )
+        # Built while the first model request is out, rather than when its answer is first journaled. Not a daemon:
+        # an exit waits for it (a tenth of a second at most) instead of tearing the interpreter down under it.
+        threading.Thread(target=build_serializers, name="code-puppy serializers").start()
         await self._agent.__aenter__()
 
     async def stop(self) -> None:
