@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import cast
 
 
@@ -23,3 +24,8 @@ def one_line(error: BaseException, *, typed: bool = False, limit: int = 300) -> 
         text = f"{type(error).__name__}: {text}".rstrip(": ")
     text = text or type(error).__name__
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def say(line: str) -> None:
+    """One line for the user on stderr, as code-puppy's own (`code-puppy: …`), at once."""
+    print(f"code-puppy: {line}", file=sys.stderr, flush=True)

@@ -20,16 +20,13 @@ from code_puppy.agents.compaction import PersistentCompaction, compaction_strate
 from code_puppy.agents.cut_off_calls import CutOffCalls
 from code_puppy.agents.deps import RunDeps, deps_of
 from code_puppy.agents.history_persistence import HistoryPersistence
-from code_puppy.agents.history_processors import resolve_history_processing
 from code_puppy.agents.instructions import build_instructions
-from code_puppy.agents.mcp_servers import McpServers, referenced_variables
 from code_puppy.agents.permissions import PermissionPolicy
 from code_puppy.agents.project_files import ProjectFileSystem
 from code_puppy.agents.provider_retries import ProviderRetries
 from code_puppy.agents.shell_outputs import ShellOutputs
 from code_puppy.agents.steering import Steering
 from code_puppy.agents.turn_journal import TurnJournal
-from code_puppy.agents.user_history_processor import UserHistoryProcessor
 from code_puppy.config import PermissionMode, Settings
 from code_puppy.plugins.host import PluginHost
 
@@ -81,13 +78,32 @@ def build_pydantic_agent(
     Raises:
         ConfigError: A history processor or condition that cannot be imported or used.
     """
-    processing = resolve_history_processing(
-        settings.history, processors=history_processors, condition=history_processor_condition
-    )
-    compaction = compaction_strategy(settings.history.compaction)
     root = project_root.resolve()
     secret_variables = [endpoint.api_key_env for endpoint in settings.models.values() if endpoint.api_key_env]
-    secret_variables += [name for server in settings.mcp_servers.values() for name in referenced_variables(server)]
+    # The history-processor and MCP code is imported only when configured: a run without either never pays for it.
+    user_processing: list[AbstractCapability[Any]] = []
+    if history_processors is not None or settings.history.processors or history_processor_condition is not None:
+        from code_puppy.agents.history_processors import resolve_history_processing
+        from code_puppy.agents.user_history_processor import UserHistoryProcessor
+
+        processing = resolve_history_processing(
+            settings.history, processors=history_processors, condition=history_processor_condition
+        )
+        user_processing.append(UserHistoryProcessor(processing.processors, condition=processing.condition))
+    elif settings.history.processor_condition is not None:
+        from code_puppy.agents.history_processors import resolve_history_processing
+
+        resolve_history_processing(settings.history)  # a condition without processors: its one-line error
+    mcp_servers: list[AbstractCapability[Any]] = []
+    if settings.mcp_servers:
+        from code_puppy.agents.mcp_server import referenced_variables
+        from code_puppy.agents.mcp_servers import McpServers
+
+        # Every server's variables are secrets to the shell, a disabled server's too.
+        secret_variables += [name for server in settings.mcp_servers.values() for name in referenced_variables(server)]
+        if any(server.enabled for server in settings.mcp_servers.values()):
+            mcp_servers.append(McpServers(settings.mcp_servers, project_root=root))
+    compaction = compaction_strategy(settings.history.compaction)
     return Agent(
         model,
         deps_type=RunDeps,
@@ -117,7 +133,7 @@ def build_pydantic_agent(
             ShellOutputs(),
             RepoContext(workspace_dir=root, expose_inventory_tool=False),
             SubAgents(include_self=True, agent_folders=None),
-            McpServers(settings.mcp_servers, project_root=root),
+            *mcp_servers,
             TruncatedToolOutputs(bands=[Band(over=MAX_OUTPUT_CHARS, action=Truncate(max_chars=MAX_OUTPUT_CHARS))]),
             CutOffCalls(),
             *(plugins.capabilities if plugins is not None else []),
@@ -126,7 +142,7 @@ def build_pydantic_agent(
             RequestInput(_ask_or_deny),
             # User policy first, compaction as the safety net on what remains (agents/compaction.py): both see the
             # request as every capability above left it, and what they accept becomes the run's history.
-            UserHistoryProcessor(processing.processors, condition=processing.condition),
+            *user_processing,
             *([PersistentCompaction(compaction)] if compaction is not None else []),
             # Custody of the run: step by step while it runs, then its whole transcript once it succeeds. The only
             # after_run implementer, so its position is inert; it sits last as the run's final custodian.

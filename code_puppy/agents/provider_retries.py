@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import sys
 from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass, field, replace
 from typing import Any
@@ -24,15 +23,12 @@ from pydantic_ai.models import Model, ModelRequestContext
 from pydantic_ai.settings import ModelSettings
 
 from code_puppy.config import RunConfig
+from code_puppy.errors import say
 
 CONNECT_TIMEOUT = 10.0
 """Seconds to open a connection to the provider."""
 MAX_BACKOFF = 30.0
 """The longest wait before a retry, whatever the provider's `retry-after` says."""
-
-
-def report_to_stderr(line: str) -> None:
-    print(f"code-puppy: {line}", file=sys.stderr, flush=True)
 
 
 def request_settings(run: RunConfig, model: Model) -> ModelSettings:
@@ -67,7 +63,7 @@ class ProviderRetries(AbstractCapability[Any]):
     _: KW_ONLY
     retries: int = 2
     """Attempts after the first."""
-    report: Callable[[str], None] = report_to_stderr
+    report: Callable[[str], None] = say
     """Receives the one-line notices."""
 
     @classmethod

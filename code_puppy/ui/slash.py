@@ -148,8 +148,8 @@ class Builtins:
         for server in toolset.servers:
             detail = f": {server.error}" if server.error else ""
             tools = ""
-            if server.state == "running" and server.toolset is not None:
-                tools = f" · {sum(server.offers(t.name) for t in await server.toolset.list_tools())} tools"
+            if server.state == "running":
+                tools = f" · {len(toolset.names[server.name])} tools"  # as the model was last offered them
             lines.append(f"{server.name} ({server.transport}) {server.state}{tools}{detail}")
         return "\n".join(lines) + "\n(servers start with the first turn that needs them)"
 
