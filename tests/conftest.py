@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from pydantic_ai import models
 
+from code_puppy.sessions.catalog import SessionInfo
+from code_puppy.sessions.store import SqliteConversationStore
 from tests.fake_llm import FakeLLMServer
 
 models.ALLOW_MODEL_REQUESTS = False
@@ -30,6 +32,25 @@ def code_puppy_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytes
             monkeypatch.delenv(name)
     monkeypatch.setenv("CODE_PUPPY_HOME", str(home))
     return home
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    """Where the test's sessions database lives."""
+    return tmp_path / "data" / "sessions.db"
+
+
+@pytest.fixture
+def store(db_path: Path) -> Iterator[SqliteConversationStore]:
+    """A real sessions database of the test's own, open for the test."""
+    with SqliteConversationStore(db_path) as opened:
+        yield opened
+
+
+def stored_info(store: SqliteConversationStore, session_id: str) -> SessionInfo | None:
+    """The stored row of the session with exactly this id, or None."""
+    found = store.sessions.find(session_id)
+    return found[0] if found and found[0].id == session_id else None
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from pydantic_ai.messages import ModelMessage, TextPart, UserPromptPart
 from code_puppy.sessions.session import Session
 from code_puppy.sessions.store import SqliteConversationStore
 from tests.agents.history_cases import C, R, T, U
-from tests.conftest import CODE_PUPPY, run_cli
+from tests.conftest import CODE_PUPPY, run_cli, stored_info
 from tests.fake_llm import FakeLLMServer, call, text, tool_calls
 
 PROCESSORS = """
@@ -125,7 +125,7 @@ def stored(home: Path, session_id: str) -> tuple[list[str], list[list[str]], int
             assert record is not None
             current = await store.read_history(record.head_id)
             branches = [await store.read_history(tip) for tip in record.branches]
-            info = store.sessions.get(session_id)
+            info = stored_info(store, session_id)
             assert info is not None
             return (
                 render([e.message for e in current]),

@@ -100,7 +100,7 @@ class SessionCatalog:
 
     A save of a session's conversation updates its usage, message count, `updated_at` and, until it has one, its
     title, in the same transaction: so create a session before its conversation's first save. Until that save or
-    the start of its first run's journal, `get` and `find` see the session but `recent` and `latest` don't.
+    the start of its first run's journal, `find` sees the session but `recent` and `latest` don't.
     """
 
     def __init__(self, database: Database) -> None:
@@ -151,11 +151,6 @@ class SessionCatalog:
         if row is None:
             raise KeyError(session_id)
         return _info(row)
-
-    def get(self, session_id: str) -> SessionInfo | None:
-        with self._database.read() as db:
-            row = db.execute(f"SELECT {_COLUMNS} FROM sessions WHERE id = ?", (session_id,)).fetchone()
-        return None if row is None else _info(row)
 
     def find(self, id_or_prefix: str) -> list[SessionInfo]:
         """The session with this id, or those whose id starts with it, newest first: none, one, or ambiguous."""

@@ -4,11 +4,10 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pytest
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
@@ -30,6 +29,7 @@ from code_puppy.config import HistoryConfig, Settings
 from code_puppy.sessions.session import Session
 from code_puppy.sessions.store import SqliteConversationStore
 from tests.agents.history_cases import C, R, T, U, texts
+from tests.conftest import stored_info
 
 SUMMARY = "SUMMARY: the user asked about the parser; files were read."
 
@@ -85,12 +85,6 @@ def read(call_id: str) -> list[ToolCallPart]:
     return [ToolCallPart("read_file", {"path": "README.md"}, tool_call_id=call_id)]
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[SqliteConversationStore]:
-    with SqliteConversationStore(tmp_path / "sessions.db") as opened:
-        yield opened
-
-
 def summarized(messages: list[ModelMessage]) -> bool:
     first = messages[0]
     return isinstance(first, ModelRequest) and any(
@@ -118,7 +112,7 @@ async def test_an_automatic_compaction_persists_and_is_not_repeated(
     assert orphan_results(stored) == [] and unanswered_calls(stored) == []
     record = await store.read_record(session.id)
     assert record is not None and record.branches == [old_head]
-    assert (session.cache_epoch, store.sessions.get(session.id).cache_epoch) == (1, 1)  # type: ignore[union-attr]
+    assert (session.cache_epoch, stored_info(store, session.id).cache_epoch) == (1, 1)  # type: ignore[union-attr]
     await agent.run("and then?", message_history=session.messages, deps=RunDeps(session))
     assert script.summaries == 1
     assert texts(script.seen[2]) == [*texts(stored), "U:and then?"]  # stored as the next run sends it: no 2nd branch
@@ -174,7 +168,7 @@ async def test_compact_history_summarizes_now_and_keeps_tool_pairs(
     assert orphan_results(stored) == [] and unanswered_calls(stored) == []
     record = await store.read_record(session.id)
     assert record is not None and record.branches == [old_head]
-    info = store.sessions.get(session.id)
+    info = stored_info(store, session.id)
     assert info is not None and (info.cache_epoch, info.history_version, info.requests) == (1, 1, 1)
 
 
@@ -253,4 +247,4 @@ async def test_a_compaction_inside_a_delegated_run_leaves_the_session_revision_a
     # The nested run compacted: the cheap tier cleared all but its three newest results.
     assert ["lorem" in content for content in results] == [False] * 3 + [True] * 3
     assert (session.cache_epoch, session.history_version) == (0, 0)
-    assert store.sessions.get(session.id).cache_epoch == 0  # type: ignore[union-attr]
+    assert stored_info(store, session.id).cache_epoch == 0  # type: ignore[union-attr]

@@ -20,6 +20,7 @@ from code_puppy.agents.history_persistence import HistoryPersistence, persist_ch
 from code_puppy.config import Settings
 from code_puppy.sessions.session import Session
 from code_puppy.sessions.store import SqliteConversationStore
+from tests.conftest import stored_info
 from tests.scripted_model import scripted, tool_returns
 
 PACKAGE = Path(__file__).resolve().parents[2] / "code_puppy"
@@ -47,12 +48,6 @@ class RecordingHistory:
 
 def texts(message: ModelMessage) -> list[str]:
     return [str(getattr(part, "content", "")) for part in message.parts]
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> SqliteConversationStore:
-    with SqliteConversationStore(tmp_path / "sessions.db") as opened:
-        yield opened  # type: ignore[misc]
 
 
 class SpyPersistence(HistoryPersistence):
@@ -130,7 +125,7 @@ async def test_real_run_with_a_tool_cycle_lands_in_sqlite(project: Path, store: 
     loaded = await store.load(session.id)
     assert loaded is not None and loaded.messages == result.all_messages()
     assert [name for name, _, _ in tool_returns(loaded.messages)] == ["read_file"]
-    info = store.sessions.get(session.id)
+    info = stored_info(store, session.id)
     assert info is not None
     assert (info.title, info.message_count, info.requests) == ("what is it?", 4, 2)
 
@@ -209,7 +204,7 @@ async def test_checkpoint_keeps_the_prompt_and_repairs_dangling_calls(
     assert tool_returns(loaded.messages) == [
         ("shell", "interrupted", "The tool call was interrupted before a result was produced.")
     ]
-    assert store.sessions.get(session.id).requests == 1  # type: ignore[union-attr]
+    assert stored_info(store, session.id).requests == 1  # type: ignore[union-attr]
 
 
 async def test_checkpoint_of_a_run_that_recorded_nothing_keeps_the_prompt(
@@ -229,7 +224,7 @@ async def test_run_usage_counts_once_however_often_it_is_written(project: Path, 
     await persist_result_history(session, result)
     await persist_result_history(session, result)
     assert session.usage.requests == result.usage.requests == 1
-    assert store.sessions.get(session.id).requests == 1  # type: ignore[union-attr]
+    assert stored_info(store, session.id).requests == 1  # type: ignore[union-attr]
 
 
 async def test_a_save_conflict_never_overwrites_the_other_process(
@@ -237,7 +232,7 @@ async def test_a_save_conflict_never_overwrites_the_other_process(
 ) -> None:
     first = await Session.start(store, project, model="test")
     await first.set_message_history([ModelRequest(parts=[UserPromptPart("shared start")])])
-    info = store.sessions.get(first.id)
+    info = stored_info(store, first.id)
     assert info is not None
     other = await Session.resume(store, info, model="test")
     await first.set_message_history([*first.messages, ModelResponse(parts=[TextPart("first process")])])

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,18 +46,13 @@ from code_puppy.config import ConfigError, HistoryConfig, Settings
 from code_puppy.sessions.session import Session
 from code_puppy.sessions.store import SqliteConversationStore
 from tests.agents.history_cases import C, R, T, U, texts
+from tests.conftest import stored_info
 from tests.scripted_model import Scripted, scripted
 
 if TYPE_CHECKING:
     from pydantic_ai.models.function import AgentInfo
 
 PRIOR: list[ModelMessage] = [U("q1"), T("a1", model_name="fake"), U("q2"), T("a2", model_name="fake")]
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[SqliteConversationStore]:
-    with SqliteConversationStore(tmp_path / "sessions.db") as opened:
-        yield opened
 
 
 @dataclass
@@ -476,7 +471,7 @@ async def test_case_23_a_crash_sends_nothing_and_keeps_the_history(
     assert script.seen == []
     loaded = await store.load(session.id)
     assert loaded is not None and loaded.messages == PRIOR
-    assert (session.cache_epoch, store.sessions.get(session.id).cache_epoch) == (0, 0)  # type: ignore[union-attr]
+    assert (session.cache_epoch, stored_info(store, session.id).cache_epoch) == (0, 0)  # type: ignore[union-attr]
 
 
 async def test_case_23_cancellation_during_a_processor_commits_nothing(
@@ -542,7 +537,7 @@ async def test_case_29_an_accepted_edit_is_stored_as_a_branch_and_resumed(
     record = await store.read_record(session.id)
     assert record is not None and record.branches == [old_head]
     assert texts([e.message for e in await store.read_history(old_head)]) == ["U:q1", "T:a1", "U:q2", "T:a2"]
-    info = store.sessions.get(session.id)
+    info = stored_info(store, session.id)
     assert info is not None and (info.cache_epoch, info.history_version, info.message_count) == (1, 2, 4)
     resumed = await Session.resume(store, info, model="test")
     assert texts(resumed.messages) == ["U:q2", "T:a2", "U:q3", "T:a3"]
@@ -550,7 +545,7 @@ async def test_case_29_an_accepted_edit_is_stored_as_a_branch_and_resumed(
     later = agent_with(script, project, [keep_one], session=resumed)
     await later.run("q4", message_history=resumed.messages)
     assert texts(script.seen[1]) == ["U:q3", "T:a3", "U:q4"]
-    assert (store.sessions.get(session.id).cache_epoch, resumed.history_version) == (2, 4)  # type: ignore[union-attr]
+    assert (stored_info(store, session.id).cache_epoch, resumed.history_version) == (2, 4)  # type: ignore[union-attr]
 
 
 async def test_request_estimate_anchors_on_the_latest_usage_and_keeps_it_after_a_rewrite(project: Path) -> None:

@@ -8,6 +8,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, Text
 
 from code_puppy.sessions.session import Session
 from code_puppy.sessions.store import SqliteConversationStore
+from tests.conftest import stored_info
 
 
 def pair(i: int) -> list[ModelMessage]:
@@ -24,7 +25,7 @@ async def test_resume_of_a_10000_message_session(tmp_path: Path) -> None:
         session = await Session.start(store, tmp_path, model="m")
         history = [m for i in range(5_000) for m in pair(i)]
         await session.set_message_history(history)
-        info = store.sessions.get(session.id)
+        info = stored_info(store, session.id)
         assert info is not None and info.message_count == 10_000
         resumed = await Session.resume(store, info, model="m")
         assert len(resumed.messages) == 10_000
@@ -45,7 +46,7 @@ async def test_a_rewritten_history_branches_and_the_old_branch_stays(tmp_path: P
         assert record is not None and len(record.branches) == 1
         old_branch = await store.read_history(record.branches[0])
         assert [entry.message for entry in old_branch] == original
-        info = store.sessions.get(session.id)
+        info = stored_info(store, session.id)
         assert info is not None
         resumed = await Session.resume(store, info, model="m")
         assert [m.parts[0].content for m in resumed.messages] == [  # type: ignore[union-attr]

@@ -8,7 +8,6 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,6 +37,7 @@ from pydantic_ai.usage import RunUsage
 from code_puppy.sessions import SessionInfo, SqliteConversationStore
 from code_puppy.sessions.catalog import title_of
 from code_puppy.sessions.schema import MIGRATIONS, migrate
+from tests.conftest import stored_info
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -61,17 +61,6 @@ def canonical(messages: list[ModelMessage]) -> list[ModelMessage]:
 def count(store: SqliteConversationStore, table: str) -> int:
     with store.database.read() as db:
         return db.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
-
-
-@pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "data" / "sessions.db"
-
-
-@pytest.fixture
-def store(db_path: Path) -> Iterator[SqliteConversationStore]:
-    with SqliteConversationStore(db_path) as store:
-        yield store
 
 
 async def test_save_load_round_trip(store: SqliteConversationStore, db_path: Path):
@@ -155,7 +144,7 @@ async def test_rewritten_history_branches_and_keeps_the_old_branch(store: Sqlite
     assert record.branches == [old[-1].id]
     assert await store.read_history(record.branches[0]) == old
     assert count(store, "entries") == 6 + 3
-    assert store.sessions.get("c") is None  # no session row: the store works without one
+    assert stored_info(store, "c") is None  # no session row: the store works without one
 
     back = await store.branch("c", from_entry=old[-1].id, expected_revision=current.revision)
     assert back.messages == canonical(original)
@@ -377,7 +366,7 @@ async def test_session_metadata_follows_saves(store: SqliteConversationStore, tm
     record = await store.read_record(info.id)
     assert record is not None
 
-    assert store.sessions.get(info.id) == SessionInfo(
+    assert stored_info(store, info.id) == SessionInfo(
         id=info.id,
         project_dir=str(project.resolve()),
         title="prompt 1",
@@ -398,7 +387,7 @@ async def test_session_metadata_follows_saves(store: SqliteConversationStore, tm
         5,
         "prompt 1",
     )
-    assert store.sessions.get(info.id) == updated
+    assert stored_info(store, info.id) == updated
     with pytest.raises(KeyError):
         store.sessions.update("nope", model="x")
     with pytest.raises(ValueError, match="already exists"):
@@ -429,7 +418,7 @@ async def test_listing_finding_and_deleting_sessions(store: SqliteConversationSt
 
     assert store.sessions.delete("abc-1") is True
     assert store.sessions.delete("abc-1") is False
-    assert store.sessions.get("abc-1") is None
+    assert stored_info(store, "abc-1") is None
     assert await store.load("abc-1") is None
     assert count(store, "entries") == 4
 
@@ -525,7 +514,7 @@ async def test_kill_9_mid_loop_leaves_a_consistent_resumable_database(db_path: P
         assert len(loaded.messages) >= saved
         assert len(loaded.messages) % 2 == 0
         assert loaded.messages[-1].parts == [TextPart(f"answer {len(loaded.messages) // 2}")]
-        info = store.sessions.get("crash")
+        info = stored_info(store, "crash")
         assert info is not None and info.message_count == len(loaded.messages)
 
 
