@@ -9,7 +9,6 @@ from typing import Any
 
 import pydantic_ai
 from pydantic_ai import Agent, RunContext
-from pydantic_ai.messages import ModelMessage, ModelResponse
 from pydantic_ai.models import Model
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults
 
@@ -17,6 +16,7 @@ from code_puppy.agents.deps import RunDeps
 from code_puppy.agents.history_persistence import recover_interrupted_turn
 from code_puppy.agents.permissions import PermissionPolicy
 from code_puppy.agents.steering import SteeringInbox, accepting_steers, held_steers
+from code_puppy.agents.token_estimate import estimate_request_tokens
 from code_puppy.config import Settings
 from code_puppy.core.project import Project
 from code_puppy.core.run import TurnLimits, TurnOutcome, run_turn
@@ -137,17 +137,12 @@ class ChatRuntime:
         self.recovered = await recover_interrupted_turn(self.session)
 
     def context_used(self) -> str:
-        """`ctx 12.3k/128k 9%`: the last response's input plus output tokens, over the window when known."""
-        tokens = _last_context_tokens(self.session.messages)
-        if tokens is None:
+        """`ctx 12.3k/128k 9%`: what the session's history takes of the context (the same estimate history
+        processors and compaction go by), over the model's window when known."""
+        messages = self.session.messages
+        if not messages:
             return "ctx –"
+        tokens = estimate_request_tokens(messages)
         window = self.model.context_window
         shown = f"ctx {thousands(tokens)}"
         return f"{shown}/{thousands(window)} {tokens * 100 // window}%" if window else shown
-
-
-def _last_context_tokens(messages: list[ModelMessage]) -> int | None:
-    for message in reversed(messages):
-        if isinstance(message, ModelResponse) and message.usage.input_tokens:
-            return message.usage.input_tokens + message.usage.output_tokens
-    return None

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from code_puppy.ui.chat_sink import thousands
 from tests.conftest import run_cli
 from tests.fake_llm import FakeLLMServer, call, hang, text, tool_calls
 from tests.pty_chat import PtyChat
@@ -304,6 +305,8 @@ def test_session_model_usage_and_permission_commands(server: FakeLLMServer, chat
     chat.type("first question\r")
     chat.wait_turn("One.")
     first = chat.wait_for("session ").split(" · session ")[1][:8]
+    used = server.requests[0].input_tokens + server.requests[0].output_tokens  # what the provider reported
+    chat.wait_for(f"session {first} · ctx {thousands(used)} · ask")  # the toolbar goes by the reported usage
     chat.type("/usage\r")
     chat.wait_for(f"session {first}: 1 requests")
     chat.type("/permissions yolo\r")
