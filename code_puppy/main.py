@@ -235,7 +235,9 @@ def guarded(action: Callable[[], int | None]) -> int:
 
         if isinstance(exc, ConfigError):
             fail(str(exc))
-        fail(f"internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)", code=1)
+        from code_puppy.errors import one_line
+
+        fail(f"internal error: {one_line(exc, typed=True)} (run with --debug for the traceback)", code=1)
 
 
 @cli.command()

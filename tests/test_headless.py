@@ -242,3 +242,17 @@ def test_a_prompt_that_is_not_utf8_is_decoded_with_replacement(server: Any, proj
     )
     sent = server.requests[0].body["messages"][-1]["content"]
     assert "fix caf\ufffd \ufffd now" in sent
+
+
+def test_a_failure_after_the_session_line_names_the_same_session(
+    server: Any, project: Path, code_puppy_home: Path
+) -> None:
+    config = code_puppy_home / "config.toml"
+    config.write_text(config.read_text() + '[history]\nprocessors = ["no_such_module_x:fn"]\n')
+    completed = run_cli("-p", "hi", "--output-format", "stream-json", cwd=project)
+    assert completed.returncode == 2
+    first, last = (json.loads(line) for line in completed.stdout.splitlines())
+    assert first["type"] == "session" and last["type"] == "result"
+    assert (last["status"], last["session_id"]) == ("error", first["session_id"])
+    assert last["error"].startswith("[history] processors: cannot import 'no_such_module_x:fn'")
+    assert server.requests == []

@@ -169,6 +169,20 @@ def test_the_data_directory_and_the_store_are_private(server: FakeLLMServer, pro
     assert stat.S_IMODE((home / "sessions.db").stat().st_mode) == 0o600
 
 
+def test_a_store_an_older_version_left_readable_to_others_is_made_private(
+    server: FakeLLMServer, project: Path, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    seed(home, project, 1)
+    for file in home.glob("sessions.db*"):
+        file.chmod(0o644)
+    env = {"CODE_PUPPY_HOME": str(home), "OPENAI_BASE_URL": server.base_url, "OPENAI_API_KEY": "sk-test"}
+    server.script(text("ok"))
+    assert run_cli("-p", "hi", "-m", "openai-chat:fake", cwd=project, env=env).returncode == 0
+    modes = {file.name: stat.S_IMODE(file.stat().st_mode) for file in home.glob("sessions.db*")}
+    assert "sessions.db" in modes and set(modes.values()) == {0o600}, modes
+
+
 def test_a_read_only_data_directory_still_lists_and_shows_sessions(project: Path) -> None:
     runner = unprivileged()
     with runner.workdir() as workdir:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -45,8 +46,9 @@ SECRET_ENV_PATTERNS = (
     "HUGGINGFACE_*",
     "CO_API_KEY",
 )
-"""Variables stripped from the shell tool's environment: every provider's credentials, not just the chosen one's.
-Plain `*_TOKEN` stays (GITHUB_TOKEN for `gh`, say) unless an MCP server's config reads it."""
+"""Variables stripped from the environment of every command run for the agent (`without_secrets`): every provider's
+credentials, not just the chosen one's. Plain `*_TOKEN` stays (GITHUB_TOKEN for `gh`, say) unless an MCP server's
+config reads it."""
 MAX_READ_CHARS = 60_000
 """Characters of complete lines per `read_file`, under `MAX_OUTPUT_CHARS` so the output cap never cuts a read."""
 MAX_OUTPUT_CHARS = 64_000
@@ -79,7 +81,6 @@ def build_pydantic_agent(
         ConfigError: A history processor or condition that cannot be imported or used.
     """
     root = project_root.resolve()
-    secret_variables = [endpoint.api_key_env for endpoint in settings.models.values() if endpoint.api_key_env]
     # The history-processor and MCP code is imported only when configured: a run without either never pays for it.
     user_processing: list[AbstractCapability[Any]] = []
     if history_processors is not None or settings.history.processors or history_processor_condition is not None:
@@ -95,14 +96,10 @@ def build_pydantic_agent(
 
         resolve_history_processing(settings.history)  # a condition without processors: its one-line error
     mcp_servers: list[AbstractCapability[Any]] = []
-    if settings.mcp_servers:
-        from code_puppy.agents.mcp_server import referenced_variables
+    if any(server.enabled for server in settings.mcp_servers.values()):
         from code_puppy.agents.mcp_servers import McpServers
 
-        # Every server's variables are secrets to the shell, a disabled server's too.
-        secret_variables += [name for server in settings.mcp_servers.values() for name in referenced_variables(server)]
-        if any(server.enabled for server in settings.mcp_servers.values()):
-            mcp_servers.append(McpServers(settings.mcp_servers, project_root=root))
+        mcp_servers.append(McpServers(settings.mcp_servers, project_root=root))
     compaction = compaction_strategy(settings.history.compaction)
     return Agent(
         model,
@@ -126,8 +123,7 @@ def build_pydantic_agent(
                 denied_commands=[],
                 default_timeout=MAX_FOREGROUND_WAIT,
                 allow_interactive=True,
-                env=dict(shell_env if shell_env is not None else os.environ),
-                denied_env_patterns=[*SECRET_ENV_PATTERNS, *secret_variables],
+                env=without_secrets(shell_env if shell_env is not None else os.environ, settings),
                 tools=["shell"],
             ),
             ShellOutputs(),
@@ -154,6 +150,25 @@ def build_pydantic_agent(
         retries={"tools": 3},
         defer_model_check=True,
     )
+
+
+def without_secrets(environment: Mapping[str, str], settings: Settings) -> dict[str, str]:
+    """`environment` without the variables no command run for the agent may see: every provider's credentials
+    (`SECRET_ENV_PATTERNS`), the `api_key_env` of each `[models]` entry, and what any MCP server's config reads (a
+    disabled one's too)."""
+    patterns = [
+        *SECRET_ENV_PATTERNS,
+        *(endpoint.api_key_env for endpoint in settings.models.values() if endpoint.api_key_env),
+    ]
+    if settings.mcp_servers:
+        from code_puppy.agents.mcp_server import referenced_variables
+
+        patterns += [name for server in settings.mcp_servers.values() for name in referenced_variables(server)]
+    return {
+        name: value
+        for name, value in environment.items()
+        if not any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+    }
 
 
 def capability(agent: Agent[Any, Any], kind: type[C]) -> C | None:

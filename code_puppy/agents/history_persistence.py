@@ -33,7 +33,6 @@ from pydantic_ai.messages import (
 from pydantic_ai.usage import RunUsage
 
 from code_puppy.agents.deps import deps_of
-from code_puppy.sessions.runs import process_alive
 from code_puppy.sessions.session import Session, SessionNotSaved
 
 
@@ -122,21 +121,24 @@ async def recover_interrupted_turn(session: Session) -> str | None:
     Only journals whose process is gone count: a run in progress elsewhere looks exactly like an interrupted one. A
     journal that continues the session as it is stored becomes its history; one whose session was saved by another
     process after the run began is recovered as a new session instead, so that neither history overwrites the
-    other. Dangling tool calls are repaired as a checkpoint's are.
+    other. Dangling tool calls are repaired as a checkpoint's are. Each journal is claimed first, and the save that
+    recovers it deletes it: a journal is recovered once, or (a process killed in between) again whole, never twice.
+
+    Raises:
+        StoreError: A journal that does not read back.
     """
     journal = session.journal
     if journal is None:
         return None
     notes: list[str] = []
     for interrupted in journal.read(session.id):
-        if process_alive(interrupted.pid, interrupted.pid_started):
+        if not interrupted.orphaned:
             continue
-        run_id = f"recovered-{uuid.uuid4()}"
-        usage = RunUsage()
         own = [message for message in interrupted.messages if message.run_id == interrupted.run_id]
-        for message in own:
-            if isinstance(message, ModelResponse):
-                usage = usage + message.usage
+        usage = RunUsage()
+        for response in own:
+            if isinstance(response, ModelResponse):
+                usage = usage + response.usage
                 usage.requests += 1
         steps = sum(
             1
@@ -146,20 +148,24 @@ async def recover_interrupted_turn(session: Session) -> str | None:
         )
         counted = f"{steps} step{'' if steps == 1 else 's'}"
         record = await session.store.read_record(session.id)
-        if (record.head_id if record is not None else None) == interrupted.base_head:
+        run_id = f"recovered-{uuid.uuid4()}"
+        if (record.revision if record is not None else None) == interrupted.base_revision:
+            if not journal.claim(interrupted, into=session.id):
+                continue  # another process is recovering it
             messages = interrupted.messages if interrupted.snapshot else [*session.messages, *interrupted.messages]
             await session.set_message_history(repair_messages(messages), run_id=run_id, run_usage=usage)
             notes.append(f"recovered an interrupted turn: {counted}")
-        else:
-            base: list[ModelMessage] = []
-            if not interrupted.snapshot and interrupted.base_head is not None:
-                base = [entry.message for entry in await session.store.read_history(interrupted.base_head)]
-            elsewhere = await session.sibling()
-            history = repair_messages([*base, *interrupted.messages])
-            await elsewhere.set_message_history(history, run_id=run_id, run_usage=usage)
-            notes.append(
-                f"session {session.id[:8]} went on in another process after a turn of it was interrupted; "
-                f"that turn ({counted}) was recovered as session {elsewhere.id[:8]}"
-            )
-        journal.discard(interrupted.journal_id)
+            continue
+        elsewhere = await session.sibling()
+        if not journal.claim(interrupted, into=elsewhere.id):
+            continue
+        base: list[ModelMessage] = []
+        if not interrupted.snapshot and interrupted.base_head is not None:
+            base = [entry.message for entry in await session.store.read_history(interrupted.base_head)]
+        history = repair_messages([*base, *interrupted.messages])
+        await elsewhere.set_message_history(history, run_id=run_id, run_usage=usage)
+        notes.append(
+            f"session {session.id[:8]} went on in another process after a turn of it was interrupted; "
+            f"that turn ({counted}) was recovered as session {elsewhere.id[:8]}"
+        )
     return "; ".join(notes) or None

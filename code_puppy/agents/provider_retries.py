@@ -23,7 +23,7 @@ from pydantic_ai.models import Model, ModelRequestContext
 from pydantic_ai.settings import ModelSettings
 
 from code_puppy.config import RunConfig
-from code_puppy.errors import say
+from code_puppy.errors import one_line, say
 
 CONNECT_TIMEOUT = 10.0
 """Seconds to open a connection to the provider."""
@@ -111,4 +111,4 @@ def describe_provider_error(error: ModelAPIError, model: Model) -> str:
         return f"the model sent nothing for {error.timeout:g} s ([run] first_event_timeout)"
     if isinstance(error, ModelConnectionError):
         return f"cannot reach {model.base_url or model.system}: {error.message.rstrip('.')}"
-    return " ".join(str(error).split())
+    return one_line(error)

@@ -52,12 +52,16 @@ class TurnJournal(AbstractCapability[Any]):
         deps = deps_of(ctx)
         if not in_main_run() or deps is None or (journal := deps.session.journal) is None:
             return
-        self._base = list(ctx.messages)
         prompt = ctx.prompt if isinstance(ctx.prompt, str) else None
         try:
-            self._journal = (journal, deps.session.begin_run(journal, ctx.run_id, prompt))
+            journal_id, current = deps.session.begin_run(journal, ctx.run_id, prompt)
         except sqlite3.Error as exc:
             self._report(exc)
+            return
+        self._journal = (journal, journal_id)
+        # On a stale history (another process saved the session since this one loaded it) the journal must hold all
+        # of the run's history, not what follows the stored one: the first step writes it whole.
+        self._base = list(ctx.messages) if current else []
 
     async def after_node_run(
         self, ctx: RunContext[Any], *, node: AgentNode[Any], result: NodeResult[Any]

@@ -7,13 +7,14 @@ starting a new session or resuming one keeps its MCP servers, plugin state and "
 
 from __future__ import annotations
 
+import os
 import threading
 from types import TracebackType
 
 from pydantic_ai import Agent
 from pydantic_ai.models import Model
 
-from code_puppy.agents.builder import build_pydantic_agent, capability
+from code_puppy.agents.builder import build_pydantic_agent, capability, without_secrets
 from code_puppy.agents.deps import RunDeps
 from code_puppy.agents.history_persistence import recover_interrupted_turn
 from code_puppy.agents.permissions import PermissionPolicy
@@ -63,6 +64,11 @@ class Project:
         policy = capability(self.agent, PermissionPolicy)
         assert policy is not None  # build_pydantic_agent always has one
         return policy
+
+    def command_environment(self) -> dict[str, str]:
+        """The environment for a command run on the user's behalf whose output the model gets (`!cmd`): this one
+        without the secrets, as the shell tool's."""
+        return without_secrets(os.environ, self.settings)
 
     def model(self, name: str | None = None) -> Model:
         """The model named `name` (a model string or a `[models]` name), the chosen one by default; made once."""

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import sys
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,28 +41,56 @@ def run_headless(options: RunOptions, headless: HeadlessOptions) -> int:
     """Resolve config, model and session (exit 2 when one is bad, before anything is sent), then run one turn.
 
     With `--output-format json` or `stream-json`, a failure that stops the invocation still ends its output with the
-    result object (`"status": "error"`), before the error propagates to its one line on stderr.
+    result object (`"status": "error"`, the session's id once there is one), before the error propagates to its one
+    line on stderr.
     """
-    started = time.monotonic()
+    output = Output(SINKS[headless.output_format](), time.monotonic())
     try:
-        return asyncio.run(_headless(options, headless, started))
+        return asyncio.run(_headless(options, headless, output))
     except Exception as exc:
         if headless.output_format != "text":
-            message = str(exc) if isinstance(exc, ConfigError) else f"internal error: {one_line(exc, typed=True)}"
-            duration = round((time.monotonic() - started) * 1000)
-            SINKS[headless.output_format]().finish(RunOutcome(None, None, "error", Usage(), duration, message))
+            output.fail(str(exc) if isinstance(exc, ConfigError) else f"internal error: {one_line(exc, typed=True)}")
         raise
 
 
-async def _headless(options: RunOptions, headless: HeadlessOptions, started: float) -> int:
+@dataclass
+class Output:
+    """The invocation's sink, and what its result object needs: the session (once known) and the start time."""
+
+    sink: EventSink
+    started: float
+    session_id: str | None = None
+
+    def start(self, session_id: str) -> None:
+        self.session_id = session_id
+        self.sink.start(session_id)
+
+    def finish(self, status: Status, *, message: str | None, outcome: TurnOutcome | None = None) -> None:
+        usage = outcome.usage if outcome is not None else RunUsage()
+        result = outcome.result if outcome is not None and outcome.error is None else None
+        self.sink.finish(
+            RunOutcome(
+                session_id=self.session_id,
+                output=result.output if result is not None else None,
+                status=status,
+                usage=Usage(usage.input_tokens, usage.output_tokens, usage.requests),
+                duration_ms=round((time.monotonic() - self.started) * 1000),
+                error=message,
+            )
+        )
+
+    def fail(self, message: str) -> None:
+        self.finish("error", message=message)
+
+
+async def _headless(options: RunOptions, headless: HeadlessOptions, output: Output) -> int:
     project = Project(options)
     try:
         session, recovered = await project.open_session()
         if recovered:
             print(f"code-puppy: note: {recovered}", file=sys.stderr)
         deps = RunDeps(session)
-        sink: EventSink = SINKS[headless.output_format]()
-        sink.start(session.id)
+        output.start(session.id)
         if headless.input_format == "stream-json":
             from code_puppy.headless.stdin_messages import read_messages
 
@@ -74,30 +103,7 @@ async def _headless(options: RunOptions, headless: HeadlessOptions, started: flo
             timeout=headless.timeout or project.settings.run.timeout,
             idle_timeout=project.settings.run.idle_timeout,
         )
-        finished: list[TurnOutcome] = []
-
-        async def turn() -> TurnOutcome:
-            # Inside the task the signals cancel: the plugins and the agent (MCP servers, the provider's HTTP
-            # client) start and stop in it, so a signal while they do still ends in a report.
-            async with accepting_steers(RunRegistry(project.store.database), session.id, project.root, deps.steering):
-                await project.start()
-                finished.append(
-                    await run_turn(
-                        project.agent,
-                        deps,
-                        headless.prompt,
-                        sink,
-                        model=project.model(),
-                        limits=limits,
-                        follow_up=held_steers(deps.steering, sink.event),
-                        plugins=project.plugins,
-                    )
-                )
-                deps.steering.close()
-                await project.stop()
-            return finished[0]
-
-        outcome, stopped_by = await _with_signals(turn, finished)
+        outcome, stopped_by = await _with_signals(_turn(project, deps, headless.prompt, output.sink, limits))
     finally:
         await project.close()
     if session.notice:
@@ -106,25 +112,36 @@ async def _headless(options: RunOptions, headless: HeadlessOptions, started: flo
         note = unrun_follow_up_note(outcome.unrun_follow_up, limits.max_continuations)
         print(f"code-puppy: note: {note}", file=sys.stderr)
     status, message = ending(outcome, stopped_by=stopped_by)
-    usage = Usage(outcome.usage.input_tokens, outcome.usage.output_tokens, outcome.usage.requests)
-    sink.finish(
-        RunOutcome(
-            session_id=session.id,
-            output=outcome.result.output if outcome.error is None and outcome.result is not None else None,
-            status=status,
-            usage=usage,
-            duration_ms=round((time.monotonic() - started) * 1000),
-            error=message,
-        )
-    )
+    output.finish(status, message=message, outcome=outcome)
     return EXIT_CODES[status]
 
 
-async def _with_signals(
-    turn: Callable[[], Coroutine[Any, Any, TurnOutcome]], finished: list[TurnOutcome]
-) -> tuple[TurnOutcome, Status | None]:
+async def _turn(project: Project, deps: RunDeps, prompt: str, sink: EventSink, limits: TurnLimits) -> TurnOutcome:
+    """The turn, in the task the signals cancel: the plugins and the agent (MCP servers, the provider's HTTP client)
+    start and stop in it too, so a signal while they do still ends in a report."""
+    registry = RunRegistry(project.store.database)
+    async with accepting_steers(registry, deps.session.id, project.root, deps.steering):
+        await project.start()
+        outcome = await run_turn(
+            project.agent,
+            deps,
+            prompt,
+            sink,
+            model=project.model(),
+            limits=limits,
+            follow_up=held_steers(deps.steering, sink.event),
+            plugins=project.plugins,
+        )
+        deps.steering.close()
+        # The turn is over and saved: a signal while the servers stop ends the process, not the outcome.
+        with contextlib.suppress(asyncio.CancelledError):
+            await project.stop()
+    return outcome
+
+
+async def _with_signals(turn: Coroutine[Any, Any, TurnOutcome]) -> tuple[TurnOutcome, Status | None]:
     """Run the turn as a task that SIGINT and SIGTERM cancel; its outcome and the first signal that came."""
-    task = asyncio.create_task(turn())
+    task = asyncio.create_task(turn)
     stopped_by: list[Status] = []
     loop = asyncio.get_running_loop()
     stops: tuple[tuple[int, Status], ...] = ((signal.SIGINT, "interrupted"), (signal.SIGTERM, "terminated"))
@@ -133,9 +150,8 @@ async def _with_signals(
     try:
         outcome = await task
     except asyncio.CancelledError as exc:
-        # The signal came while plugins or MCP servers were starting or stopping, outside the run: a turn that had
-        # already ended (and been saved) keeps its outcome; otherwise nothing was sent.
-        outcome = finished[0] if finished else TurnOutcome(None, exc, RunUsage(), 0)
+        # The signal came while the plugins or the agent were starting, before any run: nothing was sent.
+        outcome = TurnOutcome(None, exc, RunUsage(), 0)
     finally:
         for signum, _ in stops:
             loop.remove_signal_handler(signum)

@@ -41,6 +41,25 @@ def process_started(pid: int) -> str | None:
     return stat.rsplit(")", 1)[1].split()[19]
 
 
+def this_host() -> str:
+    """Which machine, and which PID namespace on it, this process runs in: a pid means something only there.
+
+    A sessions.db can be shared by containers or machines (a mounted home); a process of another host is never taken
+    for a dead one of ours.
+    """
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        import platform
+
+        return platform.node()
+    return f"{boot}:{namespace}"
+
+
+THIS_HOST = this_host()
+
+
 def process_alive(pid: int, started: str | None) -> bool:
     """Whether process `pid` exists and, where knowable, is the one that started at `started`, not a later one."""
     try:

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
-from code_puppy.errors import StoreError
+from code_puppy.errors import StoreError, one_line
 
 __all__ = ("MIGRATIONS", "Database", "Migration", "delete_conversation", "discard_journal", "migrate", "timestamp")
 
@@ -114,9 +114,11 @@ def m004_journal(db: sqlite3.Connection) -> None:
             id INTEGER PRIMARY KEY,
             session_id TEXT NOT NULL,
             run_id TEXT,
+            base_revision TEXT,
             base_head TEXT,
             snapshot INTEGER NOT NULL DEFAULT 0,
             prompt TEXT,
+            host TEXT NOT NULL,
             pid INTEGER NOT NULL,
             pid_started TEXT,
             started_at TEXT NOT NULL
@@ -237,12 +239,22 @@ def _open(path: Path, *, readonly: bool) -> sqlite3.Connection:
         if not path.exists():
             with contextlib.suppress(OSError):
                 os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))  # SQLite's -wal and -shm copy this mode
+        else:
+            _make_private(path)
     try:
         return _connect(path, readonly=readonly)
     except sqlite3.OperationalError:
         # Only a read-only open lets one through: a database in WAL mode in a directory the user cannot write gets
         # no shared-memory file there, so it is read as it is on disk.
         return _connect(path, readonly=True, immutable=True)
+
+
+def _make_private(path: Path) -> None:
+    """Close a database an older code-puppy (or a loose umask) left readable to others, with its -wal and -shm."""
+    for file in (path, path.with_name(f"{path.name}-wal"), path.with_name(f"{path.name}-shm")):
+        with contextlib.suppress(OSError):  # gone, or not the user's to change: SQLite still opens it as it is
+            if file.stat().st_mode & 0o077:
+                file.chmod(0o600)
 
 
 def _connect(path: Path, *, readonly: bool, immutable: bool = False) -> sqlite3.Connection:
@@ -285,7 +297,7 @@ def store_error(path: Path, exc: BaseException) -> StoreError:
 
 
 def _describe(path: Path, exc: BaseException | None) -> str:
-    reason = " ".join(str(exc).split())[:200] or type(exc).__name__
+    reason = one_line(exc, limit=200) if exc is not None else "unknown error"
     if not isinstance(exc, sqlite3.OperationalError):  # a page or a row that does not read back
         return (
             f"{path} is damaged ({reason}); it was left as it is. `code-puppy sessions repair` moves it aside and "
@@ -326,7 +338,10 @@ def delete_conversation(db: sqlite3.Connection, conversation_id: str) -> bool:
     return deleted
 
 
-def discard_journal(db: sqlite3.Connection, session_id: str, *, pid: int | None = None) -> None:
-    """Delete the journals (sessions/journal.py) of a session that process `pid` (default: every process) wrote,
-    inside the transaction that saves or deletes the session."""
-    db.execute("DELETE FROM journals WHERE session_id = ? AND (? IS NULL OR pid = ?)", (session_id, pid, pid))
+def discard_journal(db: sqlite3.Connection, session_id: str, *, writer: tuple[str, int] | None = None) -> None:
+    """Delete the journals (sessions/journal.py) of a session that the process `writer` (host, pid) wrote, or every
+    process, inside the transaction that saves or deletes the session."""
+    if writer is None:
+        db.execute("DELETE FROM journals WHERE session_id = ?", (session_id,))
+    else:
+        db.execute("DELETE FROM journals WHERE session_id = ? AND host = ? AND pid = ?", (session_id, *writer))

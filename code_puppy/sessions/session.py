@@ -83,15 +83,18 @@ class Session:
         """Where this session's runs journal their steps; None for a session kept only in memory."""
         return Journal(self.store.database) if isinstance(self.store, SqliteConversationStore) else None
 
-    def begin_run(self, journal: Journal, run_id: str | None, prompt: str | None) -> int:
-        """A run of this session starts: it is listed from now on; the id of its journal, begun with `prompt`."""
+    def begin_run(self, journal: Journal, run_id: str | None, prompt: str | None) -> tuple[int, bool]:
+        """A run of this session starts: it is listed from now on. The id of its journal, begun with `prompt`, and
+        whether the stored session is still the one this run continues (`Journal.begin`)."""
         self._create_row()
-        return journal.begin(self.id, run_id, prompt)
+        return journal.begin(self.id, run_id, prompt, revision=self.conversation.revision)
 
     async def sibling(self) -> Session:
-        """A new, empty session of the same project and model, in the same store."""
+        """A new, empty session of the same project and model, in the same store, listed at once."""
         assert isinstance(self.store, SqliteConversationStore) and self.project_dir is not None
-        return await Session.start(self.store, self.project_dir, model=self.model)
+        sibling = await Session.start(self.store, self.project_dir, model=self.model)
+        sibling._create_row()
+        return sibling
 
     @classmethod
     def in_memory(cls) -> Session:
@@ -160,10 +163,10 @@ class Session:
 
     async def _move_to_new_session(self) -> None:
         old_id = self.id
-        if (journal := self.journal) is not None:
-            journal.discard_own(old_id)  # the run ended in this save, which goes on under the new id
-        catalog = self.store.sessions if isinstance(self.store, SqliteConversationStore) else None
         new_id = new_session_id()
+        if (journal := self.journal) is not None:
+            journal.move_own(old_id, new_id)  # the new session's first save, below, ends it with the run
+        catalog = self.store.sessions if isinstance(self.store, SqliteConversationStore) else None
         if catalog is not None:
             catalog.create(self.project_dir or Path.cwd(), model=self.model, session_id=new_id)
         self.conversation = Conversation(

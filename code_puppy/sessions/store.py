@@ -19,6 +19,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
 from code_puppy.paths import data_dir
 
 from .catalog import SessionCatalog, record_save
+from .runs import THIS_HOST
 from .schema import Database, delete_conversation, discard_journal, timestamp
 
 __all__ = ("SqliteConversationStore", "message_adapter", "open_store")
@@ -136,8 +137,9 @@ class SqliteConversationStore(ConversationStore):
                 message_count=depths[record.head_id],
                 new_messages=[entry.message for entry in new_entries],
             )
-            # The run of this process that journaled its steps has ended in this save.
-            discard_journal(db, conversation_id, pid=os.getpid())
+            # The run of this process that journaled its steps has ended in this save (or a journal this process
+            # claimed to recover is now part of it).
+            discard_journal(db, conversation_id, writer=(THIS_HOST, os.getpid()))
 
     async def delete_record(self, conversation_id: str, *, expected_revision: str) -> None:
         with self.database.write() as db:

@@ -24,6 +24,7 @@ from prompt_toolkit.history import FileHistory
 from prompt_toolkit.patch_stdout import patch_stdout
 from prompt_toolkit.styles import Style
 
+from code_puppy.errors import one_line
 from code_puppy.options import RunOptions
 from code_puppy.paths import data_dir
 from code_puppy.ui.commands import CommandRegistry, split_command
@@ -148,7 +149,8 @@ class Chat:
             from code_puppy.errors import ConfigError
 
             self._exit_code = 2 if isinstance(error, ConfigError) else 1
-            what = str(error) if isinstance(error, ConfigError) else f"internal error: {type(error).__name__}: {error}"
+            internal = f"internal error: {one_line(error, typed=True)}"
+            what = one_line(error) if isinstance(error, ConfigError) else internal
             self.screen.write(f"code-puppy: error: {what}\n")
             self.quit()
             return
@@ -214,7 +216,7 @@ class Chat:
         try:
             result = command.handler(args)
         except Exception as error:  # a plugin's command: its failure is one line, as an async command's is
-            self.screen.print(f"✗ {type(error).__name__}: {error}")
+            self.screen.print(f"✗ {one_line(error, typed=True)}")
             return False
         if isinstance(result, Coroutine):
             coroutine: Coroutine[Any, Any, object] = result  # pyright: ignore[reportUnknownVariableType]
@@ -322,7 +324,7 @@ class Chat:
         if job.cancelled():
             self.screen.print("⏹ cancelled")
         elif (error := job.exception()) is not None:
-            self.screen.print(f"✗ {type(error).__name__}: {error}")
+            self.screen.print(f"✗ {one_line(error, typed=True)}")
         else:
             went_on = job.result()
         self._live = Live()

@@ -67,7 +67,9 @@ async def shell_job(chat: ChatControl, command: str) -> bool:
     if not command:
         chat.screen.print("usage: !COMMAND")
         return True
-    done = await run_shell(command, cwd=chat.project_root, timeout=None, merge_stderr=True)
+    # Its output goes to the model and the session: the provider keys stay out of it, as out of the shell tool's.
+    environment = (await chat.ready()).project.command_environment()
+    done = await run_shell(command, cwd=chat.project_root, timeout=None, merge_stderr=True, env=environment)
     output = done.stdout.rstrip()
     chat.screen.print(
         Text(f"$ {command}", style="bold"), output or "(no output)", Text(f"exit {done.returncode}", style="dim")

@@ -244,6 +244,19 @@ def test_shell_escape_multiline_input_and_per_project_history(
     assert "+first line\n+second line\n+third line\n" in history.read_text()
 
 
+def test_a_shell_escape_runs_without_provider_keys(server: FakeLLMServer, project: Path) -> None:
+    """`!cmd` gets the same scrubbed environment as the agent's shell tool: a provider key never reaches it."""
+    chat = PtyChat(project, env={"OPENAI_API_KEY": "sk-bang-canary", "HARMLESS_MARKER": "kept"})
+    try:
+        chat.wait_for("session ")
+        chat.type("!echo key=${OPENAI_API_KEY:-absent} marker=$HARMLESS_MARKER\r")
+        chat.wait_for("exit 0")
+        assert "key=absent marker=kept" in chat.text
+        assert "sk-bang-canary" not in chat.text
+    finally:
+        chat.close()
+
+
 def test_ctrl_c_during_a_shell_escape_ends_everything_it_started(
     server: FakeLLMServer, chat: PtyChat, project: Path
 ) -> None:

@@ -1,0 +1,146 @@
+"""Recovering what a dead process journaled (issue 10.2): once, never twice, never onto a history it did not see."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
+
+from code_puppy.agents.history_persistence import recover_interrupted_turn
+from code_puppy.sessions.session import Session
+from code_puppy.sessions.store import SqliteConversationStore
+from tests.conftest import stored_info
+
+DEAD_WRITER = """
+import asyncio, sys
+from pathlib import Path
+from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
+from code_puppy.sessions.session import Session
+from code_puppy.sessions.store import SqliteConversationStore
+
+async def main():
+    with SqliteConversationStore(Path(sys.argv[1])) as store:
+        (info,) = store.sessions.find(sys.argv[2])
+        session = await Session.resume(store, info, model="test")
+        if len(sys.argv) > 3:  # another process saves the session after this one loaded it
+            other = await Session.resume(store, info, model="test")
+            await other.set_message_history([*other.messages, *turn("saved elsewhere")])
+        journal = session.journal
+        journal_id, current = session.begin_run(journal, "r-dead", "interrupted question")
+        history = [*session.messages] if not current else []
+        history += [ModelRequest(parts=[UserPromptPart("interrupted question")], run_id="r-dead"),
+                    ModelResponse(parts=[TextPart("half an answer")], run_id="r-dead")]
+        journal.append(journal_id, history)
+        print("current" if current else "stale")
+
+def turn(text):
+    return [ModelRequest(parts=[UserPromptPart(text)]), ModelResponse(parts=[TextPart(text + " answered")])]
+
+asyncio.run(main())
+"""
+"""Journals a turn of a session the way a run does, then exits without saving: a process that died mid-turn."""
+
+
+def turn(text: str) -> list[ModelMessage]:
+    return [ModelRequest(parts=[UserPromptPart(text)]), ModelResponse(parts=[TextPart(f"{text} answered")])]
+
+
+def texts(messages: list[ModelMessage]) -> list[str]:
+    return [str(part.content) for message in messages for part in message.parts if hasattr(part, "content")]
+
+
+async def seeded(store: SqliteConversationStore, project: Path) -> Session:
+    session = await Session.start(store, project, model="test")
+    await session.set_message_history(turn("first"))
+    return session
+
+
+def die_journaling(db_path: Path, session_id: str, *, stale: bool = False) -> str:
+    completed = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(DEAD_WRITER), str(db_path), session_id, *(["stale"] if stale else [])],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return completed.stdout.strip()
+
+
+async def test_a_journal_is_recovered_once_by_one_of_two_sessions(
+    store: SqliteConversationStore, db_path: Path, project: Path
+) -> None:
+    session = await seeded(store, project)
+    assert die_journaling(db_path, session.id) == "current"
+    info = stored_info(store, session.id)
+    assert info is not None
+    first, second = [await Session.resume(store, info, model="test") for _ in range(2)]
+    assert await recover_interrupted_turn(first) == "recovered an interrupted turn: 2 steps"
+    assert await recover_interrupted_turn(second) is None  # claimed and deleted with the save that recovered it
+    assert await recover_interrupted_turn(first) is None
+    assert texts(first.messages) == ["first", "first answered", "interrupted question", "half an answer"]
+    assert [s.id for s in store.sessions.recent(project)] == [session.id]  # no second copy anywhere
+
+
+async def test_a_claimed_journal_whose_recovery_died_is_recovered_again_whole(
+    store: SqliteConversationStore, db_path: Path, project: Path
+) -> None:
+    session = await seeded(store, project)
+    die_journaling(db_path, session.id)
+    claimer = textwrap.dedent(
+        """
+        import sys
+        from pathlib import Path
+        from code_puppy.sessions.journal import Journal
+        from code_puppy.sessions.schema import Database
+        journal = Journal(Database(Path(sys.argv[1])))
+        (turn,) = journal.read(sys.argv[2])
+        assert journal.claim(turn, into=sys.argv[2])
+        """
+    )  # claims, then dies before its save: the journal is now a dead process's again
+    subprocess.run([sys.executable, "-c", claimer, str(db_path), session.id], check=True)
+    info = stored_info(store, session.id)
+    assert info is not None
+    resumed = await Session.resume(store, info, model="test")
+    assert await recover_interrupted_turn(resumed) == "recovered an interrupted turn: 2 steps"
+    assert texts(resumed.messages)[-2:] == ["interrupted question", "half an answer"]
+
+
+async def test_a_run_that_began_on_a_stale_history_is_recovered_as_its_own_session(
+    store: SqliteConversationStore, db_path: Path, project: Path
+) -> None:
+    session = await seeded(store, project)
+    assert die_journaling(db_path, session.id, stale=True) == "stale"
+    info = stored_info(store, session.id)
+    assert info is not None
+    resumed = await Session.resume(store, info, model="test")
+    note = await recover_interrupted_turn(resumed)
+    assert note is not None and "went on in another process" in note
+    assert texts(resumed.messages) == ["first", "first answered", "saved elsewhere", "saved elsewhere answered"]
+    (sibling,) = [s for s in store.sessions.recent(project) if s.id != session.id]
+    loaded = await store.load(sibling.id)
+    assert loaded is not None
+    # The interrupted turn with the history it saw, not spliced onto the one saved elsewhere.
+    assert texts(loaded.messages) == ["first", "first answered", "interrupted question", "half an answer"]
+
+
+@pytest.mark.parametrize("damage", ["UPDATE journal_entries SET message = '{not json'", "DELETE FROM journal_entries"])
+async def test_a_journal_that_does_not_read_back_is_a_store_error_naming_the_file(
+    store: SqliteConversationStore, db_path: Path, project: Path, damage: str
+) -> None:
+    from code_puppy.errors import StoreError
+
+    session = await seeded(store, project)
+    die_journaling(db_path, session.id)
+    with store.database.write() as db:
+        db.execute(damage)
+    info = stored_info(store, session.id)
+    assert info is not None
+    resumed = await Session.resume(store, info, model="test")
+    if damage.startswith("DELETE"):  # no rows left: only the prompt the header keeps
+        assert await recover_interrupted_turn(resumed) == "recovered an interrupted turn: 1 step"
+        return
+    with pytest.raises(StoreError, match=f"^{db_path} is damaged"):
+        await recover_interrupted_turn(resumed)
