@@ -26,7 +26,7 @@ from code_puppy.paths import data_dir as data_dir
 from code_puppy.paths import find_project_root as find_project_root
 from code_puppy.trust import PROJECT_CONFIG, ProjectTrust, project_trust
 
-PermissionMode = Literal["ask", "accept-edits", "yolo", "read-only"]
+PermissionMode = Literal["ask", "accept-edits", "auto", "yolo", "read-only"]
 CompactionKind = Literal["tiered", "summarize", "sliding", "off"]
 
 
@@ -52,7 +52,7 @@ class ModelEndpoint(_Section):
 
 class PermissionsConfig(_Section):
     mode: PermissionMode = "ask"
-    """ask | accept-edits | yolo | read-only (DESIGN §3 "Permissions")."""
+    """ask | accept-edits | auto | yolo | read-only (DESIGN §3 "Permissions"; auto runs commands in the sandbox)."""
     allow: tuple[str, ...] = ()
     """Shell commands that run without asking; `*` at the end matches any arguments."""
 

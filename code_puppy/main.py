@@ -126,7 +126,7 @@ def ensure_own_scripts_on_path() -> None:
 )
 @click.option(
     "--permission-mode",
-    type=click.Choice(["ask", "accept-edits", "yolo", "read-only"]),
+    type=click.Choice(["ask", "accept-edits", "auto", "yolo", "read-only"]),
     help="What tools may do without asking (default from config: ask).",
 )
 @click.option("--allow", "allow", multiple=True, metavar="PATTERN", help="Allow a shell command pattern (repeatable).")

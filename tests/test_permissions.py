@@ -54,6 +54,13 @@ def test_allow_list_matches_every_segment(command: str, allowed: bool) -> None:
         ("accept-edits", "write_file", {"path": "/etc/passwd"}, "deny"),
         ("accept-edits", "shell", {"command": "make"}, "deny"),
         ("accept-edits", "shell", {"command": "pytest -x"}, "allow"),
+        ("auto", "edit_file", {"path": "src/a.py"}, "allow"),
+        ("auto", "edit_file", {"path": "../outside.py"}, "deny"),
+        ("auto", "write_file", {"path": ".code-puppy/config.toml"}, "ask"),
+        ("auto", "shell", {"command": "make"}, "allow"),
+        ("auto", "shell", {"command": "rm -rf build && curl x | sh"}, "allow"),
+        ("auto", "run_command", {"command": "make"}, "deny"),  # not offered, and never unsandboxed
+        ("auto", "some_plugin_tool", {}, "deny"),
         ("yolo", "shell", {"command": "rm -rf build"}, "allow"),
         ("yolo", "write_file", {"path": "../x"}, "deny"),
         ("read-only", "write_file", {"path": "a"}, "deny"),

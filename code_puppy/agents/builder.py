@@ -25,11 +25,13 @@ from code_puppy.agents.instructions import build_instructions
 from code_puppy.agents.permissions import PermissionPolicy
 from code_puppy.agents.project_files import ProjectFileSystem
 from code_puppy.agents.provider_retries import ProviderRetries
+from code_puppy.agents.sandboxed_shell import SandboxedShell
 from code_puppy.agents.shell_outputs import ShellOutputs
 from code_puppy.agents.steering import Steering
 from code_puppy.agents.turn_journal import TurnJournal
 from code_puppy.config import PermissionMode, Settings
 from code_puppy.plugins.host import PluginHost
+from code_puppy.sandbox import ProjectSandbox
 
 FILE_TOOLS = ("read_file", "write_file", "edit_file", "create_directory", "list_files", "grep")
 """The harness file tools offered; `create_directory` is included because `write_file` needs an existing parent."""
@@ -68,6 +70,7 @@ def build_pydantic_agent(
     history_processors: Sequence[Callable[..., Any]] | None = None,
     history_processor_condition: Callable[..., Any] | None = None,
     plugins: PluginHost | None = None,
+    sandbox: ProjectSandbox | None = None,
 ) -> Agent[RunDeps, str]:
     """Assemble the agent of a project: one capabilities list, outermost first; built once per process and project.
 
@@ -76,6 +79,7 @@ def build_pydantic_agent(
     extend the config's `[permissions]`; `shell_env` is the environment the shell tool starts commands with (secrets
     are stripped from it either way). `history_processors` and `history_processor_condition`, when given, replace
     `[history] processors` and `processor_condition`; `plugins` adds the plugins' tool hooks and capabilities.
+    `sandbox` is where `auto` mode runs the shell tool's commands (default: one made from `[sandbox]` when needed).
 
     Raises:
         ConfigError: A history processor or condition that cannot be imported or used.
@@ -101,6 +105,12 @@ def build_pydantic_agent(
 
         mcp_servers.append(McpServers(settings.mcp_servers, project_root=root))
     compaction = compaction_strategy(settings.history.compaction)
+    policy = PermissionPolicy(
+        root,
+        mode=permission_mode or settings.permissions.mode,
+        allow=(*settings.permissions.allow, *allow),
+        pre_tool_call=plugins.pre_tool_call if plugins is not None else None,
+    )
     return Agent(
         model,
         deps_type=RunDeps,
@@ -109,12 +119,9 @@ def build_pydantic_agent(
             LocalWorkspace(root),
             ProviderRetries(settings.run),
             Steering(),
-            PermissionPolicy(
-                root,
-                mode=permission_mode or settings.permissions.mode,
-                allow=(*settings.permissions.allow, *allow),
-                pre_tool_call=plugins.pre_tool_call if plugins is not None else None,
-            ),
+            policy,
+            # Inside the policy: only the calls it let through are wrapped, after it decided on the command as written.
+            SandboxedShell(policy, sandbox or ProjectSandbox(settings.sandbox, root)),
             # Outside the output limits, so plugins' post_tool_call gets the result the model gets.
             *([plugins.post_tool_call_hook()] if plugins is not None else []),
             ProjectFileSystem(root_dir=root, content_hashes=False, max_read_chars=MAX_READ_CHARS, tools=FILE_TOOLS),

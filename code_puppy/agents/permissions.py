@@ -92,7 +92,8 @@ class PermissionPolicy(AbstractCapability[Any]):
     """File tools never touch paths outside it."""
     _: KW_ONLY
     mode: PermissionMode = "ask"
-    """ask | accept-edits | yolo | read-only; switch it on the live object to change the mode mid-session."""
+    """ask | accept-edits | auto | yolo | read-only; switch it on the live object to change the mode mid-session.
+    `auto` is accept-edits whose shell commands all run, inside the sandbox (`SandboxedShell`)."""
     allow: Sequence[str] = ()
     """Shell commands that run without asking (every segment of a compound command must match), and MCP tools
     named `mcp__SERVER__TOOL` or `mcp__SERVER` (all of a server's tools)."""
@@ -116,6 +117,12 @@ class PermissionPolicy(AbstractCapability[Any]):
             return "Permission mode: read-only. You can read and search files but not change anything or run commands."
         if self.mode == "yolo":
             return "Permission mode: yolo. File changes and commands run without asking."
+        if self.mode == "auto":
+            return (
+                "Permission mode: auto. File changes inside the project run, except to files that configure "
+                "code-puppy or other agents (.code-puppy/, .claude/, .agents/, .mcp.json, .git/hooks, .git/config), "
+                "which need the user's approval; every shell command runs without asking, inside a sandbox."
+            )
         if self.mode == "accept-edits":
             return (
                 "Permission mode: accept-edits. File changes inside the project run, except to files that configure "
@@ -186,9 +193,9 @@ class PermissionPolicy(AbstractCapability[Any]):
                 return "deny", f"`{tool_name}` is not available in read-only mode."
             if self.mode == "yolo" or mcp_allowed(mcp_permission, self.allow):
                 return "allow", ""
-            if self.mode == "accept-edits":
+            if self.mode in ("accept-edits", "auto"):
                 return "deny", (
-                    f"`{tool_name}` is an MCP tool that is not allow-listed ({mcp_permission}), and accept-edits mode "
+                    f"`{tool_name}` is an MCP tool that is not allow-listed ({mcp_permission}), and {self.mode} mode "
                     "only allows file edits. Do not retry it."
                 )
             return "ask", ""
@@ -206,6 +213,8 @@ class PermissionPolicy(AbstractCapability[Any]):
                 "user's approval in every permission mode but yolo, and this run is non-interactive: it was denied. "
                 "Do not retry it; say what you would change, so the user can make the change."
             )
+        if self.mode == "auto" and tool_name == "shell":
+            return "allow", ""  # inside the sandbox
         if tool_name in SHELL_TOOL_NAMES:
             command = str(args.get("command", ""))
             if allowed_by_list(command, self.allow):
@@ -217,24 +226,24 @@ class PermissionPolicy(AbstractCapability[Any]):
                     f"`{command}` matches the shell allow-list, but {risk}, and an allow-list entry covers a command "
                     "only without such options."
                 )
-                if self.mode == "accept-edits":
+                if self.mode in ("accept-edits", "auto"):
                     return "deny", f"{refused} Do not retry it."
                 return "ask", (
                     f"{refused} It needs the user's approval and this run is non-interactive, so it was denied. "
                     "Do not retry it; say what you would have run."
                 )
-            if self.mode == "accept-edits":
+            if self.mode in ("accept-edits", "auto"):
                 return "deny", (
-                    f"`{args.get('command')}` is not on the shell allow-list, and accept-edits mode only runs "
+                    f"`{args.get('command')}` is not on the shell allow-list, and {self.mode} mode only runs "
                     "allow-listed commands. Do not retry it."
                 )
             return "ask", ""
-        if tool_name in EDIT_TOOL_NAMES and self.mode == "accept-edits":
+        if tool_name in EDIT_TOOL_NAMES and self.mode in ("accept-edits", "auto"):
             return "allow", ""
-        if self.mode == "accept-edits":
+        if self.mode in ("accept-edits", "auto"):
             return (
                 "deny",
-                f"`{tool_name}` is not a file edit, and accept-edits mode only allows edits. Do not retry it.",
+                f"`{tool_name}` is not a file edit, and {self.mode} mode only allows edits. Do not retry it.",
             )
         return "ask", ""
 

@@ -18,12 +18,15 @@ from code_puppy.agents.builder import build_pydantic_agent, capability, without_
 from code_puppy.agents.deps import RunDeps
 from code_puppy.agents.history_persistence import recover_interrupted_turn
 from code_puppy.agents.permissions import PermissionPolicy
+from code_puppy.agents.sandboxed_shell import SandboxedShell
 from code_puppy.config import Settings, load_settings
+from code_puppy.errors import ConfigError
 from code_puppy.models import choose_model_name, resolve_model
 from code_puppy.options import RunOptions
 from code_puppy.plugins import RegisterCommand
 from code_puppy.plugins.discovery import load_plugins
 from code_puppy.plugins.host import PluginHost
+from code_puppy.sandbox import ProjectSandbox, SandboxUnavailable
 from code_puppy.sessions.session import Session, open_session
 from code_puppy.sessions.store import build_serializers, open_store
 
@@ -49,6 +52,9 @@ class Project:
             if options.no_plugins
             else load_plugins(self.settings, self.root, debug=options.debug)
         )
+        self.sandbox = ProjectSandbox(self.settings.sandbox, self.root)
+        if (options.permission_mode or self.settings.permissions.mode) == "auto":
+            self.sandbox_for_auto()  # refused before anything runs
         self.store = open_store()
         self._agent: Agent[RunDeps, str] | None = None
         self._stopped = False
@@ -64,6 +70,20 @@ class Project:
         policy = capability(self.agent, PermissionPolicy)
         assert policy is not None  # build_pydantic_agent always has one
         return policy
+
+    def sandbox_for_auto(self) -> None:
+        """Make sure `auto` mode has its sandbox.
+
+        Raises:
+            ConfigError: There is none here, in one line saying why and what to do instead.
+        """
+        try:
+            self.sandbox.get()
+        except SandboxUnavailable as exc:
+            raise ConfigError(
+                f"permission mode auto needs the sandbox, and {exc}; use another mode (accept-edits, ask), or see "
+                "`code-puppy sandbox check`"
+            ) from None
 
     def command_environment(self) -> dict[str, str]:
         """The environment for a command run on the user's behalf whose output the model gets (`!cmd`): this one
@@ -100,6 +120,7 @@ class Project:
             permission_mode=self.options.permission_mode,
             allow=self.options.allow,
             plugins=self.plugins,
+            sandbox=self.sandbox,
         )
         # Built while the first model request is out, rather than when its answer is first journaled. Not a daemon:
         # an exit waits for it (a tenth of a second at most) instead of tearing the interpreter down under it.
@@ -114,7 +135,13 @@ class Project:
         try:
             await self._agent.__aexit__(None, None, None)
         finally:
-            await self.plugins.shutdown()
+            try:
+                await self.plugins.shutdown()
+            finally:
+                # Nothing the agent's commands started outlives the chat or the headless invocation.
+                if (shell := capability(self._agent, SandboxedShell)) is not None:
+                    shell.end_commands()
+                self.sandbox.close()
 
     async def close(self) -> None:
         """`stop`, then close the sessions store."""

@@ -7,10 +7,12 @@ unless configured, and sees only its own processes. Only the command is confined
 
 from __future__ import annotations
 
+import atexit
 import os
 import shlex
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,12 +64,16 @@ class Sandbox:
     """The host directory that is the sandbox's /tmp."""
     network: bool
 
-    def argv(self, command: Sequence[str], *, cwd: Path) -> list[str]:
-        """bwrap's command line running `command` in the sandbox, in `cwd`."""
+    def argv(self, command: Sequence[str], *, cwd: Path, also_readable: Sequence[Path] = ()) -> list[str]:
+        """bwrap's command line running `command` in the sandbox, in `cwd`; `also_readable` are host paths under
+        /tmp (the outputs of earlier commands) to show, read-only, in the sandbox's own /tmp."""
         argv = [str(self.bwrap), "--die-with-parent", "--new-session", "--unshare-all"]
         if self.network:
             argv.append("--share-net")
         argv += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--bind", str(self.tmp), "/tmp"]
+        for path in also_readable:
+            if path.exists():
+                argv += ["--ro-bind", str(path), str(path)]
         for path in self.writable:
             argv += ["--bind", str(path), str(path)]
         for path in self.read_only:
@@ -79,9 +85,39 @@ class Sandbox:
                 argv += ["--ro-bind", "/dev/null", str(path)]
         return [*argv, "--chdir", str(cwd), "--", *command]
 
-    def wrap(self, command: str, *, cwd: Path) -> str:
+    def wrap(self, command: str, *, cwd: Path, also_readable: Sequence[Path] = ()) -> str:
         """A shell command line running the shell command `command` in the sandbox."""
-        return shlex.join(self.argv(["/bin/sh", "-c", command], cwd=cwd))
+        return shlex.join(self.argv(["/bin/sh", "-c", command], cwd=cwd, also_readable=also_readable))
+
+
+class ProjectSandbox:
+    """A project's sandbox as this process uses it: made and probed on first use, with one private /tmp for all its
+    commands (so a file a command leaves in /tmp is there for the next), removed by `close` or at exit."""
+
+    def __init__(self, config: SandboxConfig, project_root: Path) -> None:
+        self.config = config
+        self.project_root = project_root
+        self._sandbox: Sandbox | None = None
+
+    def get(self) -> Sandbox:
+        """The sandbox.
+
+        Raises:
+            SandboxUnavailable: None can be made here.
+        """
+        if self._sandbox is None:
+            tmp = Path(tempfile.mkdtemp(prefix="code-puppy-sandbox-"))
+            try:
+                self._sandbox = build_sandbox(self.config, self.project_root, tmp=tmp)
+            except BaseException:
+                tmp.rmdir()
+                raise
+            atexit.register(shutil.rmtree, tmp, ignore_errors=True)
+        return self._sandbox
+
+    def close(self) -> None:
+        if self._sandbox is not None:
+            shutil.rmtree(self._sandbox.tmp, ignore_errors=True)
 
 
 def find_bwrap(config: SandboxConfig) -> Path:

@@ -103,6 +103,13 @@ class Builtins:
         if args:
             if args not in modes:
                 return f"unknown mode '{args}'; one of {', '.join(modes)}"
+            if args == "auto":
+                from code_puppy.errors import ConfigError
+
+                try:
+                    runtime.project.sandbox_for_auto()
+                except ConfigError as exc:
+                    return str(exc)
             policy.mode = args  # type: ignore[assignment]  # checked against the literal above
         allowed = ", ".join(sorted(policy.session_allowed)) or "nothing yet"
         return f"permission mode: {policy.mode} ({' | '.join(modes)}); allowed for this session: {allowed}"

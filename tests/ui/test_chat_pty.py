@@ -338,3 +338,32 @@ def test_session_model_usage_and_permission_commands(server: FakeLLMServer, chat
     chat.wait_turn("Two.")
     assert user_messages(server.requests[1].body) == ["first question", "second question"]
     assert " · yolo   /help" in chat.text  # the mode survives a new session and a model switch
+
+
+def test_permissions_auto_sandboxes_the_next_commands(server: FakeLLMServer, chat: PtyChat, project: Path) -> None:
+    server.script(
+        tool_calls(call("shell", {"command": "touch made.txt && touch /etc/code-puppy-pty-test"})), text("Tried.")
+    )
+    chat.type("/permissions auto\r")
+    chat.wait_for("permission mode: auto")
+    chat.type("make two files\r")  # no question: auto runs every command, in the sandbox
+    chat.wait_turn("Tried.")
+    (result,) = [m["content"] for m in server.requests[1].body["messages"] if m["role"] == "tool"]
+    assert "Read-only file system" in result
+    assert (project / "made.txt").exists() and not Path("/etc/code-puppy-pty-test").exists()
+
+
+def test_permissions_auto_without_a_sandbox_keeps_the_mode(
+    server: FakeLLMServer, code_puppy_home: Path, project: Path
+) -> None:
+    with (code_puppy_home / "config.toml").open("a") as config:
+        config.write('[sandbox]\nbwrap = "/nonexistent/bwrap"\n')
+    chat = PtyChat(project)
+    try:
+        chat.wait_for("session ")
+        chat.type("/permissions auto\r")
+        chat.wait_for("permission mode auto needs the sandbox, and no bwrap program at /nonexistent/bwrap")
+        chat.type("/permissions\r")
+        chat.wait_for("permission mode: ask")
+    finally:
+        chat.close()

@@ -1,0 +1,128 @@
+"""`--permission-mode auto` end to end (issue 12): headless runs against the fake server where the model's shell
+commands run in the real bwrap sandbox; the same commands in `yolo` run unconfined. No skips."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+from tests.fake_llm import FakeLLMServer, call, text, tool_calls
+from tests.test_mcp import tool_results
+
+CANARY = "sk-auto-mode-canary"
+
+
+@pytest.fixture
+def place() -> Iterator[Path]:
+    """A folder outside /tmp (the sandbox's /tmp is its own) holding the project, a home, and room to escape to."""
+    directory = Path(tempfile.mkdtemp(prefix="code-puppy-test-", dir="/var/tmp"))
+    (directory / "project").mkdir()
+    subprocess.run(["git", "init", "-q", str(directory / "project")], check=True)
+    (directory / "home").mkdir()
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def commands(server: FakeLLMServer) -> list[str]:
+    """The commands the model runs, one shell call each."""
+    port = server.server_port
+    script = f"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=3); print('connected')"
+    connect = f'{sys.executable} -c "{script}"'
+    return [
+        "touch inside.txt && echo created",
+        "touch ../outside.txt && echo escaped",
+        'touch "$HOME/at-home.txt" && echo escaped',
+        connect,
+        "env",
+        "echo '[permissions]' >> .code-puppy/config.toml && echo loosened",
+    ]
+
+
+def run(server: FakeLLMServer, place: Path, mode: str) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    project = place / "project"
+    (project / ".code-puppy").mkdir(exist_ok=True)
+    (project / ".code-puppy" / "config.toml").write_text('model = "fake"\n')
+    server.script(tool_calls(*(call("shell", {"command": command}) for command in commands(server))), text("done"))
+    env = {"HOME": str(place / "home"), "OPENAI_API_KEY": CANARY}
+    completed = run_cli("-p", "try everything", "--permission-mode", mode, cwd=project, env=env)
+    return completed, tool_results(server.requests[1].body)
+
+
+def test_auto_runs_every_command_without_asking_but_confined(server: FakeLLMServer, place: Path) -> None:
+    completed, (inside, outside, home, network, env, config) = run(server, place, "auto")
+    assert (completed.returncode, completed.stdout) == (0, "done\n"), completed.stderr
+    assert "created" in inside and (place / "project" / "inside.txt").exists()
+    assert "Read-only file system" in outside and not (place / "outside.txt").exists()
+    assert "Read-only file system" in home and not (place / "home" / "at-home.txt").exists()
+    assert "ConnectionRefusedError" in network or "Network is unreachable" in network, network
+    assert "connected" not in network
+    assert CANARY not in env and f"HOME={place / 'home'}" in env
+    assert "Read-only file system" in config
+    assert (place / "project" / ".code-puppy" / "config.toml").read_text() == 'model = "fake"\n'
+    instructions = " ".join(str(m["content"]) for m in server.requests[0].body["messages"] if m["role"] == "system")
+    assert "Permission mode: auto" in instructions and "There is no network" in instructions
+
+
+def test_yolo_runs_the_same_commands_unconfined(server: FakeLLMServer, place: Path) -> None:
+    completed, (inside, outside, home, network, env, config) = run(server, place, "yolo")
+    assert completed.returncode == 0, completed.stderr
+    assert "created" in inside
+    assert "escaped" in outside and (place / "outside.txt").exists()
+    assert "escaped" in home and (place / "home" / "at-home.txt").exists()
+    assert "connected" in network
+    assert CANARY not in env  # secrets are stripped in every mode
+    assert "loosened" in config
+
+
+def test_nothing_a_command_started_outlives_the_run(server: FakeLLMServer, place: Path) -> None:
+    tag = f"{os.getpid() % 1000 + 1000}.417"  # a sleep no other process runs
+    for mode in ("auto", "yolo"):
+        server.script(
+            tool_calls(
+                call("shell", {"command": f"sleep {tag}", "mode": "background"}),
+                call("shell", {"command": f"sleep {tag} & echo started"}),
+            ),
+            text("done"),
+        )
+        completed = run_cli("-p", "start things", "--permission-mode", mode, cwd=place / "project")
+        assert completed.returncode == 0, completed.stderr
+        results = tool_results(server.requests[-1].body)
+        assert "PID:" in results[0] and "started" in results[1], results
+        assert sleeping(tag) == [], mode
+
+
+def sleeping(tag: str) -> list[int]:
+    """Processes running `sleep TAG`."""
+    found: list[int] = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and (entry / "cmdline").read_bytes().split(b"\0")[:2] == [b"sleep", tag.encode()]:
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def test_auto_without_a_sandbox_is_refused_in_one_line(
+    server: FakeLLMServer, code_puppy_home: Path, place: Path
+) -> None:
+    with (code_puppy_home / "config.toml").open("a") as config:
+        config.write('[sandbox]\nbwrap = "/nonexistent/bwrap"\n')
+    completed = run_cli("-p", "hi", "--permission-mode", "auto", cwd=place / "project")
+    assert completed.returncode == 2
+    assert completed.stderr == (
+        "code-puppy: error: permission mode auto needs the sandbox, and no bwrap program at /nonexistent/bwrap "
+        "([sandbox] bwrap); use another mode (accept-edits, ask), or see `code-puppy sandbox check`\n"
+    )
+    assert server.requests == []
+    server.script(text("fine"))
+    other = run_cli("-p", "hi", "--permission-mode", "accept-edits", cwd=place / "project")
+    assert (other.returncode, other.stdout) == (0, "fine\n"), other.stderr  # other modes keep working
