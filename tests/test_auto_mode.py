@@ -126,3 +126,16 @@ def test_auto_without_a_sandbox_is_refused_in_one_line(
     server.script(text("fine"))
     other = run_cli("-p", "hi", "--permission-mode", "accept-edits", cwd=place / "project")
     assert (other.returncode, other.stdout) == (0, "fine\n"), other.stderr  # other modes keep working
+
+
+def test_a_delegated_run_gets_the_same_sandbox(server: FakeLLMServer, place: Path) -> None:
+    server.script(
+        tool_calls(call("delegate_task", {"agent_name": "self", "task": "escape"})),
+        tool_calls(call("shell", {"command": "touch ../from-delegate.txt"})),  # the delegate's first request
+        text("the delegate tried"),
+        text("done"),
+    )
+    completed = run_cli("-p", "delegate it", "--permission-mode", "auto", cwd=place / "project")
+    assert (completed.returncode, completed.stdout) == (0, "done\n"), completed.stderr
+    (result,) = tool_results(server.requests[2].body)
+    assert "Read-only file system" in result and not (place / "from-delegate.txt").exists()

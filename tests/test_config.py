@@ -59,7 +59,10 @@ def test_project_overrides_user_key_by_key_with_tables_merged(code_puppy_home: P
     [
         ("model = [1", "invalid TOML"),
         ("modle = 'x'\n", "unknown key 'modle'"),
-        ("[permissions]\nmode = 'sometimes'\n", "'permissions.mode': input should be 'ask', 'accept-edits', 'yolo'"),
+        (
+            "[permissions]\nmode = 'sometimes'\n",
+            "'permissions.mode': input should be 'ask', 'accept-edits', 'auto', 'yolo'",
+        ),
         ("[plugins]\nmax_continuations = 'many'\n", "'plugins.max_continuations': input should be a valid integer"),
         ("[models.local]\nbase_url = 'http://x'\n", "missing key 'models.local.name'"),
     ],
