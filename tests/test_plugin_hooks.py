@@ -413,3 +413,24 @@ async def test_a_plugin_raising_in_every_hook_is_reported_once_and_others_still_
     # Its raising pre_tool_call blocks the call (fail closed), so no later pre_tool_call and no post_tool_call.
     assert module(host, "names").CALLED == ["user_prompt_submit", "agent_run_start", "agent_run_end", "turn_end"]
     assert [outcome for _, outcome, _ in tool_returns(session.messages)] == ["denied"]
+
+
+async def test_post_tool_call_sees_the_command_as_written_in_auto_mode(code_puppy_home: Path, project: Path) -> None:
+    plugin(code_puppy_home, "commands", COMMANDS)
+    shell = ToolCallPart("shell", {"command": "touch /etc/code-puppy-hook-test"}, tool_call_id="s1")
+    outcome, host, _, _ = await turn(project, [shell], "done", mode="auto")
+    assert outcome.error is None
+    ((command, result),) = module(host, "commands").SEEN
+    assert command == "touch /etc/code-puppy-hook-test"  # not the bwrap command line it ran as
+    assert "Read-only file system" in result
+
+
+COMMANDS = """
+import code_puppy
+
+SEEN = []
+
+@code_puppy.hookimpl
+async def post_tool_call(tool_name, args, result, session):
+    SEEN.append((args["command"], str(result)))
+"""

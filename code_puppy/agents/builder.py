@@ -120,10 +120,11 @@ def build_pydantic_agent(
             ProviderRetries(settings.run),
             Steering(),
             policy,
-            # Inside the policy: only the calls it let through are wrapped, after it decided on the command as written.
-            SandboxedShell(policy, sandbox or ProjectSandbox(settings.sandbox, root)),
             # Outside the output limits, so plugins' post_tool_call gets the result the model gets.
             *([plugins.post_tool_call_hook()] if plugins is not None else []),
+            # Inside the policy (only the calls it let through are wrapped, after it decided on the command as
+            # written) and the plugins' hooks (their post_tool_call sees the command as written too).
+            SandboxedShell(policy, sandbox or ProjectSandbox(settings.sandbox, root)),
             ProjectFileSystem(root_dir=root, content_hashes=False, max_read_chars=MAX_READ_CHARS, tools=FILE_TOOLS),
             Shell(
                 cwd=root,

@@ -32,6 +32,10 @@ class SandboxedShell(AbstractCapability[Any]):
     policy: PermissionPolicy
     sandbox: ProjectSandbox
     _supervisors: set[int] = field(default_factory=set[int], init=False, repr=False)
+    _written: dict[tuple[str | None, str], Any] = field(
+        default_factory=dict[tuple[str | None, str], Any], init=False, repr=False
+    )
+    """Each wrapped call's command as the model wrote it, until its after hook puts it back."""
     _outputs: list[Path] = field(default_factory=list[Path], init=False, repr=False)
     """The output folders of earlier commands, readable inside (the sandbox's /tmp is its own)."""
 
@@ -64,7 +68,17 @@ class SandboxedShell(AbstractCapability[Any]):
         command = self.sandbox.get().wrap(
             str(args.get("command", "")), cwd=self.sandbox.project_root, also_readable=self._outputs
         )
+        self._written[(ctx.run_id, call.tool_call_id)] = args.get("command")
         return {**args, "command": command}
+
+    async def after_tool_execute(
+        self, ctx: RunContext[Any], *, call: ToolCallPart, tool_def: ToolDefinition, args: dict[str, Any], result: Any
+    ) -> Any:
+        # The after hooks of the capabilities outside this one (plugins' post_tool_call) get these same args: they
+        # see the command as the model wrote it, not the bwrap command line. Dicts are passed on, not copied.
+        if (written := self._written.pop((ctx.run_id, call.tool_call_id), None)) is not None:
+            args["command"] = written
+        return result
 
     @on_event(CommandStartedEvent)
     async def _command_started(self, ctx: RunContext[Any], event: CommandStartedEvent) -> None:
