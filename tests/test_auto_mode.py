@@ -19,6 +19,9 @@ from tests.test_mcp import tool_results
 
 CANARY = "sk-auto-mode-canary"
 
+PYTHON = os.path.realpath(sys.executable)
+"""The interpreter itself: a virtual environment under /tmp is hidden in the sandbox (its /tmp is its own)."""
+
 
 @pytest.fixture
 def place() -> Iterator[Path]:
@@ -35,7 +38,7 @@ def commands(server: FakeLLMServer) -> list[str]:
     """The commands the model runs, one shell call each."""
     port = server.server_port
     script = f"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=3); print('connected')"
-    connect = f'{sys.executable} -c "{script}"'
+    connect = f'{PYTHON} -c "{script}"'
     return [
         "touch inside.txt && echo created",
         "touch ../outside.txt && echo escaped",

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -16,6 +17,9 @@ import pytest
 from tests.conftest import run_cli
 
 CONNECT = "import socket, sys; socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=3); print('connected')"
+
+PYTHON = os.path.realpath(sys.executable)
+"""The interpreter itself: a virtual environment under /tmp is hidden in the sandbox (its /tmp is its own)."""
 
 
 @pytest.fixture
@@ -107,8 +111,8 @@ def test_secrets_denied_paths_and_processes_stay_out_of_reach(code_puppy_home: P
 def test_the_network_is_off_unless_asked_for(code_puppy_home: Path, repo: Path) -> None:
     with socket.create_server(("127.0.0.1", 0)) as listener:
         port = str(listener.getsockname()[1])
-        refused = sandboxed(repo, 'exec "$1" -c "$2" "$3"', sys.executable, CONNECT, port)
-        allowed = sandboxed(repo, 'exec "$1" -c "$2" "$3"', sys.executable, CONNECT, port, network=True)
+        refused = sandboxed(repo, 'exec "$1" -c "$2" "$3"', PYTHON, CONNECT, port)
+        allowed = sandboxed(repo, 'exec "$1" -c "$2" "$3"', PYTHON, CONNECT, port, network=True)
     assert refused.returncode == 1 and "ConnectionRefusedError" in refused.stderr
     assert (allowed.returncode, allowed.stdout) == (0, "connected\n"), allowed.stderr
 

@@ -73,6 +73,15 @@ def _sandbox(settings: Settings, project_root: Path, *, network: bool | None = N
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+_REFUSED = 3
+_CONNECT = f"""
+import socket, sys
+try:
+    socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=3)
+except OSError:
+    sys.exit({_REFUSED})
+"""
+"""Exits 0 when it reaches the port, `_REFUSED` when the connection fails."""
 _EMPTY = 'if [ -d "$1" ]; then [ -z "$(ls -A "$1")" ]; else [ ! -s "$1" ]; fi'
 """Succeeds when the path is an empty directory or an empty file: what a hidden path looks like inside."""
 
@@ -106,9 +115,13 @@ def _probes(sandbox: Sandbox, settings: Settings, project_root: Path) -> Iterato
     else:
         with socket.create_server(("127.0.0.1", 0)) as listener:
             port = listener.getsockname()[1]
-            connect = "import socket, sys; socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=3)"
-            done = inside('exec "$1" -c "$2" "$3"', sys.executable, connect, str(port))
-        yield done.returncode != 0, f"a connection to 127.0.0.1:{port} outside the sandbox is refused"
+            # The interpreter itself, not a virtual environment's link to it, which may sit in the hidden /tmp.
+            python = os.path.realpath(sys.executable)
+            done = inside('exec "$1" -c "$2" "$3"', python, _CONNECT, str(port))
+        if done.returncode in (0, _REFUSED):
+            yield done.returncode == _REFUSED, f"a connection to 127.0.0.1:{port} outside the sandbox is refused"
+        else:
+            yield False, f"the network probe could not run ({python}): {done.stderr.strip() or done.returncode}"
 
     done = inside(f'[ -z "${{{PROBE_SECRET}+set}}" ]', extra={PROBE_SECRET: "sk-probe"})
     yield done.returncode == 0, f"a variable named like a provider key ({PROBE_SECRET}) is absent"
