@@ -60,7 +60,7 @@ def test_check_finds_the_sandbox_and_every_probe_holds(code_puppy_home: Path, re
     assert lines[0].startswith("sandbox: bubblewrap ")
     assert sum(line.startswith("  ✓ ") for line in lines) == 5 and "✗" not in completed.stdout
     assert "3 denied paths present here are hidden" in completed.stdout  # code-puppy's home, ~/.ssh, ~/.netrc
-    read_only = ", ".join(str(repo / name) for name in (".code-puppy", ".git/hooks", ".git/config"))
+    read_only = ", ".join(str(repo / name) for name in (".code-puppy", ".git/config", ".git/hooks"))
     assert f"read-only inside: {read_only}" in completed.stdout
 
 
@@ -115,6 +115,28 @@ def test_the_network_is_off_unless_asked_for(code_puppy_home: Path, repo: Path) 
         allowed = sandboxed(repo, 'exec "$1" -c "$2" "$3"', PYTHON, CONNECT, port, network=True)
     assert refused.returncode == 1 and "ConnectionRefusedError" in refused.stderr
     assert (allowed.returncode, allowed.stdout) == (0, "connected\n"), allowed.stderr
+
+
+def test_the_config_widens_writes_adds_denied_paths_and_turns_the_network_on(
+    code_puppy_home: Path, repo: Path, home: Path, outside: Path
+) -> None:
+    (outside / "cache").mkdir()
+    (home / "notes.txt").write_text("private notes\n")
+    (code_puppy_home / "config.toml").write_text(
+        f'[sandbox]\nwritable = ["{outside / "cache"}"]\ndeny_read = ["~/notes.txt"]\nnetwork = true\n'
+    )
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        script = """
+            touch "$1/cache/kept" && echo wrote-cache
+            touch "$1/elsewhere" || echo refused-elsewhere
+            cat "$HOME/notes.txt"; echo "[end of notes]"
+            exec "$2" -c "$3" "$4"
+        """
+        port = str(listener.getsockname()[1])
+        completed = sandboxed(repo, script, str(outside), PYTHON, CONNECT, port, env={"HOME": str(home)})
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.split("\n") == ["wrote-cache", "refused-elsewhere", "[end of notes]", "connected", ""]
+    assert (outside / "cache" / "kept").exists() and not (outside / "elsewhere").exists()
 
 
 def test_the_exit_status_is_the_commands(code_puppy_home: Path, repo: Path) -> None:

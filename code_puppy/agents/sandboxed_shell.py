@@ -22,7 +22,7 @@ from pydantic_ai.messages import ToolCallPart
 from pydantic_ai_harness.shell import CommandFinishedEvent, CommandStartedEvent
 
 from code_puppy.agents.permissions import PermissionPolicy
-from code_puppy.sandbox import ProjectSandbox
+from code_puppy.sandbox import READ_ONLY_IN_PROJECT, ProjectSandbox
 
 
 @dataclass
@@ -53,8 +53,8 @@ class SandboxedShell(AbstractCapability[Any]):
         writable = ", ".join(["the project directory", "/tmp (private to the sandbox)", *config.writable])
         network = "The network is available." if config.network else "There is no network (no downloads, no APIs)."
         return (
-            f"Shell commands run in an OS sandbox. They can write only: {writable}; .code-puppy/, .claude/, "
-            ".agents/, .mcp.json, .git/hooks and .git/config are read-only. " + network + " Credentials (~/.ssh, "
+            f"Shell commands run in an OS sandbox. They can write only: {writable}; {', '.join(READ_ONLY_IN_PROJECT)} "
+            "are read-only. " + network + " Credentials (~/.ssh, "
             "cloud and registry config) are hidden. A command that fails with 'Permission denied', 'Read-only file "
             "system' or a network error was probably stopped by the sandbox: do not retry it unchanged; find another "
             "way inside the project, or tell the user what it needs."

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from code_puppy.agents.permissions import AGENT_CONFIG_DIRS, AGENT_CONFIG_FILES, GIT_CONFIG
 from code_puppy.config import SandboxConfig
 from code_puppy.errors import ConfigError
 from code_puppy.paths import config_dir, data_dir
@@ -39,10 +40,14 @@ DEFAULT_DENY_READ = (
 )
 """Credentials and other agents' config, hidden besides code-puppy's own config and data (`[sandbox] deny_read` adds
 to these)."""
-READ_ONLY_IN_PROJECT = (".code-puppy", ".mcp.json", "mcp.json", ".claude", ".agents", ".git/hooks", ".git/config")
-"""What configures code-puppy, other agents, or commands git runs later: read-only even inside the project, so a
-command cannot loosen its own permissions or plant a hook. (bwrap can only protect what exists; a file created
-later is caught by trust's content hashes.)"""
+READ_ONLY_IN_PROJECT = (
+    *sorted(AGENT_CONFIG_DIRS),
+    *sorted(AGENT_CONFIG_FILES - {".git"}),  # a `.git` file (a worktree's) is added where there is one
+    *(f".git/{name}" for name in sorted(GIT_CONFIG)),
+)
+"""What the permission policy treats as configuring code-puppy, other agents, or commands git runs later: read-only
+even inside the project, so a command cannot loosen its own permissions or plant a hook. (bwrap can only protect what
+exists; a file created later is caught by trust's content hashes.)"""
 
 
 class SandboxUnavailable(ConfigError):
