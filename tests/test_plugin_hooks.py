@@ -417,11 +417,12 @@ async def test_a_plugin_raising_in_every_hook_is_reported_once_and_others_still_
 
 async def test_post_tool_call_sees_the_command_as_written_in_auto_mode(code_puppy_home: Path, project: Path) -> None:
     plugin(code_puppy_home, "commands", COMMANDS)
-    shell = ToolCallPart("shell", {"command": "touch /etc/code-puppy-hook-test"}, tool_call_id="s1")
+    written = "touch /etc/code-puppy-hook-test; echo tried"  # exits 0: nothing to ask about running it outside
+    shell = ToolCallPart("shell", {"command": written}, tool_call_id="s1")
     outcome, host, _, _ = await turn(project, [shell], "done", mode="auto")
     assert outcome.error is None
     ((command, result),) = module(host, "commands").SEEN
-    assert command == "touch /etc/code-puppy-hook-test"  # not the bwrap command line it ran as
+    assert command == written  # not the bwrap command line it ran as
     assert "Read-only file system" in result
 
 

@@ -4,12 +4,9 @@
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,14 +17,6 @@ CONNECT = "import socket, sys; socket.create_connection(('127.0.0.1', int(sys.ar
 
 PYTHON = os.path.realpath(sys.executable)
 """The interpreter itself: a virtual environment under /tmp is hidden in the sandbox (its /tmp is its own)."""
-
-
-@pytest.fixture
-def outside() -> Iterator[Path]:
-    """A directory the user can write outside the project and outside /tmp (the sandbox has its own /tmp)."""
-    directory = Path(tempfile.mkdtemp(prefix="code-puppy-test-", dir="/var/tmp"))
-    yield directory
-    shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture

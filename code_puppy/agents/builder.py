@@ -108,8 +108,10 @@ def build_pydantic_agent(
     policy = PermissionPolicy(
         root,
         mode=permission_mode or settings.permissions.mode,
-        allow=(*settings.permissions.allow, *allow),
+        allow=(*settings.permissions.patterns, *allow),
         pre_tool_call=plugins.pre_tool_call if plugins is not None else None,
+        sandbox_modes=settings.sandbox.modes,
+        unsandboxed=settings.permissions.unsandboxed,
     )
     return Agent(
         model,

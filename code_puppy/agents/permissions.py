@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -101,6 +101,10 @@ class PermissionPolicy(AbstractCapability[Any]):
     """Approval scopes the user allowed "always for this session"."""
     pre_tool_call: PreToolCall | None = None
     """Plugins' `pre_tool_call`, asked before the mode decision, in every mode: a returned reason blocks the call."""
+    sandbox_modes: Collection[str] = ("auto",)
+    """The modes whose shell commands run in the sandbox (`[sandbox] modes`; `auto` always, `yolo` never)."""
+    unsandboxed: Sequence[str] = ()
+    """Allow-list patterns whose commands run outside the sandbox even in those modes (`sandbox = false`)."""
     _asked_plugins: set[tuple[str | None, str]] = field(
         default_factory=set[tuple[str | None, str]], init=False, repr=False
     )
@@ -246,6 +250,21 @@ class PermissionPolicy(AbstractCapability[Any]):
                 f"`{tool_name}` is not a file edit, and {self.mode} mode only allows edits. Do not retry it.",
             )
         return "ask", ""
+
+    def sandboxes(self, command: str) -> bool:
+        """Whether the `shell` tool runs `command` in the sandbox in the current mode."""
+        if self.mode in ("yolo", "read-only") or (self.mode != "auto" and self.mode not in self.sandbox_modes):
+            return False
+        if not allowed_by_list(command, self.unsandboxed):
+            return True
+        from code_puppy.agents.risky_options import risky_option
+
+        return risky_option(command, self.project_root) is not None
+
+    @property
+    def sandboxing(self) -> bool:
+        """Whether the current mode runs shell commands in the sandbox at all."""
+        return self.mode == "auto" or (self.mode not in ("yolo", "read-only") and self.mode in self.sandbox_modes)
 
     def scope(self, tool_name: str, args: dict[str, Any]) -> str:
         """What "always allow for this session" covers: one exact command, one tool for edits, or one agent config

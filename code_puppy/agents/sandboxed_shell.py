@@ -5,37 +5,64 @@ The harness runs each command string under a detached supervisor (`sh -c COMMAND
 exit status on the host. Wrapping the string (`bwrap … -- /bin/sh -c COMMAND`) confines only the command and keeps
 the harness's output handling. The supervisors outlive runs by design, so a background command can be read in a
 later turn; `end_commands` kills them (and so their sandboxes) when the chat or the headless invocation ends.
+
+Escalation, in the chat only: a command that failed the way the sandbox makes commands fail, or one the model asked to
+run `unsandboxed` (with a reason), waits for the user's yes (once) or no as an approval; the approved call runs again
+outside. Headless runs never leave the sandbox: the model is told so.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import re
 import signal
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from pydantic_ai import RunContext, ToolDefinition
 from pydantic_ai.capabilities import AbstractCapability, on_event
+from pydantic_ai.exceptions import ApprovalRequired
 from pydantic_ai.messages import ToolCallPart
 from pydantic_ai_harness.shell import CommandFinishedEvent, CommandStartedEvent
 
+from code_puppy.agents.deps import deps_of
 from code_puppy.agents.permissions import PermissionPolicy
 from code_puppy.sandbox import READ_ONLY_IN_PROJECT, ProjectSandbox
+
+ESCALATE = "escalate"
+"""`ApprovalRequired.metadata["sandbox"]` of a question about running a command outside the sandbox."""
+_SANDBOX_FAILURE = re.compile(
+    r"read-only file system|permission denied|operation not permitted|network is unreachable|connection refused|"
+    r"could not resolve|temporary failure in name resolution|name or service not known|no address associated",
+    re.IGNORECASE,
+)
+"""What a command says when the sandbox stopped it: a write outside, a hidden path, no network."""
+_UNSANDBOXED_SCHEMA: dict[str, Any] = {
+    "unsandboxed": {
+        "type": "boolean",
+        "description": "Ask the user to run this command outside the sandbox (only when it cannot work inside).",
+    },
+    "reason": {"type": "string", "description": "With `unsandboxed`: why the command needs to run outside."},
+}
 
 
 @dataclass
 class SandboxedShell(AbstractCapability[Any]):
-    """Wraps `shell` commands in the sandbox while the policy's mode is `auto`; remembers every command started."""
+    """Wraps `shell` commands in the sandbox when the policy says so; asks before running one outside; remembers
+    every command started."""
 
     policy: PermissionPolicy
     sandbox: ProjectSandbox
     _supervisors: set[int] = field(default_factory=set[int], init=False, repr=False)
-    _written: dict[tuple[str | None, str], Any] = field(
-        default_factory=dict[tuple[str | None, str], Any], init=False, repr=False
-    )
-    """Each wrapped call's command as the model wrote it, until its after hook puts it back."""
+    _written: dict[str, Any] = field(default_factory=dict[str, Any], init=False, repr=False)
+    """Each wrapped call's command as the model wrote it, until its after hook puts it back (by tool call id)."""
+    _requested: dict[str, str] = field(default_factory=dict[str, str], init=False, repr=False)
+    """The reason of each call the model asked to run `unsandboxed`."""
+    _escalated: set[str] = field(default_factory=set[str], init=False, repr=False)
+    """Calls asked about running outside: once approved, they do."""
     _outputs: list[Path] = field(default_factory=list[Path], init=False, repr=False)
     """The output folders of earlier commands, readable inside (the sandbox's /tmp is its own)."""
 
@@ -47,37 +74,88 @@ class SandboxedShell(AbstractCapability[Any]):
         return self._instructions
 
     def _instructions(self, ctx: RunContext[Any]) -> str:
-        if self.policy.mode != "auto":
+        if not self.policy.sandboxing:
             return ""
         config = self.sandbox.config
         writable = ", ".join(["the project directory", "/tmp (private to the sandbox)", *config.writable])
         network = "The network is available." if config.network else "There is no network (no downloads, no APIs)."
+        if _interactive(ctx):
+            outside = (
+                "If a command cannot work inside, call `shell` with `unsandboxed: true` and a `reason`: the user is "
+                "asked whether it may run outside."
+            )
+        else:
+            outside = "Nobody can let a command run outside the sandbox in this run."
         return (
             f"Shell commands run in an OS sandbox. They can write only: {writable}; {', '.join(READ_ONLY_IN_PROJECT)} "
             "are read-only. " + network + " Credentials (~/.ssh, "
             "cloud and registry config) are hidden. A command that fails with 'Permission denied', 'Read-only file "
             "system' or a network error was probably stopped by the sandbox: do not retry it unchanged; find another "
-            "way inside the project, or tell the user what it needs."
+            f"way inside the project, or tell the user what it needs. {outside}"
         )
+
+    async def prepare_tools(self, ctx: RunContext[Any], tool_defs: list[ToolDefinition]) -> list[ToolDefinition]:
+        if not self.policy.sandboxing:
+            return tool_defs
+        return [_with_unsandboxed(tool_def) if tool_def.name == "shell" else tool_def for tool_def in tool_defs]
+
+    async def before_tool_validate(
+        self, ctx: RunContext[Any], *, call: ToolCallPart, tool_def: ToolDefinition, args: str | dict[str, Any]
+    ) -> str | dict[str, Any]:
+        if call.tool_name != "shell":
+            return args
+        parsed = _as_dict(args)
+        if parsed is None or ("unsandboxed" not in parsed and "reason" not in parsed):
+            return args
+        unsandboxed, reason = parsed.pop("unsandboxed", False), parsed.pop("reason", None)
+        if unsandboxed is True:
+            self._requested[call.tool_call_id] = str(reason or "no reason given")
+        return parsed
 
     async def before_tool_execute(
         self, ctx: RunContext[Any], *, call: ToolCallPart, tool_def: ToolDefinition, args: dict[str, Any]
     ) -> dict[str, Any]:
-        if call.tool_name != "shell" or self.policy.mode != "auto":
+        command = str(args.get("command", ""))
+        if call.tool_name != "shell" or not self.policy.sandboxes(command):
             return args
-        command = self.sandbox.get().wrap(
-            str(args.get("command", "")), cwd=self.sandbox.project_root, also_readable=self._outputs
-        )
-        self._written[(ctx.run_id, call.tool_call_id)] = args.get("command")
-        return {**args, "command": command}
+        key = call.tool_call_id
+        if key in self._escalated and ctx.tool_call_approved:
+            self._escalated.discard(key)
+            self._requested.pop(key, None)
+            return args  # the user let it run outside
+        if key in self._requested and key not in self._escalated and _interactive(ctx):
+            self._escalated.add(key)
+            raise ApprovalRequired(
+                metadata={
+                    "sandbox": ESCALATE,
+                    "summary": f"run `{command}` outside the sandbox ({self._requested[key]})",
+                }
+            )
+        wrapped = self.sandbox.get().wrap(command, cwd=self.sandbox.project_root, also_readable=self._outputs)
+        self._written[key] = args.get("command")
+        return {**args, "command": wrapped}
 
     async def after_tool_execute(
         self, ctx: RunContext[Any], *, call: ToolCallPart, tool_def: ToolDefinition, args: dict[str, Any], result: Any
     ) -> Any:
+        key = call.tool_call_id
+        written = self._written.pop(key, None)
+        if written is None:
+            return result
         # The after hooks of the capabilities outside this one (plugins' post_tool_call) get these same args: they
         # see the command as the model wrote it, not the bwrap command line. Dicts are passed on, not copied.
-        if (written := self._written.pop((ctx.run_id, call.tool_call_id), None)) is not None:
-            args["command"] = written
+        args["command"] = written
+        if self._requested.pop(key, None) is not None:  # asked for outside, in a run nobody can answer
+            return f"{result}\n[This command ran inside the sandbox: nobody can let it run outside in this run.]"
+        if isinstance(result, str) and _interactive(ctx) and key not in self._escalated and _sandbox_failure(result):
+            self._escalated.add(key)
+            raise ApprovalRequired(
+                metadata={
+                    "sandbox": ESCALATE,
+                    "summary": f"run `{written}` again outside the sandbox (it failed inside)",
+                    "denied": result,
+                }
+            )
         return result
 
     @on_event(CommandStartedEvent)
@@ -95,3 +173,37 @@ class SandboxedShell(AbstractCapability[Any]):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)
         self._supervisors.clear()
+
+
+def _interactive(ctx: RunContext[Any]) -> bool:
+    """Whether someone can answer this run's approvals."""
+    return (deps := deps_of(ctx)) is not None and deps.ask is not None
+
+
+def _with_unsandboxed(tool_def: ToolDefinition) -> ToolDefinition:
+    schema = tool_def.parameters_json_schema
+    properties = {**schema.get("properties", {}), **_UNSANDBOXED_SCHEMA}
+    return replace(tool_def, parameters_json_schema={**schema, "properties": properties})
+
+
+def _as_dict(args: str | dict[str, Any]) -> dict[str, Any] | None:
+    if isinstance(args, dict):
+        return dict(args)
+    try:
+        parsed = json.loads(args or "{}")
+    except ValueError:
+        return None  # validation reports it
+    return parsed if isinstance(parsed, dict) else None  # pyright: ignore[reportUnknownVariableType]
+
+
+def _sandbox_failure(result: str) -> bool:
+    """Whether a finished foreground command failed, saying what the sandbox makes commands say.
+
+    The harness's result is the output's tail, then the PID and paths, then the status JSON on its last line.
+    """
+    output, _, status = result.rpartition("\nPID: ")
+    try:
+        exit_code = json.loads(status.rsplit("\n", 1)[-1]).get("exit_code")
+    except (ValueError, AttributeError):
+        return False
+    return isinstance(exit_code, int) and exit_code != 0 and _SANDBOX_FAILURE.search(output) is not None

@@ -19,7 +19,7 @@ from code_puppy.agents.deps import RunDeps
 from code_puppy.agents.history_persistence import recover_interrupted_turn
 from code_puppy.agents.permissions import PermissionPolicy
 from code_puppy.agents.sandboxed_shell import SandboxedShell
-from code_puppy.config import Settings, load_settings
+from code_puppy.config import PermissionMode, Settings, load_settings
 from code_puppy.errors import ConfigError
 from code_puppy.models import choose_model_name, resolve_model
 from code_puppy.options import RunOptions
@@ -53,8 +53,7 @@ class Project:
             else load_plugins(self.settings, self.root, debug=options.debug)
         )
         self.sandbox = ProjectSandbox(self.settings.sandbox, self.root)
-        if (options.permission_mode or self.settings.permissions.mode) == "auto":
-            self.sandbox_for_auto()  # refused before anything runs
+        self.require_sandbox(options.permission_mode or self.settings.permissions.mode)  # before anything runs
         self.store = open_store()
         self._agent: Agent[RunDeps, str] | None = None
         self._stopped = False
@@ -71,18 +70,20 @@ class Project:
         assert policy is not None  # build_pydantic_agent always has one
         return policy
 
-    def sandbox_for_auto(self) -> None:
-        """Make sure `auto` mode has its sandbox.
+    def require_sandbox(self, mode: PermissionMode) -> None:
+        """Make sure `mode` has the sandbox when it runs commands in one (`auto`, and those in `[sandbox] modes`).
 
         Raises:
             ConfigError: There is none here, in one line saying why and what to do instead.
         """
+        if mode != "auto" and mode not in self.settings.sandbox.modes:
+            return
         try:
             self.sandbox.get()
         except SandboxUnavailable as exc:
+            instead = "use another mode (accept-edits, ask)" if mode == "auto" else f"drop {mode} from [sandbox] modes"
             raise ConfigError(
-                f"permission mode auto needs the sandbox, and {exc}; use another mode (accept-edits, ask), or see "
-                "`code-puppy sandbox check`"
+                f"permission mode {mode} needs the sandbox, and {exc}; {instead}, or see `code-puppy sandbox check`"
             ) from None
 
     def command_environment(self) -> dict[str, str]:

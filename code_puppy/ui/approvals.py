@@ -10,7 +10,7 @@ import difflib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import TypeAdapter, ValidationError
 from pydantic_ai import RunContext
@@ -23,11 +23,17 @@ from rich.text import Text
 
 from code_puppy.agents.permissions import PermissionPolicy
 from code_puppy.agents.project_files import BINARY_SAMPLE_BYTES
+from code_puppy.agents.sandboxed_shell import ESCALATE
 from code_puppy.ui.chat_sink import diff_text
 
 Answer = Literal["yes", "no", "always"]
-Confirm = Callable[[list[Any], str], Awaitable[Answer]]
-"""Shows renderables above the prompt, asks the question in the prompt, and returns the user's answer."""
+
+
+class Confirm(Protocol):
+    """Shows renderables above the prompt, asks the question in the prompt, and returns the user's answer ("always"
+    only when `always` offers it)."""
+
+    def __call__(self, items: list[Any], question: str, *, always: bool = True) -> Awaitable[Answer]: ...
 
 
 def proposed_diff(root: Path, tool_name: str, args: dict[str, Any]) -> str | None:
@@ -111,6 +117,9 @@ class Approver:
         approvals: dict[str, bool | ToolDenied] = {}
         for call in requests.approvals:
             metadata = requests.metadata.get(call.tool_call_id, {})
+            if metadata.get("sandbox") == ESCALATE:
+                approvals[call.tool_call_id] = await self._escalate(call, metadata)
+                continue
             scope = metadata.get("scope")
             if scope is not None and scope in self.policy.session_allowed:
                 approvals[call.tool_call_id] = True
@@ -124,6 +133,15 @@ class Approver:
         # Questions and external calls have no answerer in the chat.
         calls = {call.tool_call_id: ToolDenied("No one can answer this call here.") for call in requests.calls}
         return requests.build_results(approvals=approvals, calls=calls)
+
+    async def _escalate(self, call: ToolCallPart, metadata: dict[str, Any]) -> bool | ToolDenied:
+        """Whether a command may run outside the sandbox: once, never "always"."""
+        title = Text("⚠ ", style="yellow bold").append(f"{call.tool_name} wants to {metadata['summary']}", style="bold")
+        if await self.confirm([title], "Run it outside the sandbox?  y yes, once · n no", always=False) == "yes":
+            return True
+        if denied := metadata.get("denied"):
+            return ToolDenied(f"The user did not let it run outside the sandbox. Inside, it failed:\n{denied}")
+        return ToolDenied("The user did not let it run outside the sandbox, so it did not run.")
 
     def _summary(self, call: ToolCallPart, metadata: dict[str, Any]) -> str:
         return str(metadata.get("summary") or self.policy.summary(call.tool_name, call.args_as_dict()))

@@ -56,6 +56,8 @@ def run_chat(options: RunOptions) -> int:
 class Approval:
     question: str
     answer: asyncio.Future[Answer]
+    always: bool
+    """Whether "always" is an answer."""
 
 
 class Chat:
@@ -272,12 +274,13 @@ class Chat:
 
     # --- approvals ------------------------------------------------------------------------------------------------
 
-    async def confirm(self, items: list[Any], question: str) -> Answer:
-        """Show `items` above the prompt and ask `question` in it; y / n / a answer, Ctrl-C cancels the turn."""
+    async def confirm(self, items: list[Any], question: str, *, always: bool = True) -> Answer:
+        """Show `items` above the prompt and ask `question` in it; y / n (/ a, with `always`) answer, Ctrl-C cancels
+        the turn."""
         self.screen.print(*items)
         await self.screen.drain()  # the command or diff first, then the question
         answer: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
-        self._approval = Approval(question, answer)
+        self._approval = Approval(question, answer, always)
         activity, self._live.activity = self._live.activity, "waiting for your answer"
         self.screen.invalidate()
         try:
@@ -293,8 +296,9 @@ class Chat:
         return self._approval is not None
 
     def answer(self, answer: Answer) -> None:
-        if self._approval is not None and not self._approval.answer.done():
-            self._approval.answer.set_result(answer)
+        approval = self._approval
+        if approval is not None and not approval.answer.done() and (answer != "always" or approval.always):
+            approval.answer.set_result(answer)
 
     # --- jobs -----------------------------------------------------------------------------------------------------
 

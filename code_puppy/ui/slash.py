@@ -7,7 +7,7 @@ runtime has loaded.
 from __future__ import annotations
 
 import io
-from typing import TYPE_CHECKING, get_args
+from typing import TYPE_CHECKING, cast, get_args
 
 from code_puppy.ui.jobs import show_resumed
 
@@ -103,14 +103,14 @@ class Builtins:
         if args:
             if args not in modes:
                 return f"unknown mode '{args}'; one of {', '.join(modes)}"
-            if args == "auto":
-                from code_puppy.errors import ConfigError
+            from code_puppy.errors import ConfigError
 
-                try:
-                    runtime.project.sandbox_for_auto()
-                except ConfigError as exc:
-                    return str(exc)
-            policy.mode = args  # type: ignore[assignment]  # checked against the literal above
+            mode = cast(PermissionMode, args)  # checked against the literal above
+            try:
+                runtime.project.require_sandbox(mode)
+            except ConfigError as exc:
+                return str(exc)
+            policy.mode = mode
         allowed = ", ".join(sorted(policy.session_allowed)) or "nothing yet"
         return f"permission mode: {policy.mode} ({' | '.join(modes)}); allowed for this session: {allowed}"
 

@@ -8,7 +8,7 @@ import signal
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,11 @@ def chat(server: FakeLLMServer, project: Path) -> Iterator[PtyChat]:
 
 def user_messages(body: dict[str, Any]) -> list[str]:
     return [m["content"] for m in body["messages"] if m["role"] == "user"]
+
+
+def shows(*texts: str) -> Callable[[str], bool]:
+    """A `wait_for` check: the screen shows each text, wherever a long line wrapped (spaces ignored)."""
+    return lambda screen: all("".join(text.split()) in "".join(screen.split()) for text in texts)
 
 
 def wait_until(condition: Any, timeout: float = 15) -> None:
@@ -346,11 +351,60 @@ def test_permissions_auto_sandboxes_the_next_commands(server: FakeLLMServer, cha
     )
     chat.type("/permissions auto\r")
     chat.wait_for("permission mode: auto")
-    chat.type("make two files\r")  # no question: auto runs every command, in the sandbox
+    chat.type("make two files\r")  # no question to run it: auto runs every command, in the sandbox
+    # It failed the way the sandbox makes commands fail: the user may let it run outside, once (no "always").
+    chat.wait_for("Run it outside the sandbox?  y yes, once · n no")
+    chat.type("a")  # not an answer here
+    chat.type("n")
     chat.wait_turn("Tried.")
     (result,) = [m["content"] for m in server.requests[1].body["messages"] if m["role"] == "tool"]
-    assert "Read-only file system" in result
+    assert "The user did not let it run outside the sandbox" in result and "Read-only file system" in result
     assert (project / "made.txt").exists() and not Path("/etc/code-puppy-pty-test").exists()
+
+
+def test_a_command_the_sandbox_stopped_runs_outside_once_the_user_says_yes(
+    server: FakeLLMServer, chat: PtyChat, outside: Path
+) -> None:
+    outside = outside / "outside.txt"
+    server.script(
+        tool_calls(call("shell", {"command": f"echo made >> {outside}"})),
+        tool_calls(call("shell", {"command": f"echo again >> {outside}"})),
+        text("Done."),
+    )
+    chat.type("/permissions auto\r")
+    chat.wait_for("permission mode: auto")
+    chat.type("write outside\r")
+    chat.wait_for(shows("echo made", "again outside the sandbox (it failed inside)", "Run it outside the sandbox?"))
+    chat.type("y")
+    # The next command is sandboxed again, so it fails and asks again.
+    chat.wait_for(shows(f"echo again >> {outside}` again outside the sandbox", "Run it outside the sandbox?"))
+    chat.type("n")
+    chat.wait_turn("Done.")
+    assert outside.read_text() == "made\n"
+
+
+def test_the_model_can_ask_to_run_a_command_outside_the_sandbox(
+    server: FakeLLMServer, chat: PtyChat, outside: Path
+) -> None:
+    outside = outside / "asked.txt"
+    server.script(
+        tool_calls(call("shell", {"command": f"touch {outside}", "unsandboxed": True, "reason": "needs the host"})),
+        tool_calls(call("shell", {"command": f"touch {outside}.2", "unsandboxed": True, "reason": "again"})),
+        text("Done."),
+    )
+    chat.type("/permissions auto\r")
+    chat.wait_for("permission mode: auto")
+    chat.type("touch it\r")
+    chat.wait_for(shows("outside the sandbox (needs the host)", "Run it outside the sandbox?"))
+    chat.type("y")
+    chat.wait_for(shows("outside the sandbox (again)", "Run it outside the sandbox?"))
+    chat.type("n")
+    chat.wait_turn("Done.")
+    assert outside.exists() and not Path(f"{outside}.2").exists()
+    shell = next(t for t in server.requests[0].body["tools"] if t["function"]["name"] == "shell")
+    assert {"unsandboxed", "reason"} <= set(shell["function"]["parameters"]["properties"])
+    results = [m["content"] for m in server.requests[2].body["messages"] if m["role"] == "tool"]
+    assert results[1] == "The user did not let it run outside the sandbox, so it did not run."
 
 
 def test_permissions_auto_without_a_sandbox_keeps_the_mode(
