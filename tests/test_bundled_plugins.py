@@ -149,6 +149,22 @@ def test_verify_loop_stops_after_max_attempts(server: Any, code_puppy_home: Path
     assert completed.stderr == "code-puppy: verify_loop: `exit 3` still fails after 1 follow-ups; stopping there\n"
 
 
+def test_verify_loop_runs_its_check_like_the_agents_commands(server: Any, code_puppy_home: Path, outside: Path) -> None:
+    project = outside / "project"
+    project.mkdir()
+    check = f"touch {outside}/from-check.txt; echo key=$OPENAI_API_KEY; exit 1"
+    configure(code_puppy_home, f'[plugins.verify_loop]\ncommand = "{check}"\nwhen = "always"\nmax_attempts = 1\n')
+    env = {"OPENAI_API_KEY": "sk-verify-canary"}
+    for mode, escaped in (("auto", False), ("yolo", True)):
+        server.script(text("first"), text("second"))
+        completed = run_cli("-p", "go", "--permission-mode", mode, cwd=project, env=env)
+        assert completed.returncode == 0, completed.stderr
+        follow_up = last_user_message(server.requests[-1].body)
+        assert "key=\n" in follow_up or follow_up.endswith("key=\n```"), follow_up  # no secrets, in every mode
+        assert ("Read-only file system" in follow_up) is not escaped, follow_up  # in the sandbox in auto
+        assert (outside / "from-check.txt").exists() is escaped, mode
+
+
 def test_notify_shows_a_desktop_notification_only_after_a_long_enough_run(
     server: Any, code_puppy_home: Path, project: Path, tmp_path: Path
 ) -> None:

@@ -86,6 +86,12 @@ class Project:
                 f"permission mode {mode} needs the sandbox, and {exc}; {instead}, or see `code-puppy sandbox check`"
             ) from None
 
+    def agent_command(self, command: str) -> tuple[str, dict[str, str]]:
+        """How a command plugins run for the agent runs (`SessionView.run_agent_command`): as the `shell` tool's."""
+        if self.policy.sandboxes(command):
+            return self.sandbox.get().wrap(command, cwd=self.root), self.command_environment()
+        return command, self.command_environment()
+
     def command_environment(self) -> dict[str, str]:
         """The environment for a command run on the user's behalf whose output the model gets (`!cmd`): this one
         without the secrets, as the shell tool's."""
@@ -123,6 +129,7 @@ class Project:
             plugins=self.plugins,
             sandbox=self.sandbox,
         )
+        self.plugins.agent_command = self.agent_command
         # Built while the first model request is out, rather than when its answer is first journaled. Not a daemon:
         # an exit waits for it (a tenth of a second at most) instead of tearing the interpreter down under it.
         threading.Thread(target=build_serializers, name="code-puppy serializers").start()

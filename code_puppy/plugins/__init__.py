@@ -6,7 +6,7 @@ this package imports pluggy and nothing heavy, so `code_puppy.hookimpl` stays ch
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -16,6 +16,7 @@ import pluggy
 if TYPE_CHECKING:
     from pydantic_ai.messages import ModelMessage
 
+    from code_puppy.plugins.process import Completed
     from code_puppy.sessions.session import Session
 
 PROJECT_NAME = "code_puppy"
@@ -46,12 +47,27 @@ class RegisterCommand(Protocol):
     def __call__(self, name: str, handler: Callable[[str], Any], help: str) -> None: ...
 
 
+AgentCommand = Callable[[str], tuple[str, Mapping[str, str]]]
+"""How a command run for the agent runs: the command line (wrapped in the sandbox when the permission mode confines
+the agent's commands) and its environment (without secrets)."""
+
+
 @dataclass(frozen=True)
 class SessionView:
     """What hooks see of a session, read-only; `messages` is the durable history at the moment it is read."""
 
     _session: Session = field(repr=False)
     project_dir: Path
+    _agent_command: AgentCommand | None = field(default=None, repr=False)
+
+    async def run_agent_command(self, command: str, *, timeout: float | None, merge_stderr: bool = False) -> Completed:
+        """Run `command` with `sh -c` in the project as the agent's own `shell` commands run: without the secrets, and
+        in the sandbox whenever the permission mode runs them there (`auto`). For commands that run code the model
+        wrote (a check after its changes), not for the user's own scripts."""
+        from code_puppy.plugins.process import run_shell
+
+        line, env = self._agent_command(command) if self._agent_command is not None else (command, None)
+        return await run_shell(line, cwd=self.project_dir, timeout=timeout, env=env, merge_stderr=merge_stderr)
 
     @property
     def id(self) -> str:

@@ -1,7 +1,8 @@
 """verify_loop: after a turn, run a check command; while it fails, hand its output back to the model as a follow-up.
 
     [plugins.verify_loop]
-    command = "pytest -q"     # runs through the shell in the project directory; nothing happens without it
+    command = "pytest -q"     # runs through the shell in the project directory, as the agent's own commands run (in
+                              # the sandbox in `auto` mode, without secrets); nothing happens without it
     max_attempts = 3          # follow-ups per user turn while the check keeps failing
     timeout = 600             # seconds before the check is killed (counts as a failure)
     when = "changed"          # "changed": only after runs that called a tool able to change files; "always"
@@ -20,7 +21,6 @@ from pydantic import BaseModel, ConfigDict, Field
 import code_puppy
 from code_puppy.agents.permissions import ALWAYS_ALLOWED_TOOL_NAMES
 from code_puppy.plugins.options import plugin_options
-from code_puppy.plugins.process import run_shell
 
 
 class Config(BaseModel):
@@ -66,7 +66,8 @@ async def turn_end(session: Any) -> str | None:
     if command is None or (_config.when == "changed" and not _changed):
         return None
     _changed = False
-    done = await run_shell(command, cwd=session.project_dir, timeout=_config.timeout, merge_stderr=True)
+    # It runs code the model wrote: as the model's own commands run, sandboxed when they are.
+    done = await session.run_agent_command(command, timeout=_config.timeout, merge_stderr=True)
     if done.returncode == 0:
         _attempts = 0
         return None
