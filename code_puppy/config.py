@@ -165,6 +165,9 @@ class McpServerConfig(_Section):
     """If set, only these of the server's tools are offered (names or `fnmatch` patterns)."""
     deny_tools: tuple[str, ...] = ()
     """Tools never offered (names or `fnmatch` patterns)."""
+    sandbox: bool = False
+    """Run the stdio server in the OS sandbox (`[sandbox]`: no writes outside the project, no network unless
+    `[sandbox] network`, credentials hidden)."""
 
     @field_validator("tool_prefix")
     @classmethod
@@ -177,8 +180,8 @@ class McpServerConfig(_Section):
     def _one_transport(self) -> McpServerConfig:
         if (self.command is None) == (self.url is None):
             raise ValueError("set either command (a stdio server) or url (an HTTP server)")
-        if self.url is not None and (self.args or self.env or self.cwd):
-            raise ValueError("args, env and cwd apply to stdio servers (command), not to url")
+        if self.url is not None and (self.args or self.env or self.cwd or self.sandbox):
+            raise ValueError("args, env, cwd and sandbox apply to stdio servers (command), not to url")
         if self.command is not None and self.headers:
             raise ValueError("headers apply to HTTP servers (url), not to command")
         return self

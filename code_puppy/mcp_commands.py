@@ -14,17 +14,20 @@ from code_puppy.agents.mcp_server import McpServer, expand_env
 from code_puppy.agents.mcp_servers import McpServerGroup
 from code_puppy.agents.permissions import MCP_PERMISSION_KEY
 from code_puppy.config import ConfigError, McpServerConfig, load_settings
+from code_puppy.sandbox import ProjectSandbox
 
 EXIT_FAILED = 1
 
 
 def list_servers(project_root: Path) -> int:
     """One line per configured server: name, transport, number of tools offered, status."""
-    configs = load_settings(project_root).mcp_servers
+    settings = load_settings(project_root)
+    configs = settings.mcp_servers
     if not configs:
         click.echo("No MCP servers configured: add [mcp_servers.NAME] to config.toml (see the README).")
         return 0
-    servers = [_server(name, config, project_root) for name, config in configs.items()]
+    sandbox = ProjectSandbox(settings.sandbox, project_root)
+    servers = [_server(name, config, project_root, sandbox) for name, config in configs.items()]
     rows = [("NAME", "TRANSPORT", "TOOLS", "STATUS"), *asyncio.run(_rows(servers))]
     widths = [max(len(row[column]) for row in rows) for column in range(3)]
     for row in rows:
@@ -32,10 +35,10 @@ def list_servers(project_root: Path) -> int:
     return 0
 
 
-def _server(name: str, config: McpServerConfig, project_root: Path) -> McpServer:
+def _server(name: str, config: McpServerConfig, project_root: Path, sandbox: ProjectSandbox) -> McpServer:
     """The server to list; one whose `${VAR}` is missing is listed as failed, not started."""
     try:
-        return McpServer(name, expand_env(name, config), project_root)
+        return McpServer(name, expand_env(name, config), project_root, sandbox=sandbox)
     except ConfigError as exc:
         return McpServer(name, config, project_root, "failed", str(exc).removeprefix(f"MCP server '{name}': "))
 
@@ -62,11 +65,14 @@ async def _rows(servers: list[McpServer]) -> list[tuple[str, str, str, str]]:
 
 def show_tools(project_root: Path, name: str) -> int:
     """Server NAME's tools under the names the model sees, with their permission names and descriptions."""
-    configs = load_settings(project_root).mcp_servers
+    settings = load_settings(project_root)
+    configs = settings.mcp_servers
     if name not in configs:
         known = ", ".join(sorted(configs)) or "none configured"
         raise ConfigError(f"unknown MCP server '{name}' (configured: {known})")
-    tools = asyncio.run(_tools(McpServer(name, expand_env(name, configs[name]), project_root)))
+    sandbox = ProjectSandbox(settings.sandbox, project_root)
+    server = McpServer(name, expand_env(name, configs[name]), project_root, sandbox=sandbox)
+    tools = asyncio.run(_tools(server))
     if isinstance(tools, str):
         click.echo(f"code-puppy: error: MCP server '{name}' failed to start: {tools}", err=True)
         return EXIT_FAILED

@@ -416,3 +416,40 @@ async def test_servers_stay_up_across_runs_while_the_agent_is_entered(project: P
 
 def _stdio_json(tag: str) -> str:
     return json.dumps({"command": sys.executable, "args": [str(ECHO_SERVER), "--tag", tag]})
+
+
+def test_a_stdio_server_with_sandbox_true_runs_confined(
+    code_puppy_home: Path, llm: FakeLLMServer, outside: Path, tag: str
+) -> None:
+    project, elsewhere = outside / "project", outside / "elsewhere"
+    project.mkdir()
+    elsewhere.mkdir()
+    (project / "echo_server.py").write_text(ECHO_SERVER.read_text())  # a test run under /tmp is hidden inside
+    confined = stdio_server(tag, sandbox=True, args=[str(project / "echo_server.py"), "--tag", tag])
+    free = stdio_server(tag, cwd="../elsewhere")
+    configure(code_puppy_home, llm, inside=confined, outside=free, away=f'{confined}\ncwd = "../elsewhere"')
+    with (code_puppy_home / "config.toml").open("a") as config:  # the interpreter's environment may be under /tmp
+        config.write(f"[sandbox]\nwritable = [{json.dumps(sys.prefix)}]\n")
+    llm.script(
+        tool_calls(*(call(f"{name}_write_note", {"text": name}) for name in ("inside", "outside", "away"))),
+        text("noted"),
+    )
+    completed = run_cli(
+        "-p", "note it", "--allow", "mcp__inside", "--allow", "mcp__outside", "--allow", "mcp__away", cwd=project
+    )
+    assert (completed.returncode, completed.stdout) == (0, "noted\n"), completed.stderr
+    inside, free_result, away = tool_results(llm.requests[1].body)
+    assert (inside, free_result) == ("noted", "noted")
+    assert away == '{"error":"Error executing tool write_note"}'  # confined to the project, as commands are
+    assert (project / "notes.txt").read_text() == "inside\n"
+    assert (elsewhere / "notes.txt").read_text() == "outside\n"  # the one outside the sandbox wrote there
+    assert "away" not in (elsewhere / "calls.log").read_text()
+
+
+def test_sandbox_true_is_for_stdio_servers(code_puppy_home: Path, llm: FakeLLMServer, project: Path) -> None:
+    configure(code_puppy_home, llm, web='url = "http://127.0.0.1:9/mcp"\nsandbox = true')
+    completed = run_cli("-p", "hi", cwd=project)
+    assert completed.returncode == 2
+    assert completed.stderr.endswith(
+        "config.toml: 'mcp_servers.web': args, env, cwd and sandbox apply to stdio servers (command), not to url\n"
+    )

@@ -99,11 +99,12 @@ def build_pydantic_agent(
         from code_puppy.agents.history_processors import resolve_history_processing
 
         resolve_history_processing(settings.history)  # a condition without processors: its one-line error
+    sandbox = sandbox or ProjectSandbox(settings.sandbox, root)
     mcp_servers: list[AbstractCapability[Any]] = []
     if any(server.enabled for server in settings.mcp_servers.values()):
         from code_puppy.agents.mcp_servers import McpServers
 
-        mcp_servers.append(McpServers(settings.mcp_servers, project_root=root))
+        mcp_servers.append(McpServers(settings.mcp_servers, project_root=root, sandbox=sandbox))
     compaction = compaction_strategy(settings.history.compaction)
     policy = PermissionPolicy(
         root,
@@ -126,7 +127,7 @@ def build_pydantic_agent(
             *([plugins.post_tool_call_hook()] if plugins is not None else []),
             # Inside the policy (only the calls it let through are wrapped, after it decided on the command as
             # written) and the plugins' hooks (their post_tool_call sees the command as written too).
-            SandboxedShell(policy, sandbox or ProjectSandbox(settings.sandbox, root)),
+            SandboxedShell(policy, sandbox),
             ProjectFileSystem(root_dir=root, content_hashes=False, max_read_chars=MAX_READ_CHARS, tools=FILE_TOOLS),
             Shell(
                 cwd=root,

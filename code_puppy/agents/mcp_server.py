@@ -20,6 +20,7 @@ from pydantic_ai.toolsets import AbstractToolset, ToolsetTool
 
 from code_puppy.config import ConfigError, McpServerConfig, data_dir
 from code_puppy.errors import one_line
+from code_puppy.sandbox import ProjectSandbox, SandboxUnavailable
 
 if TYPE_CHECKING:
     from pydantic_ai.mcp import MCPToolset
@@ -93,6 +94,8 @@ class McpServer:
     toolset: MCPToolset[Any] | None = field(default=None, repr=False)
     _abandoned: asyncio.Future[Any] | None = field(default=None, repr=False)
     """A start given up on, still shutting its server down."""
+    sandbox: ProjectSandbox | None = field(default=None, repr=False, kw_only=True)
+    """The sandbox a server with `sandbox = true` runs in."""
 
     @property
     def transport(self) -> str:
@@ -131,6 +134,12 @@ class McpServer:
             log_start = self.log_file.stat().st_size if self.log_file.exists() else 0
             cwd = self.project_root / (self.config.cwd or ".")
             command, args = self.config.command, list(self.config.args)
+            if self.config.sandbox:
+                try:
+                    command, *args = self._sandboxed([command, *args], cwd)
+                except SandboxUnavailable as exc:
+                    self.state, self.error = "failed", f"sandbox = true, and {exc}"
+                    return
             if os.name == "posix":
                 command, args = "/bin/sh", ["-c", PROCESS_GROUP_KEEPER, "sh", command, *args]
             # keep_alive=False: the process ends with the session instead of outliving it.
@@ -166,6 +175,11 @@ class McpServer:
             error = entering.exception() if entering.done() and not entering.cancelled() else None
             reason = self._reason(error, log_start) if error else f"no answer within {timeout:g} s"
             self.state, self.error = "failed", reason
+
+    def _sandboxed(self, argv: list[str], cwd: Path) -> list[str]:
+        if self.sandbox is None:
+            raise SandboxUnavailable("no sandbox was given to this server")
+        return self.sandbox.get().argv(argv, cwd=cwd)
 
     def _reason(self, exc: BaseException, log_start: int) -> str:
         reason = one_line(exc)

@@ -29,7 +29,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 from pydantic_ai import RunContext
@@ -37,14 +37,11 @@ from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.toolsets import AbstractToolset, CombinedToolset, ToolsetTool
 
+from code_puppy.agents.mcp_server import McpServer, ServerTools, expand_env, identifier, permission_name
 from code_puppy.agents.permissions import MCP_PERMISSION_KEY, POLICY_TOOL_NAMES
 from code_puppy.config import McpServerConfig
 from code_puppy.errors import say
-
-if TYPE_CHECKING:
-    pass
-
-from code_puppy.agents.mcp_server import McpServer, ServerTools, expand_env, identifier, permission_name
+from code_puppy.sandbox import ProjectSandbox
 
 
 def assign_names(wanted: Sequence[tuple[str, str, str]], reserved: frozenset[str]) -> list[str]:
@@ -184,13 +181,15 @@ class McpServers(AbstractCapability[Any]):
     _: KW_ONLY
     project_root: Path
     """Where stdio servers run (their `cwd` is relative to it)."""
+    sandbox: ProjectSandbox | None = None
+    """The sandbox of the servers with `sandbox = true`."""
     report: Callable[[str], None] = say
     """Receives the one-line notices: a server that failed or crashed, a tool renamed by a clash."""
     toolset: McpServerGroup | None = field(init=False, repr=False, default=None)
 
     def __post_init__(self) -> None:
         servers = [
-            McpServer(name, expand_env(name, config), self.project_root)
+            McpServer(name, expand_env(name, config), self.project_root, sandbox=self.sandbox)
             for name, config in self.servers.items()
             if config.enabled
         ]
