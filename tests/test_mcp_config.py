@@ -47,7 +47,7 @@ def test_stdio_and_http_servers_from_the_user_config(code_puppy_home: Path, proj
     [
         ("args = ['x']", "'mcp_servers.bad': set either command (a stdio server) or url (an HTTP server)"),
         ("command = 'x'\nurl = 'http://y'", "'mcp_servers.bad': set either command (a stdio server) or url"),
-        ("url = 'http://y'\nenv = { A = 'b' }", "'mcp_servers.bad': args, env and cwd apply to stdio servers"),
+        ("url = 'http://y'\nenv = { A = 'b' }", "'mcp_servers.bad': args, env, cwd and sandbox apply to stdio servers"),
         ("command = 'x'\nheaders = { A = 'secret' }", "'mcp_servers.bad': headers apply to HTTP servers (url)"),
         ("command = 'x'\ntool_prefix = 'a b'", "'mcp_servers.bad.tool_prefix': tool_prefix must be true, false or"),
         ("command = 'x'\ntimeout = 0", "'mcp_servers.bad.timeout': input should be greater than 0, got 0"),
