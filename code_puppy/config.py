@@ -99,8 +99,8 @@ class RunConfig(_Section):
 class SandboxConfig(_Section):
     """The OS sandbox commands run in (`code-puppy sandbox check|run`; README "Sandbox")."""
 
-    mechanism: Literal["auto", "bwrap"] = "auto"
-    """How commands are confined: bubblewrap (`auto` picks it when its probe works)."""
+    mechanism: Literal["auto", "bwrap", "landlock"] = "auto"
+    """How commands are confined: bubblewrap, or Landlock (`auto`: bwrap when its probe works, else Landlock)."""
     modes: tuple[Literal["auto", "accept-edits", "ask"], ...] = ("auto",)
     """The permission modes whose shell commands run in the sandbox: `auto` always; `accept-edits` and `ask` (their
     approved and allow-listed commands) when listed. `yolo` never sandboxes."""

@@ -64,6 +64,24 @@ def outside() -> Iterator[Path]:
 
 
 @pytest.fixture
+def home(outside: Path) -> Path:
+    """A home directory with credentials in it."""
+    home = outside / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_ed25519").write_text("PRIVATE KEY\n")
+    (home / ".netrc").write_text("machine example.com password hunter2\n")
+    return home
+
+
+@pytest.fixture
+def repo(project: Path) -> Path:
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    (project / ".code-puppy").mkdir()
+    (project / ".code-puppy" / "config.toml").write_text("# the project's config\n")
+    return project
+
+
+@pytest.fixture
 def project(tmp_path: Path) -> Path:
     """An empty git-less project directory with one file."""
     root = tmp_path / "project"

@@ -113,7 +113,7 @@ def test_auto_without_a_sandbox_is_refused_in_one_line(
     server: FakeLLMServer, code_puppy_home: Path, place: Path
 ) -> None:
     with (code_puppy_home / "config.toml").open("a") as config:
-        config.write('[sandbox]\nbwrap = "/nonexistent/bwrap"\n')
+        config.write('[sandbox]\nmechanism = "bwrap"\nbwrap = "/nonexistent/bwrap"\n')
     completed = run_cli("-p", "hi", "--permission-mode", "auto", cwd=place / "project")
     assert completed.returncode == 2
     assert completed.stderr == (
@@ -184,7 +184,7 @@ def test_a_mode_that_asks_for_the_sandbox_without_one_is_refused(
 ) -> None:
     config = code_puppy_home / "config.toml"
     original = config.read_text()
-    config.write_text(original + '[sandbox]\nbwrap = "/nonexistent/bwrap"\nmodes = ["ask"]\n')
+    config.write_text(original + '[sandbox]\nmechanism = "bwrap"\nbwrap = "/nonexistent/bwrap"\nmodes = ["ask"]\n')
     completed = run_cli("-p", "hi", cwd=place / "project")
     assert completed.returncode == 2
     assert completed.stderr == (

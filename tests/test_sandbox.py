@@ -9,32 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from tests.conftest import run_cli
 
 CONNECT = "import socket, sys; socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=3); print('connected')"
 
 PYTHON = os.path.realpath(sys.executable)
 """The interpreter itself: a virtual environment under /tmp is hidden in the sandbox (its /tmp is its own)."""
-
-
-@pytest.fixture
-def home(outside: Path) -> Path:
-    """A home directory with credentials in it."""
-    home = outside / "home"
-    (home / ".ssh").mkdir(parents=True)
-    (home / ".ssh" / "id_ed25519").write_text("PRIVATE KEY\n")
-    (home / ".netrc").write_text("machine example.com password hunter2\n")
-    return home
-
-
-@pytest.fixture
-def repo(project: Path) -> Path:
-    subprocess.run(["git", "init", "-q", str(project)], check=True)
-    (project / ".code-puppy").mkdir()
-    (project / ".code-puppy" / "config.toml").write_text("# the project's config\n")
-    return project
 
 
 def sandboxed(project: Path, script: str, *args: str, env: dict[str, str] | None = None, network: bool = False):
@@ -150,7 +130,9 @@ def test_a_worktree_can_commit_but_not_touch_the_repositorys_hooks(
 
 
 def test_no_bwrap_is_one_line(code_puppy_home: Path, repo: Path, tmp_path: Path) -> None:
-    (code_puppy_home / "config.toml").write_text(f'[sandbox]\nbwrap = "{tmp_path / "missing" / "bwrap"}"\n')
+    (code_puppy_home / "config.toml").write_text(
+        f'[sandbox]\nmechanism = "bwrap"\nbwrap = "{tmp_path / "missing" / "bwrap"}"\n'
+    )
     checked = run_cli("sandbox", "check", cwd=repo)
     ran = run_cli("sandbox", "run", "--", "true", cwd=repo)
     line = f"code-puppy: sandbox unavailable: no bwrap program at {tmp_path / 'missing' / 'bwrap'} ([sandbox] bwrap)\n"
@@ -162,7 +144,7 @@ def test_a_bwrap_that_cannot_make_a_sandbox_is_one_line(code_puppy_home: Path, r
     fake = tmp_path / "bwrap"
     fake.write_text("#!/bin/sh\necho 'bwrap: setting up uid map: Permission denied' >&2\nexit 1\n")
     fake.chmod(0o755)
-    (code_puppy_home / "config.toml").write_text(f'[sandbox]\nbwrap = "{fake}"\n')
+    (code_puppy_home / "config.toml").write_text(f'[sandbox]\nmechanism = "bwrap"\nbwrap = "{fake}"\n')
     checked = run_cli("sandbox", "check", cwd=repo)
     assert checked.returncode == 1
     assert checked.stderr.startswith(

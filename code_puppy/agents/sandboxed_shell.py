@@ -31,6 +31,7 @@ from pydantic_ai_harness.shell import CommandFinishedEvent, CommandStartedEvent
 from code_puppy.agents.deps import deps_of
 from code_puppy.agents.permissions import PermissionPolicy
 from code_puppy.sandbox import READ_ONLY_IN_PROJECT, ProjectSandbox
+from code_puppy.sandbox.guard import ProtectedFiles
 
 ESCALATE = "escalate"
 """`ApprovalRequired.metadata["sandbox"]` of a question about running a command outside the sandbox."""
@@ -63,6 +64,8 @@ class SandboxedShell(AbstractCapability[Any]):
     """The reason of each call the model asked to run `unsandboxed`."""
     _escalated: set[str] = field(default_factory=set[str], init=False, repr=False)
     """Calls asked about running outside: once approved, they do."""
+    _guards: dict[str, ProtectedFiles] = field(default_factory=dict[str, ProtectedFiles], init=False, repr=False)
+    """Under Landlock, the project's agent and git configuration as it was before each running command."""
     _outputs: list[Path] = field(default_factory=list[Path], init=False, repr=False)
     """The output folders of earlier commands, readable inside (the sandbox's /tmp is its own)."""
 
@@ -131,8 +134,11 @@ class SandboxedShell(AbstractCapability[Any]):
                     "summary": f"run `{command}` outside the sandbox ({self._requested[key]})",
                 }
             )
-        wrapped = self.sandbox.get().wrap(command, cwd=self.sandbox.project_root, also_readable=self._outputs)
+        sandbox = self.sandbox.get()
+        wrapped = sandbox.wrap(command, cwd=self.sandbox.project_root, also_readable=self._outputs)
         self._written[key] = args.get("command")
+        if sandbox.mechanism == "landlock":  # it cannot make them read-only: they are put back afterwards
+            self._guards[key] = ProtectedFiles.snapshot(self.sandbox.project_root)
         return {**args, "command": wrapped}
 
     async def after_tool_execute(
@@ -145,6 +151,11 @@ class SandboxedShell(AbstractCapability[Any]):
         # The after hooks of the capabilities outside this one (plugins' post_tool_call) get these same args: they
         # see the command as the model wrote it, not the bwrap command line. Dicts are passed on, not copied.
         args["command"] = written
+        if (guard := self._guards.pop(key, None)) is not None and (changed := guard.restore()):
+            result = (
+                f"{result}\n[The sandbox put back {', '.join(changed)}: commands may not change the files that "
+                "configure code-puppy, other agents or git.]"
+            )
         if self._requested.pop(key, None) is not None:  # asked for outside, in a run nobody can answer
             return f"{result}\n[This command ran inside the sandbox: nobody can let it run outside in this run.]"
         if isinstance(result, str) and _interactive(ctx) and key not in self._escalated and _sandbox_failure(result):

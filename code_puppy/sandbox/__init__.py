@@ -1,21 +1,28 @@
-"""The OS sandbox for commands run for the agent (issue 12): bubblewrap on Linux.
+"""The OS sandbox for commands run for the agent (issue 12): bubblewrap on Linux, else Landlock.
 
 A sandboxed command reads the whole filesystem but the denied paths, writes only the project, a private /tmp and
 the configured writable paths (the files that configure code-puppy or other agents stay read-only), has no network
 unless configured, and sees only its own processes. Only the command is confined, never code-puppy itself.
+
+bwrap does all of that with namespaces. Landlock (for kernels or distributions that refuse unprivileged user
+namespaces) only allows: reads of everything but the denied paths are granted entry by entry around them, TCP is cut
+from ABI 4, and what it cannot do is listed by `Sandbox.unconfined` (and `code-puppy sandbox check`).
 """
 
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import shlex
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from code_puppy.agents.permissions import AGENT_CONFIG_DIRS, AGENT_CONFIG_FILES, GIT_CONFIG
 from code_puppy.config import SandboxConfig
@@ -54,11 +61,17 @@ class SandboxUnavailable(ConfigError):
     """No working sandbox: its one line says why and what to do."""
 
 
+Mechanism = Literal["bwrap", "landlock"]
+LANDLOCK_LAUNCHER = Path(__file__).with_name("_landlock_exec.py")
+
+
 @dataclass(frozen=True)
 class Sandbox:
-    """Where a sandboxed command may write and what it may not see, and how bwrap is told so."""
+    """Where a sandboxed command may write and what it may not see, and how the mechanism is told so."""
 
-    bwrap: Path
+    mechanism: Mechanism
+    program: Path
+    """bwrap, or the Python interpreter that runs the Landlock launcher."""
     writable: tuple[Path, ...]
     """The project root first, then the git common directory of a worktree and `[sandbox] writable`."""
     read_only: tuple[Path, ...]
@@ -66,13 +79,23 @@ class Sandbox:
     hidden: tuple[Path, ...]
     """Denied paths that exist: directories get an empty read-only one in their place, files an empty file."""
     tmp: Path
-    """The host directory that is the sandbox's /tmp."""
+    """The host directory that is the sandbox's /tmp (under Landlock, its TMPDIR)."""
     network: bool
+    abi: int = 0
+    """The kernel's Landlock ABI version, under Landlock."""
 
     def argv(self, command: Sequence[str], *, cwd: Path, also_readable: Sequence[Path] = ()) -> list[str]:
         """bwrap's command line running `command` in the sandbox, in `cwd`; `also_readable` are host paths under
         /tmp (the outputs of earlier commands) to show, read-only, in the sandbox's own /tmp."""
-        argv = [str(self.bwrap), "--die-with-parent", "--new-session", "--unshare-all"]
+        if self.mechanism == "landlock":
+            from code_puppy.sandbox import _landlock_exec as landlock
+
+            rules = [(str(path), landlock.READ) for path in readable_around(self.hidden)]
+            rules += [(str(path), landlock.WRITE) for path in (*self.writable, self.tmp)]
+            rules.append(("/dev", landlock.DEVICES))
+            spec = {"abi": self.abi, "rules": rules, "network": self.network, "tmp": str(self.tmp), "cwd": str(cwd)}
+            return [str(self.program), "-I", "-S", str(LANDLOCK_LAUNCHER), json.dumps(spec), "--", *command]
+        argv = [str(self.program), "--die-with-parent", "--new-session", "--unshare-all"]
         if self.network:
             argv.append("--share-net")
         argv += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--bind", str(self.tmp), "/tmp"]
@@ -93,6 +116,78 @@ class Sandbox:
     def wrap(self, command: str, *, cwd: Path, also_readable: Sequence[Path] = ()) -> str:
         """A shell command line running the shell command `command` in the sandbox."""
         return shlex.join(self.argv(["/bin/sh", "-c", command], cwd=cwd, also_readable=also_readable))
+
+    @property
+    def unconfined(self) -> list[str]:
+        """What a command in this sandbox can still do that the sandbox is meant to prevent, one line each."""
+        if self.mechanism == "bwrap":
+            return [
+                "files that configure agents and do not exist yet can be created (trust's content hashes catch them at "
+                "the next start)",
+                "a command that detaches itself into a new session outlives the run",
+            ]
+        lines = [
+            "inside the project, the files that configure agents or git can be written (Landlock cannot refuse a path "
+            "under one it allows): code-puppy puts them back after each foreground command, not after a background one",
+            "a command that detaches itself into a new session outlives the run",
+        ]
+        if self.abi < 6:
+            lines.append("processes outside the sandbox can be sent signals (Landlock ABI < 6)")
+        if not self.network:
+            lines.append(
+                "UDP and other non-TCP traffic"
+                if self.abi >= 4
+                else "the network, not at all (Landlock ABI < 4 cannot refuse TCP)"
+            )
+        return lines
+
+    @property
+    def limits(self) -> list[str]:
+        """What commands cannot do in this sandbox that they could outside, besides what it is meant to refuse."""
+        if self.mechanism == "bwrap":
+            return ["the host's /tmp is not visible: a program installed under /tmp is not found"]
+        return [
+            "/tmp is the host's and read-only: commands write temporary files to $TMPDIR, a private folder",
+            "the filesystem root and the folders that hold denied paths cannot be listed",
+            "no /proc/PID folder can be read, a command's own included (/proc/self works for the first process only)",
+        ]
+
+
+def readable_around(denied: Sequence[Path]) -> list[Path]:
+    """Paths whose trees together hold everything but `denied` (all resolved) and the other processes' folders in
+    /proc: Landlock only allows, so a path is left out by allowing, in each folder on the way to it, every other
+    entry.
+
+    Landlock does not stop a command from reading another process's /proc/PID/environ (where the user's shell and
+    code-puppy keep their API keys), so /proc is allowed but for the numbered folders; `/proc/self` is resolved by the
+    launcher, to the command's own.
+    """
+    allowed: list[Path] = []
+    proc = Path("/proc")
+
+    def cover(directory: Path) -> None:
+        try:
+            entries = sorted(entry.path for entry in os.scandir(directory))
+        except OSError:
+            return
+        for entry in map(Path, entries):
+            if directory == proc and entry.name.isdigit():
+                continue
+            if entry == proc:
+                cover(entry)
+                continue
+            target = Path(os.path.realpath(entry))
+            if any(target == path or target in path.parents for path in denied):
+                if target == entry and target not in denied:
+                    cover(entry)
+                # A link to (or above) a denied path: what is allowed of it is reachable by its real path.
+                continue
+            if any(path in target.parents for path in denied):
+                continue  # a link into a denied folder
+            allowed.append(entry)
+
+    cover(Path("/"))
+    return allowed
 
 
 class ProjectSandbox:
@@ -167,15 +262,48 @@ def probe(bwrap: Path) -> None:
         )
 
 
-def build_sandbox(config: SandboxConfig, project_root: Path, *, tmp: Path, network: bool | None = None) -> Sandbox:
-    """The sandbox of `project_root` as `config` describes it, with `tmp` as its /tmp; `network` overrides the
-    config's. The bwrap program is found and probed.
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version; 0 without Landlock."""
+    if sys.platform != "linux":
+        return 0
+    from code_puppy.sandbox import _landlock_exec as landlock
+
+    return landlock.abi_version()
+
+
+def find_mechanism(config: SandboxConfig) -> tuple[Mechanism, Path, int]:
+    """The mechanism `[sandbox] mechanism` picks on this machine, its program, and the Landlock ABI (0 for bwrap).
 
     Raises:
-        SandboxUnavailable: No working bwrap.
+        SandboxUnavailable: None works, in one line saying why.
     """
-    bwrap = find_bwrap(config)
-    probe(bwrap)
+    bwrap_failure: SandboxUnavailable | None = None
+    if config.mechanism in ("auto", "bwrap"):
+        try:
+            bwrap = find_bwrap(config)
+            probe(bwrap)
+            return "bwrap", bwrap, 0
+        except SandboxUnavailable as exc:
+            if config.mechanism == "bwrap":
+                raise
+            bwrap_failure = exc
+    abi = landlock_abi()
+    if abi == 0:
+        landlock = "Landlock is not available (Linux 5.13 or later with landlock among its LSMs)"
+        raise SandboxUnavailable(
+            f"{bwrap_failure}, and {landlock[0].lower()}{landlock[1:]}" if bwrap_failure else landlock
+        )
+    return "landlock", Path(os.path.realpath(sys.executable)), abi
+
+
+def build_sandbox(config: SandboxConfig, project_root: Path, *, tmp: Path, network: bool | None = None) -> Sandbox:
+    """The sandbox of `project_root` as `config` describes it, with `tmp` as its /tmp; `network` overrides the
+    config's. The mechanism is found and probed.
+
+    Raises:
+        SandboxUnavailable: No working mechanism.
+    """
+    mechanism, program, abi = find_mechanism(config)
     root = project_root.resolve()
     writable = [root, *(_resolved(path) for path in config.writable)]
     read_only = [root / name for name in READ_ONLY_IN_PROJECT]
@@ -187,7 +315,9 @@ def build_sandbox(config: SandboxConfig, project_root: Path, *, tmp: Path, netwo
             read_only += [common / "hooks", common / "config"]
     denied = [config_dir(), data_dir(), *(_resolved(path) for path in (*DEFAULT_DENY_READ, *config.deny_read))]
     return Sandbox(
-        bwrap=bwrap,
+        mechanism=mechanism,
+        program=program,
+        abi=abi,
         writable=tuple(_existing(writable)),
         read_only=tuple(_existing(read_only)),
         # A denied path holding the project cannot be hidden without hiding the project.

@@ -16,6 +16,7 @@ from typing import TextIO
 
 from code_puppy.config import Settings, load_settings
 from code_puppy.sandbox import Sandbox, SandboxUnavailable, build_sandbox
+from code_puppy.sandbox.guard import ProtectedFiles
 
 PROBE_SECRET = "CODE_PUPPY_SANDBOX_PROBE_API_KEY"
 """A variable named like a provider key, set for the secret probe: it must not reach the command."""
@@ -27,19 +28,21 @@ def check(project_root: Path, out: TextIO) -> int:
     with _sandbox(settings, project_root) as sandbox:
         if sandbox is None:
             return 1
-        version = subprocess.run([str(sandbox.bwrap), "--version"], capture_output=True, text=True, check=False)
-        print(f"sandbox: {version.stdout.strip() or 'bwrap'} ({sandbox.bwrap})", file=out)
+        if sandbox.mechanism == "bwrap":
+            version = subprocess.run([str(sandbox.program), "--version"], capture_output=True, text=True, check=False)
+            print(f"sandbox: {version.stdout.strip() or 'bwrap'} ({sandbox.program})", file=out)
+        else:
+            print(f"sandbox: Landlock ABI {sandbox.abi} (launched by {sandbox.program})", file=out)
         results = list(_probes(sandbox, settings, project_root))
         for held, line in results:
             print(f"  {'✓' if held else '✗'} {line}", file=out)
         print(f"  writable: {', '.join(map(str, sandbox.writable))} and a private /tmp", file=out)
         if sandbox.read_only:
             print(f"  read-only inside: {', '.join(map(str, sandbox.read_only))}", file=out)
-        print(
-            "  not confined: files that configure agents and do not exist yet can be created (trust's content hashes "
-            "catch them at the next start)",
-            file=out,
-        )
+        for line in sandbox.unconfined:
+            print(f"  not confined: {line}", file=out)
+        for line in sandbox.limits:
+            print(f"  limit: {line}", file=out)
         if all(held for held, _ in results):
             return 0
         print("code-puppy: the sandbox does not confine commands as it should (see ✗ above)", file=sys.stderr)
@@ -52,7 +55,13 @@ def run(project_root: Path, command: Sequence[str], *, network: bool) -> int:
     with _sandbox(settings, project_root, network=network or None) as sandbox:
         if sandbox is None:
             return 2
+        guard = ProtectedFiles.snapshot(project_root) if sandbox.mechanism == "landlock" else None
         done = subprocess.run(sandbox.argv(command, cwd=Path.cwd()), env=_environment(settings), check=False)
+        if guard is not None and (changed := guard.restore()):
+            print(
+                f"code-puppy: sandbox: put back {', '.join(changed)} (Landlock cannot keep them read-only)",
+                file=sys.stderr,
+            )
         return done.returncode
 
 
@@ -82,8 +91,11 @@ except OSError:
     sys.exit({_REFUSED})
 """
 """Exits 0 when it reaches the port, `_REFUSED` when the connection fails."""
-_EMPTY = 'if [ -d "$1" ]; then [ -z "$(ls -A "$1")" ]; else [ ! -s "$1" ]; fi'
-"""Succeeds when the path is an empty directory or an empty file: what a hidden path looks like inside."""
+_HIDDEN = (
+    'if [ -d "$1" ]; then ! ls -A "$1" >/dev/null 2>&1 || [ -z "$(ls -A "$1")" ]; '
+    'else ! head -c 1 "$1" >/dev/null 2>&1 || [ ! -s "$1" ]; fi'
+)
+"""Succeeds when the path cannot be read (Landlock) or is an empty directory or file (bwrap)."""
 
 
 def _environment(settings: Settings, extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -126,9 +138,17 @@ def _probes(sandbox: Sandbox, settings: Settings, project_root: Path) -> Iterato
     done = inside(f'[ -z "${{{PROBE_SECRET}+set}}" ]', extra={PROBE_SECRET: "sk-probe"})
     yield done.returncode == 0, f"a variable named like a provider key ({PROBE_SECRET}) is absent"
 
-    readable = [str(path) for path in sandbox.hidden if inside(_EMPTY, str(path)).returncode != 0]
+    readable = [str(path) for path in sandbox.hidden if inside(_HIDDEN, str(path)).returncode != 0]
     hidden = f"{len(sandbox.hidden)} denied paths present here are hidden"
     yield not readable, hidden if not readable else f"{hidden}: readable: {', '.join(readable)}"
 
-    done = inside('[ "$(cat /proc/1/comm)" = bwrap ]')
-    yield done.returncode == 0, "the processes outside the sandbox are invisible (its own PID namespace)"
+    if sandbox.mechanism == "bwrap":
+        done = inside('[ "$(cat /proc/1/comm)" = bwrap ]')
+        yield done.returncode == 0, "the processes outside the sandbox are invisible (its own PID namespace)"
+        return
+    own = str(os.getpid())
+    done = inside('! head -c 1 "/proc/$1/environ" >/dev/null 2>&1', own)
+    yield done.returncode == 0, f"the environment of code-puppy's own process ({own}) cannot be read"
+    if sandbox.abi >= 6:
+        done = inside('! kill -0 "$1" 2>/dev/null', own)
+        yield done.returncode == 0, "signals to processes outside the sandbox are refused"

@@ -411,7 +411,7 @@ def test_permissions_auto_without_a_sandbox_keeps_the_mode(
     server: FakeLLMServer, code_puppy_home: Path, project: Path
 ) -> None:
     with (code_puppy_home / "config.toml").open("a") as config:
-        config.write('[sandbox]\nbwrap = "/nonexistent/bwrap"\n')
+        config.write('[sandbox]\nmechanism = "bwrap"\nbwrap = "/nonexistent/bwrap"\n')
     chat = PtyChat(project)
     try:
         chat.wait_for("session ")

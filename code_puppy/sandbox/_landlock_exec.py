@@ -1,0 +1,153 @@
+"""Runs one command under Landlock: `python -I -S _landlock_exec.py SPEC -- COMMAND ARGS…`.
+
+SPEC is JSON: `abi` (the kernel's Landlock ABI), `rules` (`[path, access]` pairs, access a mask of the `FS_*` rights
+below), `network` (false: no TCP connect or bind, from ABI 4), `tmp` (the private temporary directory, as TMPDIR)
+and `cwd`. The restriction is the kernel's and is inherited by everything the command starts; nothing here can lift
+it. If it cannot be put in place, the command does not run (exit 125).
+
+Standard library only, and run without `site`: the interpreter starts in a few milliseconds, and this file is also
+where code-puppy reads the rights from.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import stat
+import struct
+import sys
+
+FS_EXECUTE = 1 << 0
+FS_WRITE_FILE = 1 << 1
+FS_READ_FILE = 1 << 2
+FS_READ_DIR = 1 << 3
+FS_REMOVE_DIR = 1 << 4
+FS_REMOVE_FILE = 1 << 5
+FS_MAKE_CHAR = 1 << 6
+FS_MAKE_DIR = 1 << 7
+FS_MAKE_REG = 1 << 8
+FS_MAKE_SOCK = 1 << 9
+FS_MAKE_FIFO = 1 << 10
+FS_MAKE_BLOCK = 1 << 11
+FS_MAKE_SYM = 1 << 12
+FS_REFER = 1 << 13  # ABI 2
+FS_TRUNCATE = 1 << 14  # ABI 3
+FS_IOCTL_DEV = 1 << 15  # ABI 5
+
+READ = FS_EXECUTE | FS_READ_FILE | FS_READ_DIR
+WRITE = (
+    READ
+    | FS_WRITE_FILE
+    | FS_REMOVE_DIR
+    | FS_REMOVE_FILE
+    | FS_MAKE_CHAR
+    | FS_MAKE_DIR
+    | FS_MAKE_REG
+    | FS_MAKE_SOCK
+    | FS_MAKE_FIFO
+    | FS_MAKE_BLOCK
+    | FS_MAKE_SYM
+    | FS_REFER
+    | FS_TRUNCATE
+)
+DEVICES = FS_READ_FILE | FS_WRITE_FILE | FS_IOCTL_DEV
+"""For /dev: `> /dev/null` and the terminal."""
+_FILE_RIGHTS = FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_TRUNCATE | FS_IOCTL_DEV
+"""The rights a rule on a file (not a directory) may carry."""
+_NET_BIND_TCP, _NET_CONNECT_TCP = 1 << 0, 1 << 1  # ABI 4
+_SCOPE_ABSTRACT_UNIX_SOCKET, _SCOPE_SIGNAL = 1 << 0, 1 << 1  # ABI 6
+_CREATE_RULESET, _ADD_RULE, _RESTRICT_SELF = 444, 445, 446  # the same number on every architecture
+_CREATE_RULESET_VERSION = 1
+_RULE_PATH_BENEATH = 1
+_PR_SET_PDEATHSIG, _PR_SET_NO_NEW_PRIVS = 1, 38
+REFUSED = 125
+"""The exit status when the sandbox could not be made (the command did not run)."""
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _syscall(number: int, *args: object) -> int:
+    """`syscall(number, args…)`, integers passed as C longs and None as NULL."""
+    return _libc.syscall(ctypes.c_long(number), *(ctypes.c_long(a) if isinstance(a, int) else a for a in args))
+
+
+def _prctl(option: int, value: int) -> int:
+    return _libc.prctl(ctypes.c_int(option), ctypes.c_long(value), ctypes.c_long(0), ctypes.c_long(0), ctypes.c_long(0))
+
+
+def abi_version() -> int:
+    """The kernel's Landlock ABI version; 0 when Landlock is missing or disabled."""
+    return max(_syscall(_CREATE_RULESET, None, 0, _CREATE_RULESET_VERSION), 0)
+
+
+def handled_fs(abi: int) -> int:
+    """The filesystem rights the kernel with Landlock `abi` controls."""
+    rights = (1 << 13) - 1
+    if abi >= 2:
+        rights |= FS_REFER
+    if abi >= 3:
+        rights |= FS_TRUNCATE
+    if abi >= 5:
+        rights |= FS_IOCTL_DEV
+    return rights
+
+
+def _fail(what: str) -> None:
+    error = ctypes.get_errno()
+    print(f"code-puppy sandbox: landlock: {what}: {os.strerror(error)}", file=sys.stderr)
+    sys.exit(REFUSED)
+
+
+def _restrict(abi: int, rules: list[tuple[str, int]], network: bool) -> None:
+    handled = handled_fs(abi)
+    fields = [handled]
+    if abi >= 4:
+        fields.append(0 if network else _NET_BIND_TCP | _NET_CONNECT_TCP)
+    if abi >= 6:
+        fields.append(_SCOPE_SIGNAL | _SCOPE_ABSTRACT_UNIX_SOCKET)
+    packed = struct.pack(f"={len(fields)}Q", *fields)
+    ruleset = _syscall(_CREATE_RULESET, ctypes.create_string_buffer(packed, len(packed)), len(packed), 0)
+    if ruleset < 0:
+        _fail("cannot create a ruleset")
+    for path, access in rules:
+        try:
+            parent = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        except OSError:
+            continue  # gone since the rules were computed: nothing to allow
+        try:
+            if not stat.S_ISDIR(os.fstat(parent).st_mode):
+                access &= _FILE_RIGHTS
+            rule = struct.pack("=Qi", access & handled, parent)
+            if _syscall(_ADD_RULE, ruleset, _RULE_PATH_BENEATH, ctypes.create_string_buffer(rule, len(rule)), 0) < 0:
+                _fail(f"cannot allow {path}")
+        finally:
+            os.close(parent)
+    if _prctl(_PR_SET_NO_NEW_PRIVS, 1):
+        _fail("cannot set no_new_privs")
+    if _syscall(_RESTRICT_SELF, ruleset, 0) < 0:
+        _fail("cannot restrict itself")
+    os.close(ruleset)
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) < 4 or argv[2] != "--":
+        print("usage: _landlock_exec.py SPEC -- COMMAND [ARGS…]", file=sys.stderr)
+        sys.exit(REFUSED)
+    spec = json.loads(argv[1])
+    _restrict(spec["abi"], [(path, access) for path, access in spec["rules"]], spec["network"])
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # like bwrap's --die-with-parent: it goes when its starter does
+    os.environ["TMPDIR"] = spec["tmp"]
+    os.chdir(spec["cwd"])
+    command = argv[3:]
+    try:
+        os.execvp(command[0], command)
+    except OSError as exc:
+        print(f"code-puppy sandbox: {command[0]}: {exc.strerror}", file=sys.stderr)
+        sys.exit(127)
+
+
+if __name__ == "__main__":
+    main(sys.argv)

@@ -1,0 +1,140 @@
+"""The Landlock mechanism (`[sandbox] mechanism = "landlock"`), forced, with the kernel's real Landlock: what it
+confines, what it puts back, and what `sandbox check` says it cannot do. No skips: a kernel without Landlock fails
+here (this machine's has ABI 7)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+from tests.fake_llm import FakeLLMServer, call, text, tool_calls
+from tests.test_mcp import tool_results
+from tests.test_sandbox import CONNECT, PYTHON, sandboxed
+
+
+@pytest.fixture(autouse=True)
+def landlock(code_puppy_home: Path) -> None:
+    force_landlock(code_puppy_home)
+
+
+def force_landlock(home: Path) -> None:
+    config = home / "config.toml"
+    config.write_text((config.read_text() if config.exists() else "") + '[sandbox]\nmechanism = "landlock"\n')
+
+
+def test_check_says_landlock_and_every_probe_holds(repo: Path, home: Path) -> None:
+    completed = run_cli("sandbox", "check", cwd=repo, env={"HOME": str(home)})
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    lines = completed.stdout.splitlines()
+    assert lines[0].startswith("sandbox: Landlock ABI ")
+    assert sum(line.startswith("  ✓ ") for line in lines) == 6 and "✗" not in completed.stdout
+    assert "3 denied paths present here are hidden" in completed.stdout
+    assert "  ✓ signals to processes outside the sandbox are refused" in lines
+    assert any(line.startswith("  not confined: inside the project, the files that configure") for line in lines)
+    assert "  not confined: UDP and other non-TCP traffic" in lines
+    assert any(line.startswith("  limit: /tmp is the host's and read-only") for line in lines)
+
+
+def test_a_command_writes_the_project_and_its_tmpdir_and_nothing_else(repo: Path, home: Path, outside: Path) -> None:
+    (repo / "escape").symlink_to(outside)
+    script = """
+        touch inside.txt && echo created
+        touch "$1/outside.txt" || echo refused-outside
+        touch "$HOME/at-home.txt" || echo refused-home
+        touch escape/through-link.txt || echo refused-link
+        touch /tmp/scratch-$$ || echo refused-tmp
+        touch "$TMPDIR/scratch" && echo private-tmp
+        echo loosened >> .code-puppy/config.toml && echo wrote-config
+        echo 'echo planted' > .git/hooks/pre-commit && echo wrote-hook
+    """
+    completed = sandboxed(repo, script, str(outside), env={"HOME": str(home)})
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.split() == [
+        "created",
+        "refused-outside",
+        "refused-home",
+        "refused-link",
+        "refused-tmp",
+        "private-tmp",
+        "wrote-config",  # Landlock cannot refuse these…
+        "wrote-hook",
+    ]
+    assert completed.stderr.count("Permission denied") == 4, completed.stderr
+    assert (repo / "inside.txt").exists() and list(outside.rglob("*.txt")) == []
+    # …so they are put back once the command is over, and the user is told.
+    assert (repo / ".code-puppy" / "config.toml").read_text() == "# the project's config\n"
+    assert not (repo / ".git" / "hooks" / "pre-commit").exists()
+    assert completed.stderr.endswith(
+        "code-puppy: sandbox: put back .code-puppy/config.toml, .git/hooks/pre-commit (Landlock cannot keep them "
+        "read-only)\n"
+    )
+
+
+def test_secrets_denied_paths_and_other_processes_stay_out_of_reach(
+    code_puppy_home: Path, repo: Path, home: Path
+) -> None:
+    sleeper = subprocess.Popen(["sleep", "30"], env={"OPENAI_API_KEY": "sk-in-another-process"})
+    try:
+        script = """
+            echo "key=${OPENAI_API_KEY:-absent} marker=$HARMLESS_MARKER"
+            cat "$HOME/.ssh/id_ed25519" "$HOME/.netrc" "$CODE_PUPPY_HOME/config.toml" 2>/dev/null || echo unreadable
+            ls "$HOME/.ssh" 2>/dev/null || echo unlisted
+            cat "/proc/$1/environ" "/proc/$PPID/environ" 2>/dev/null || echo no-environ
+            kill -0 "$1" 2>/dev/null || echo no-signal
+        """
+        env = {"HOME": str(home), "OPENAI_API_KEY": "sk-sandbox-canary", "HARMLESS_MARKER": "kept"}
+        completed = sandboxed(repo, script, str(sleeper.pid), env=env)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert completed.returncode == 0, completed.stderr
+    expected = ["key=absent marker=kept", "unreadable", "unlisted", "no-environ", "no-signal"]
+    assert completed.stdout.splitlines() == expected
+
+
+def test_tcp_is_off_unless_asked_for(repo: Path) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = str(listener.getsockname()[1])
+        refused = sandboxed(repo, 'exec "$1" -c "$2" "$3"', PYTHON, CONNECT, port)
+        allowed = sandboxed(repo, 'exec "$1" -c "$2" "$3"', PYTHON, CONNECT, port, network=True)
+    assert refused.returncode == 1 and "PermissionError" in refused.stderr, refused.stderr
+    assert (allowed.returncode, allowed.stdout) == (0, "connected\n"), allowed.stderr
+
+
+def test_auto_falls_back_to_landlock_when_bwrap_cannot_work(code_puppy_home: Path, repo: Path) -> None:
+    (code_puppy_home / "config.toml").write_text('[sandbox]\nbwrap = "/nonexistent/bwrap"\n')  # mechanism = "auto"
+    completed = run_cli("sandbox", "check", cwd=repo)
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.startswith("sandbox: Landlock ABI ")
+
+
+def test_headless_auto_under_landlock_confines_commands_and_puts_the_config_back(
+    server: FakeLLMServer, code_puppy_home: Path, outside: Path
+) -> None:
+    force_landlock(code_puppy_home)  # again: the server's fixture wrote its own config
+    project = outside / "project"
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    (project / ".code-puppy").mkdir()
+    (project / ".code-puppy" / "config.toml").write_text('model = "fake"\n')
+    server.script(
+        tool_calls(
+            call("shell", {"command": "touch inside.txt && touch ../outside.txt"}),
+            call("shell", {"command": "echo '[x]' >> .code-puppy/config.toml; echo x > .git/hooks/post-merge"}),
+        ),
+        text("done"),
+    )
+    completed = run_cli("-p", "try", "--permission-mode", "auto", cwd=project)
+    assert (completed.returncode, completed.stdout) == (0, "done\n"), completed.stderr
+    escape, loosen = tool_results(server.requests[1].body)
+    assert "Permission denied" in escape and not (outside / "outside.txt").exists()
+    assert (project / "inside.txt").exists()
+    assert loosen.endswith(
+        "[The sandbox put back .code-puppy/config.toml, .git/hooks/post-merge: commands may not change the files that "
+        "configure code-puppy, other agents or git.]"
+    )
+    assert (project / ".code-puppy" / "config.toml").read_text() == 'model = "fake"\n'
+    assert not (project / ".git" / "hooks" / "post-merge").exists()
