@@ -1,10 +1,11 @@
 """Sandbox budget (issue 12): running a command inside the sandbox adds at most 30 ms to its start.
 
-    python benchmarks/sandbox.py [--runs 50]
+    python benchmarks/sandbox.py [--runs 50] [--mechanism bwrap|landlock]
 
 Runs `sh -c true` `--runs` times as the agent's shell would (`/bin/sh -c COMMAND`), once directly and once wrapped
-by the project's sandbox (`Sandbox.wrap`, the real bwrap with every bind of this machine's defaults), and prints the
-median and the 90th percentile of each and the median overhead.
+by the project's sandbox (`Sandbox.wrap`, called for each run as the agent's shell does: the real bwrap with every
+bind of this machine's defaults, or the Landlock launcher with its rules), and prints the median and the 90th
+percentile of each and the median overhead.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -23,11 +25,11 @@ from code_puppy.config import SandboxConfig
 from code_puppy.sandbox import build_sandbox
 
 
-def timed(command: str, runs: int) -> list[float]:
+def timed(command: Callable[[], str], runs: int) -> list[float]:
     times: list[float] = []
     for _ in range(runs):
         started = time.perf_counter()
-        subprocess.run(["/bin/sh", "-c", command], check=True)
+        subprocess.run(["/bin/sh", "-c", command()], check=True)
         times.append((time.perf_counter() - started) * 1000)
     return times
 
@@ -35,12 +37,15 @@ def timed(command: str, runs: int) -> list[float]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=50)
-    runs = parser.parse_args().runs
+    parser.add_argument("--mechanism", choices=["bwrap", "landlock"], default="bwrap")
+    arguments = parser.parse_args()
+    runs = arguments.runs
     project, tmp = Path(tempfile.mkdtemp()), Path(tempfile.mkdtemp())
     try:
-        sandbox = build_sandbox(SandboxConfig(), project, tmp=tmp)
-        plain = timed("true", runs)
-        boxed = timed(sandbox.wrap("true", cwd=project), runs)
+        sandbox = build_sandbox(SandboxConfig(mechanism=arguments.mechanism), project, tmp=tmp)
+        print(f"mechanism: {sandbox.mechanism}")
+        plain = timed(lambda: "true", runs)
+        boxed = timed(lambda: sandbox.wrap("true", cwd=project), runs)
     finally:
         shutil.rmtree(project)
         shutil.rmtree(tmp)

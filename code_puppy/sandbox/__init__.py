@@ -12,7 +12,6 @@ from ABI 4, and what it cannot do is listed by `Sandbox.unconfined` (and `code-p
 from __future__ import annotations
 
 import atexit
-import json
 import os
 import shlex
 import shutil
@@ -90,11 +89,12 @@ class Sandbox:
         if self.mechanism == "landlock":
             from code_puppy.sandbox import _landlock_exec as landlock
 
-            rules = [(str(path), landlock.READ) for path in readable_around(self.hidden)]
-            rules += [(str(path), landlock.WRITE) for path in (*self.writable, self.tmp)]
-            rules.append(("/dev", landlock.DEVICES))
-            spec = {"abi": self.abi, "rules": rules, "network": self.network, "tmp": str(self.tmp), "cwd": str(cwd)}
-            return [str(self.program), "-I", "-S", str(LANDLOCK_LAUNCHER), json.dumps(spec), "--", *command]
+            rules = [(landlock.READ, path) for path in readable_around(self.hidden)]
+            rules += [(landlock.WRITE, path) for path in (*self.writable, self.tmp)]
+            rules.append((landlock.DEVICES, Path("/dev")))
+            launcher = [str(self.program), "-I", "-S", str(LANDLOCK_LAUNCHER), str(self.abi), str(int(self.network))]
+            launcher += [str(self.tmp), str(cwd), *(str(item) for rule in rules for item in rule)]
+            return [*launcher, "--", *command]
         argv = [str(self.program), "--die-with-parent", "--new-session", "--unshare-all"]
         if self.network:
             argv.append("--share-net")
@@ -167,16 +167,17 @@ def readable_around(denied: Sequence[Path]) -> list[Path]:
 
     def cover(directory: Path) -> None:
         try:
-            entries = sorted(entry.path for entry in os.scandir(directory))
+            entries = sorted(os.scandir(directory), key=lambda item: item.name)
         except OSError:
             return
-        for entry in map(Path, entries):
-            if directory == proc and entry.name.isdigit():
+        for item in entries:
+            entry = Path(item.path)
+            if directory == proc and item.name.isdigit():
                 continue
             if entry == proc:
                 cover(entry)
                 continue
-            target = Path(os.path.realpath(entry))
+            target = Path(os.path.realpath(entry)) if item.is_symlink() else entry
             if any(target == path or target in path.parents for path in denied):
                 if target == entry and target not in denied:
                     cover(entry)

@@ -1,20 +1,20 @@
-"""Runs one command under Landlock: `python -I -S _landlock_exec.py SPEC -- COMMAND ARGS…`.
+"""Runs one command under Landlock:
 
-SPEC is JSON: `abi` (the kernel's Landlock ABI), `rules` (`[path, access]` pairs, access a mask of the `FS_*` rights
-below), `network` (false: no TCP connect or bind, from ABI 4), `tmp` (the private temporary directory, as TMPDIR)
-and `cwd`. The restriction is the kernel's and is inherited by everything the command starts; nothing here can lift
-it. If it cannot be put in place, the command does not run (exit 125).
+    python -I -S _landlock_exec.py ABI NETWORK TMPDIR CWD [ACCESS PATH]… -- COMMAND ARGS…
 
-Standard library only, and run without `site`: the interpreter starts in a few milliseconds, and this file is also
-where code-puppy reads the rights from.
+ABI is the kernel's Landlock ABI, NETWORK 1 or 0 (0: no TCP connect or bind, from ABI 4), TMPDIR the private
+temporary directory, CWD where the command runs, and each ACCESS PATH pair allows the `FS_*` rights below (a mask) on
+PATH and beneath it. The restriction is the kernel's and is inherited by everything the command starts; nothing here
+can lift it. If it cannot be put in place, the command does not run (exit 125).
+
+Standard library modules written in C only, and run without `site`: the launcher adds a few milliseconds to a
+command's start. This file is also where code-puppy reads the rights from.
 """
 
 from __future__ import annotations
 
 import ctypes
-import json
 import os
-import signal
 import stat
 import struct
 import sys
@@ -62,6 +62,7 @@ _CREATE_RULESET, _ADD_RULE, _RESTRICT_SELF = 444, 445, 446  # the same number on
 _CREATE_RULESET_VERSION = 1
 _RULE_PATH_BENEATH = 1
 _PR_SET_PDEATHSIG, _PR_SET_NO_NEW_PRIVS = 1, 38
+_SIGKILL = 9
 REFUSED = 125
 """The exit status when the sandbox could not be made (the command did not run)."""
 
@@ -132,16 +133,26 @@ def _restrict(abi: int, rules: list[tuple[str, int]], network: bool) -> None:
     os.close(ruleset)
 
 
+def _parse(argv: list[str]) -> tuple[int, bool, str, str, list[tuple[str, int]], list[str]]:
+    end = argv.index("--")
+    pairs = argv[5:end]
+    rules = [(pairs[index + 1], int(pairs[index])) for index in range(0, len(pairs), 2)]
+    command = argv[end + 1 :]
+    if not command:
+        raise ValueError("no command")
+    return int(argv[1]), argv[2] == "1", argv[3], argv[4], rules, command
+
+
 def main(argv: list[str]) -> None:
-    if len(argv) < 4 or argv[2] != "--":
-        print("usage: _landlock_exec.py SPEC -- COMMAND [ARGS…]", file=sys.stderr)
+    try:
+        abi, network, tmp, cwd, rules, command = _parse(argv)
+    except (ValueError, IndexError):
+        print("usage: _landlock_exec.py ABI NETWORK TMPDIR CWD [ACCESS PATH]… -- COMMAND [ARGS…]", file=sys.stderr)
         sys.exit(REFUSED)
-    spec = json.loads(argv[1])
-    _restrict(spec["abi"], [(path, access) for path, access in spec["rules"]], spec["network"])
-    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # like bwrap's --die-with-parent: it goes when its starter does
-    os.environ["TMPDIR"] = spec["tmp"]
-    os.chdir(spec["cwd"])
-    command = argv[3:]
+    _restrict(abi, rules, network)
+    _prctl(_PR_SET_PDEATHSIG, _SIGKILL)  # like bwrap's --die-with-parent: it goes when its starter does
+    os.environ["TMPDIR"] = tmp
+    os.chdir(cwd)
     try:
         os.execvp(command[0], command)
     except OSError as exc:
