@@ -4,14 +4,23 @@ commands run in the real bwrap sandbox; the same commands in `yolo` run unconfin
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from pydantic_ai.messages import ModelMessage, ToolCallPart
+from pydantic_ai.models.function import AgentInfo
 
-from tests.conftest import run_cli
+from code_puppy.agents.builder import build_pydantic_agent, capability
+from code_puppy.agents.deps import RunDeps
+from code_puppy.agents.sandboxed_shell import SandboxedShell
+from code_puppy.config import Settings
+from code_puppy.sessions.session import Session
+from tests.conftest import run_cli, wait_for
 from tests.fake_llm import FakeLLMServer, call, text, tool_calls
+from tests.scripted_model import Reply, scripted, tool_returns
 from tests.test_mcp import tool_results
 
 CANARY = "sk-auto-mode-canary"
@@ -198,3 +207,40 @@ def test_a_mode_that_asks_for_the_sandbox_without_one_is_refused(
     assert completed.stderr.endswith(
         "config.toml: 'sandbox.modes.0': input should be 'auto', 'accept-edits' or 'ask', got 'yolo'\n"
     )
+
+
+async def test_the_model_can_stop_a_background_command_it_started(project: Path) -> None:
+    tag = f"{os.getpid() % 1000 + 2000}.417"
+
+    def stop_it(messages: list[ModelMessage], info: AgentInfo) -> Reply:
+        (started,) = [content for _, _, content in tool_returns(messages)]
+        pid = re.search(r"PID: (\d+)", started)
+        assert pid is not None, started
+        return [ToolCallPart("shell", {"command": f"kill -- -{pid[1]}"}, tool_call_id="k")]  # as the harness says
+
+    bystander = subprocess.Popen(["sleep", "60"])  # not the model's: its kill stays in the sandbox, and fails
+    try:
+        for mechanism in ("bwrap", "landlock"):
+            settings = Settings.model_validate({"sandbox": {"mechanism": mechanism}})
+            script = scripted(
+                [ToolCallPart("shell", {"command": f"sleep {tag}", "mode": "background"}, tool_call_id="s")],
+                stop_it,
+                [ToolCallPart("shell", {"command": f"kill -9 {bystander.pid}"}, tool_call_id="other")],
+                "stopped",
+            )
+            agent = build_pydantic_agent(settings, model=script.model, project_root=project, permission_mode="auto")
+            session = Session.in_memory()
+            shell = capability(agent, SandboxedShell)
+            assert shell is not None
+            try:
+                await agent.run("start and stop", deps=RunDeps(session))
+                # Stopped by the model (the sandbox goes with its bwrap), before the process ends its commands.
+                wait_for(lambda: sleeping(tag) == [], timeout=5, what=f"the background sleep to stop ({mechanism})")
+            finally:
+                shell.end_commands()
+            stopped, other = [content for _, _, content in tool_returns(session.messages)][1:]
+            assert stopped.endswith('"exit_code": 0}'), stopped
+            assert not other.endswith('"exit_code": 0}') and bystander.poll() is None, other
+    finally:
+        bystander.kill()
+        bystander.wait()

@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import re
+import shlex
 import signal
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -30,7 +31,7 @@ from pydantic_ai_harness.shell import CommandFinishedEvent, CommandStartedEvent
 
 from code_puppy.agents.deps import deps_of
 from code_puppy.agents.permissions import PermissionPolicy
-from code_puppy.sandbox import READ_ONLY_IN_PROJECT, ProjectSandbox
+from code_puppy.sandbox import READ_ONLY_IN_PROJECT, ProjectSandbox, SandboxUnavailable
 from code_puppy.sandbox.guard import ProtectedFiles
 
 ESCALATE = "escalate"
@@ -80,7 +81,12 @@ class SandboxedShell(AbstractCapability[Any]):
         if not self.policy.sandboxing:
             return ""
         config = self.sandbox.config
-        writable = ", ".join(["the project directory", "/tmp (private to the sandbox)", *config.writable])
+        try:
+            landlock = self.sandbox.get().mechanism == "landlock"
+        except SandboxUnavailable:
+            landlock = False  # the command says so when it runs
+        tmp = "$TMPDIR (private to the sandbox; /tmp is read-only)" if landlock else "/tmp (private to the sandbox)"
+        writable = ", ".join(["the project directory", tmp, *config.writable])
         network = "The network is available." if config.network else "There is no network (no downloads, no APIs)."
         if _interactive(ctx):
             outside = (
@@ -119,7 +125,7 @@ class SandboxedShell(AbstractCapability[Any]):
         self, ctx: RunContext[Any], *, call: ToolCallPart, tool_def: ToolDefinition, args: dict[str, Any]
     ) -> dict[str, Any]:
         command = str(args.get("command", ""))
-        if call.tool_name != "shell" or not self.policy.sandboxes(command):
+        if call.tool_name != "shell" or not self.policy.sandboxes(command) or self._stops_own(command):
             return args
         key = call.tool_call_id
         if key in self._escalated and ctx.tool_call_approved:
@@ -168,6 +174,31 @@ class SandboxedShell(AbstractCapability[Any]):
                 }
             )
         return result
+
+    def _stops_own(self, command: str) -> bool:
+        """Whether `command` is `kill [SIGNAL] [--] [-]PID…` of commands this tool started, and nothing else: the
+        way the harness tells the model to stop one. It runs outside, since inside the sandbox it could not reach
+        them (their PIDs are in another namespace, or out of Landlock's scope), and it can only signal them."""
+        try:
+            words = shlex.split(command)
+        except ValueError:
+            return False
+        if words[:1] != ["kill"]:
+            return False
+        words = words[1:]
+        if words[:1] == ["-s"]:
+            words = words[2:]
+        elif (
+            words and re.fullmatch(r"-(?:[0-9]+|[A-Z]+|SIG[A-Z]+)", words[0]) and words[0].lstrip("-") not in self._pids
+        ):
+            words = words[1:]
+        if words[:1] == ["--"]:
+            words = words[1:]
+        return bool(words) and all(word.lstrip("-") in self._pids for word in words)
+
+    @property
+    def _pids(self) -> set[str]:
+        return {str(pid) for pid in self._supervisors}
 
     @on_event(CommandStartedEvent)
     async def _command_started(self, ctx: RunContext[Any], event: CommandStartedEvent) -> None:
