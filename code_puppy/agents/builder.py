@@ -87,18 +87,29 @@ def build_pydantic_agent(
     root = project_root.resolve()
     # The history-processor and MCP code is imported only when configured: a run without either never pays for it.
     user_processing: list[AbstractCapability[Any]] = []
-    if history_processors is not None or settings.history.processors or history_processor_condition is not None:
+    history = settings.history
+    configured = (history.processors, history.processor_condition, history.summary_model)
+    if history_processors is not None or history_processor_condition is not None or any(configured):
         from code_puppy.agents.history_processors import resolve_history_processing
         from code_puppy.agents.user_history_processor import UserHistoryProcessor
 
+        # Checked whenever set (a condition without processors, a summary model nobody uses: their one-line errors).
         processing = resolve_history_processing(
-            settings.history, processors=history_processors, condition=history_processor_condition
+            history,
+            processors=history_processors,
+            condition=history_processor_condition,
+            resolve_model=_model_resolver(settings),
+            source_of=lambda key: settings.source_of("history", key),
         )
-        user_processing.append(UserHistoryProcessor(processing.processors, condition=processing.condition))
-    elif settings.history.processor_condition is not None:
-        from code_puppy.agents.history_processors import resolve_history_processing
-
-        resolve_history_processing(settings.history)  # a condition without processors: its one-line error
+        if processing.processors:
+            user_processing.append(
+                UserHistoryProcessor(
+                    processing.processors,
+                    condition=processing.condition,
+                    summary_model=processing.summary_model,
+                    resolve_model=processing.resolve_model,
+                )
+            )
     mcp_servers: list[AbstractCapability[Any]] = []
     if any(server.enabled for server in settings.mcp_servers.values()):
         from code_puppy.agents.mcp_servers import McpServers
@@ -177,6 +188,20 @@ def without_secrets(environment: Mapping[str, str], settings: Settings) -> dict[
         for name, value in environment.items()
         if not any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
     }
+
+
+def _model_resolver(settings: Settings) -> Callable[[str], Model]:
+    """code-puppy's model resolution for the history processors, each name made once."""
+    from code_puppy.models import resolve_model
+
+    made: dict[str, Model] = {}
+
+    def resolve(name: str) -> Model:
+        if name not in made:
+            made[name] = resolve_model(settings, name)
+        return made[name]
+
+    return resolve
 
 
 def capability(agent: Agent[Any, Any], kind: type[C]) -> C | None:
