@@ -92,13 +92,14 @@ def build_pydantic_agent(
     if history_processors is not None or history_processor_condition is not None or any(configured):
         from code_puppy.agents.history_processors import resolve_history_processing
         from code_puppy.agents.user_history_processor import UserHistoryProcessor
+        from code_puppy.models import model_resolver
 
         # Checked whenever set (a condition without processors, a summary model nobody uses: their one-line errors).
         processing = resolve_history_processing(
             history,
             processors=history_processors,
             condition=history_processor_condition,
-            resolve_model=_model_resolver(settings),
+            resolve_model=model_resolver(settings),
             source_of=lambda key: settings.source_of("history", key),
         )
         if processing.processors:
@@ -188,20 +189,6 @@ def without_secrets(environment: Mapping[str, str], settings: Settings) -> dict[
         for name, value in environment.items()
         if not any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
     }
-
-
-def _model_resolver(settings: Settings) -> Callable[[str], Model]:
-    """code-puppy's model resolution for the history processors, each name made once."""
-    from code_puppy.models import resolve_model
-
-    made: dict[str, Model] = {}
-
-    def resolve(name: str) -> Model:
-        if name not in made:
-            made[name] = resolve_model(settings, name)
-        return made[name]
-
-    return resolve
 
 
 def capability(agent: Agent[Any, Any], kind: type[C]) -> C | None:
