@@ -58,11 +58,14 @@ async def preview_processing(
     )
     candidate = [*messages, ModelRequest(parts=[UserPromptPart("")])]
     shown = f"preset {history.preset} · " if history.preset else ""
+    context_for = _contexts(stand_in, revision)
+    window = stand_in.context_window
+    size = f"of a {window}-token window" if window is not None else "(context window unknown)"
+    estimate = context_for(candidate).estimated_request_tokens
     lines = [
-        f"history processors, a dry run of the next request (nothing is sent; {_window_note(stand_in)}):",
+        f"history processors, a dry run of the next request (nothing is sent; ~{estimate} tokens {size}):",
         f"{shown}compaction {history.compaction}",
     ]
-    context_for = _contexts(stand_in, revision)
     if processing.condition is not None:
         try:
             verdict = await evaluate_condition(processing.condition, context_for(candidate))
@@ -122,11 +125,6 @@ def _window(settings: Settings, model_name: str | None) -> int | None:
         return resolve_model(settings, model_name).context_window
     except ConfigError:  # no credentials here, say: the window stays unknown, nothing is sent either way
         return None
-
-
-def _window_note(model: Model) -> str:
-    window = model.context_window
-    return f"context window {window:,} tokens" if window is not None else "context window unknown"
 
 
 def _contains(haystack: Sequence[bytes], needle: Sequence[bytes]) -> bool:
