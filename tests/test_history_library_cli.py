@@ -277,3 +277,22 @@ def test_a_failed_summary_leaves_the_history_and_the_run_goes_on(
     assert stderr.startswith("code-puppy: note: summarize_older_turns: the summary failed (ModelRequestRejectedError: ")
     assert stderr.endswith("; the history is left as it was\n") and stderr.count("\n") == 1
     assert conversation(server.requests[2].body) == ["q1", "a1", "q2"]
+
+
+@pytest.mark.parametrize(("window", "third"), [(10**6, ["q1", "a1", "q2", "a2", "q3"]), (1000, ["q3"])])
+def test_when_over_decides_whether_the_processors_run(
+    window: int, third: list[str], server: FakeLLMServer, project: Path, code_puppy_home: Path
+) -> None:
+    configure(
+        code_puppy_home,
+        server,
+        'compaction = "off"\n'
+        f'processors = [{{ path = "{KEEP}", args = {{ n = 0 }} }}]\n'
+        'processor_condition = { path = "code_puppy.history:when_over", args = { fraction = 0.5 } }',
+        window=window,
+    )
+    server.script(text("a1"), text("a2"), text("a3"))
+    assert headless("-p", "q1", cwd=project)[0] == 0
+    for prompt in ("q2", "q3"):
+        assert headless("-c", "-p", prompt, cwd=project)[0] == 0
+    assert conversation(server.requests[2].body) == third
