@@ -234,6 +234,22 @@ class McpServerConfig(_Section):
         return self
 
 
+class _Sources:
+    """The config layers a `Settings` was merged from, to name the file behind an error found after validation.
+
+    Not part of the settings' value (pydantic compares private attributes too): any two compare equal.
+    """
+
+    def __init__(self, layers: tuple[tuple[Path, dict[str, Any]], ...]) -> None:
+        self.layers = layers
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Sources)
+
+    def __hash__(self) -> int:
+        return 0
+
+
 class Settings(_Section):
     """Everything config.toml can say, merged from the user and project files."""
 
@@ -248,18 +264,18 @@ class Settings(_Section):
     sandbox: SandboxConfig = SandboxConfig()
     mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict[str, McpServerConfig])
     """MCP servers by name; a project's are read only when the project is trusted."""
-    _layers: tuple[tuple[Path, dict[str, Any]], ...] = PrivateAttr(default=())
+    _sources: _Sources = PrivateAttr(default_factory=lambda: _Sources(()))
 
     @model_validator(mode="after")
     def _remember_layers(self, info: ValidationInfo) -> Settings:
         context: object = info.context
         if isinstance(context, dict) and "layers" in context:
-            self._layers = cast(dict[str, Any], context)["layers"]
+            self._sources = _Sources(cast(dict[str, Any], context)["layers"])
         return self
 
     def source_of(self, *location: str) -> Path | None:
         """The config file that set the key at `location` (e.g. `"history", "processors"`), if a file did."""
-        return _source_of(list(location), list(self._layers))
+        return _source_of(list(location), list(self._sources.layers))
 
 
 PROJECT_MCP_FILES = ("mcp.json", ".mcp.json")

@@ -30,8 +30,8 @@ from code_puppy.agents.history_processors import (
 )
 from code_puppy.agents.history_validation import validate_output
 from code_puppy.agents.token_estimate import serialize
-from code_puppy.config import ConfigError, Settings, load_settings
-from code_puppy.models import model_resolver, resolve_model
+from code_puppy.config import ConfigError, load_settings
+from code_puppy.models import model_resolver
 
 PLACEHOLDER_SUMMARY = "(dry run: no summary is written)"
 """What the stand-in model answers, a summary request included."""
@@ -48,13 +48,14 @@ async def preview_processing(
     """
     settings = load_settings(project_dir)
     history = settings.history
+    resolve = model_resolver(settings)
     processing = resolve_history_processing(
-        history, resolve_model=model_resolver(settings), source_of=lambda key: settings.source_of("history", key)
+        history, resolve_model=resolve, source_of=lambda key: settings.source_of("history", key)
     )
     if not processing.processors:
         return []
     stand_in = FunctionModel(
-        _placeholder, model_name=model_name, profile=ModelProfile(context_window=_window(settings, model_name))
+        _placeholder, model_name=model_name, profile=ModelProfile(context_window=_window(resolve, model_name))
     )
     candidate = [*messages, ModelRequest(parts=[UserPromptPart("")])]
     shown = f"preset {history.preset} · " if history.preset else ""
@@ -117,12 +118,12 @@ def _placeholder(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse
     return ModelResponse(parts=[TextPart(PLACEHOLDER_SUMMARY)])
 
 
-def _window(settings: Settings, model_name: str | None) -> int | None:
+def _window(resolve: Callable[[str], Model], model_name: str | None) -> int | None:
     """The session model's context window, when its config or pydantic-ai knows it."""
     if model_name is None:
         return None
     try:
-        return resolve_model(settings, model_name).context_window
+        return resolve(model_name).context_window
     except ConfigError:  # no credentials here, say: the window stays unknown, nothing is sent either way
         return None
 
