@@ -14,9 +14,20 @@ import sys
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Annotated, Any, Literal, cast
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    PrivateAttr,
+    Tag,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from code_puppy.errors import ConfigError as ConfigError
 
@@ -77,13 +88,75 @@ class PermissionsConfig(_Section):
         return tuple(entry.command for entry in self.allow if isinstance(entry, AllowEntry) and not entry.sandbox)
 
 
+_IMPORT_PATH = "<import path>"
+_TABLE = "<table>"
+"""The tags of `ProcessorEntry`'s two forms, left out of the key an error names."""
+
+
+class ProcessorSpec(_Section):
+    """A history processor or condition as a table: `{ path = "pkg.mod:factory", args = { n = 4 } }`."""
+
+    path: str
+    """A `module:callable` import path: with `args` a factory, called once at start-up, that returns the processor."""
+    args: dict[str, Any] | None = None
+    """The factory's keyword arguments; unset: `path` is the processor itself, as a plain string would be."""
+
+
+ProcessorEntry = Annotated[
+    Annotated[str, Tag(_IMPORT_PATH)] | Annotated[ProcessorSpec, Tag(_TABLE)],
+    Discriminator(
+        lambda value: _IMPORT_PATH if isinstance(value, str) else _TABLE if isinstance(value, Mapping) else None,  # pyright: ignore[reportUnknownLambdaType]
+        custom_error_type="processor_entry",
+        custom_error_message="expected an import path 'module:callable' or a { path, args } table",
+    ),
+]
+"""A `[history] processors` entry: an import path, or a `{ path, args }` table."""
+
+HistoryPreset = Literal["minimal", "balanced", "summarizing"]
+
+HISTORY_PRESETS: Mapping[HistoryPreset, Mapping[str, Any]] = {
+    "minimal": {
+        "processors": ({"path": "code_puppy.history:keep_recent_turns", "args": {"n": 2}},),
+        "compaction": "sliding",
+    },
+    "balanced": {
+        "processors": ({"path": "code_puppy.history:fit_token_budget", "args": {"fraction": 0.5}},),
+        "compaction": "tiered",
+    },
+    "summarizing": {
+        "processors": (
+            {"path": "code_puppy.history:summarize_older_turns", "args": {"keep": 4, "trigger_fraction": 0.6}},
+        ),
+        "compaction": "tiered",
+    },
+}
+"""What each `[history] preset` stands for (README "History processors"); an explicit key wins over the preset's."""
+
+
 class HistoryConfig(_Section):
     compaction: CompactionKind = "tiered"
     """The built-in compaction: tiered | summarize | sliding | off."""
-    processors: tuple[str, ...] = ()
-    """User history processors as `module:callable` import paths, applied in order."""
-    processor_condition: str | None = None
-    """A `module:callable` deciding, before every model request, whether the processors run."""
+    processors: tuple[ProcessorEntry, ...] = ()
+    """History processors, applied in order: `module:callable` import paths or `{ path, args }` factory tables."""
+    processor_condition: ProcessorEntry | None = None
+    """A `module:callable` (or `{ path, args }` table) deciding, before every model request, whether the processors
+    run."""
+    preset: HistoryPreset | None = None
+    """minimal | balanced | summarizing: a processors list and a compaction in one word (`HISTORY_PRESETS`)."""
+    summary_model: str | None = None
+    """The model summarizing processors use (a model string or a `[models]` name); unset: the session's model."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _expand_preset(cls, data: Any) -> Any:
+        """A preset fills in the `processors` and `compaction` the table does not set itself."""
+        if not isinstance(data, Mapping):
+            return data
+        table = cast(Mapping[str, Any], data)
+        preset = table.get("preset")
+        if not isinstance(preset, str) or preset not in HISTORY_PRESETS:
+            return table  # no preset, or one that the field's own check reports
+        return {**HISTORY_PRESETS[cast(HistoryPreset, preset)], **table}
 
 
 class RunConfig(_Section):
@@ -187,6 +260,22 @@ class McpServerConfig(_Section):
         return self
 
 
+class _Sources:
+    """The config layers a `Settings` was merged from, to name the file behind an error found after validation.
+
+    Not part of the settings' value (pydantic compares private attributes too): any two compare equal.
+    """
+
+    def __init__(self, layers: tuple[tuple[Path, dict[str, Any]], ...]) -> None:
+        self.layers = layers
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Sources)
+
+    def __hash__(self) -> int:
+        return 0
+
+
 class Settings(_Section):
     """Everything config.toml can say, merged from the user and project files."""
 
@@ -201,6 +290,18 @@ class Settings(_Section):
     sandbox: SandboxConfig = SandboxConfig()
     mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict[str, McpServerConfig])
     """MCP servers by name; a project's are read only when the project is trusted."""
+    _sources: _Sources = PrivateAttr(default_factory=lambda: _Sources(()))
+
+    @model_validator(mode="after")
+    def _remember_layers(self, info: ValidationInfo) -> Settings:
+        context: object = info.context
+        if isinstance(context, dict) and "layers" in context:
+            self._sources = _Sources(cast(dict[str, Any], context)["layers"])
+        return self
+
+    def source_of(self, *location: str) -> Path | None:
+        """The config file that set the key at `location` (e.g. `"history", "processors"`), if a file did."""
+        return _source_of(list(location), list(self._sources.layers))
 
 
 PROJECT_MCP_FILES = ("mcp.json", ".mcp.json")
@@ -291,9 +392,10 @@ def _validated(layers: list[tuple[Path, dict[str, Any]]]) -> Settings:
     for _, data in layers:
         merged = _merge(merged, data)
     try:
-        return Settings.model_validate(merged)
+        settings = Settings.model_validate(merged, context={"layers": tuple(layers)})
     except ValidationError as exc:
         raise ConfigError(_describe(exc, merged, layers)) from None
+    return settings
 
 
 def _read_mcp_json(path: Path) -> dict[str, Any]:
@@ -342,14 +444,17 @@ def _merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, An
 def _describe(exc: ValidationError, merged: Mapping[str, Any], layers: list[tuple[Path, dict[str, Any]]]) -> str:
     """One line: the file that set the offending key, the key, and what was expected."""
     error = exc.errors()[0]
-    location = [str(part) for part in error["loc"]]
+    location = [str(part) for part in error["loc"] if part not in (_IMPORT_PATH, _TABLE)]
     key = ".".join(location)
     source = _source_of(location, layers) or (layers[-1][0] if layers else Path("config.toml"))
     if error["type"] == "extra_forbidden":
         return f"{source}: unknown key '{key}'"
     if error["type"] == "missing":
         return f"{source}: missing key '{key}'"
-    if error["type"] == "value_error":  # our own validators: the message says it all, and the value may hold secrets
+    if error["type"] in (
+        "value_error",
+        "processor_entry",
+    ):  # our own validators: the message says it all, and the value may hold secrets
         return f"{source}: '{key}': {error['msg'].removeprefix('Value error, ')}"
     expected = f"{source}: '{key}': {error['msg'][0].lower()}{error['msg'][1:]}"
     if _SECRET_KEYS & set(location):  # headers, env and key names may hold a secret: never echo it to logs

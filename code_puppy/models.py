@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from code_puppy.config import ConfigError, ModelEndpoint, Settings
@@ -88,6 +89,18 @@ def resolve_model(settings: Settings, name: str) -> Model:
     except Exception as exc:  # a provider SDK's own set-up error, e.g. google-auth finding no credentials
         first_line = (str(exc).strip().splitlines() or [""])[0]
         raise ConfigError(f"model '{name}' could not be set up: {type(exc).__name__}: {first_line}") from None
+
+
+def model_resolver(settings: Settings) -> Callable[[str], Model]:
+    """`resolve_model` for these settings, each name made once (history processors name their summary models)."""
+    made: dict[str, Model] = {}
+
+    def resolve(name: str) -> Model:
+        if name not in made:
+            made[name] = resolve_model(settings, name)
+        return made[name]
+
+    return resolve
 
 
 def _endpoint_model(name: str, endpoint: ModelEndpoint) -> Model:

@@ -8,7 +8,9 @@ import pytest
 
 from code_puppy.config import (
     ConfigError,
+    HistoryConfig,
     ModelEndpoint,
+    ProcessorSpec,
     Settings,
     config_dir,
     data_dir,
@@ -133,3 +135,49 @@ def test_trust_command_trusts_the_project(code_puppy_home: Path, project: Path) 
     completed = run_cli("trust", cwd=project)
     assert completed.returncode == 0, completed.stderr
     assert load_settings(project).permissions.mode == "yolo"
+
+
+@pytest.mark.parametrize(
+    ("preset", "processor", "compaction"),
+    [
+        ("minimal", ProcessorSpec(path="code_puppy.history:keep_recent_turns", args={"n": 2}), "sliding"),
+        ("balanced", ProcessorSpec(path="code_puppy.history:fit_token_budget", args={"fraction": 0.5}), "tiered"),
+        (
+            "summarizing",
+            ProcessorSpec(path="code_puppy.history:summarize_older_turns", args={"keep": 4, "trigger_fraction": 0.6}),
+            "tiered",
+        ),
+    ],
+)
+def test_a_history_preset_expands_as_the_readme_says(
+    preset: str, processor: ProcessorSpec, compaction: str, code_puppy_home: Path, project: Path
+) -> None:
+    write(code_puppy_home / "config.toml", f'[history]\npreset = "{preset}"\n')
+    history = load_settings(project).history
+    assert (history.processors, history.compaction, history.preset) == ((processor,), compaction, preset)
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    args = ", ".join(f"{key} = {value}" for key, value in (processor.args or {}).items())
+    row = f'| `{preset}` | `[{{ path = "{processor.path}", args = {{ {args} }} }}]` | `"{compaction}"` |'
+    assert row in readme.splitlines()
+
+
+def test_explicit_history_keys_win_over_the_preset_and_a_project_can_override_them(
+    code_puppy_home: Path, project: Path
+) -> None:
+    write(code_puppy_home / "config.toml", '[history]\npreset = "summarizing"\nprocessors = ["my_pkg:mine"]\n')
+    write(project / ".code-puppy" / "config.toml", '[history]\ncompaction = "off"\n')  # applies without trust
+    history = load_settings(project).history
+    assert (history.processors, history.compaction) == (("my_pkg:mine",), "off")
+
+
+def test_a_project_preset_needs_trust(code_puppy_home: Path, project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write(project / ".code-puppy" / "config.toml", '[history]\npreset = "minimal"\nsummary_model = "x:y"\n')
+    assert load_settings(project).history == HistoryConfig()
+    assert capsys.readouterr().err == (
+        "code-puppy: note: this project is not trusted, so code-puppy ignores its [history] preset, "
+        "[history] summary_model (run `code-puppy trust` in the project to trust it)\n"
+    )
+    trust_project(project)
+    assert load_settings(project).history.processors[0] == ProcessorSpec(
+        path="code_puppy.history:keep_recent_turns", args={"n": 2}
+    )

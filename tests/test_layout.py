@@ -13,12 +13,14 @@ FORBIDDEN = {
     "ui": ("code_puppy.headless",),
     "headless": ("code_puppy.ui",),
     "core": ("code_puppy.ui", "code_puppy.headless"),
-    "agents": ("code_puppy.core", "code_puppy.ui", "code_puppy.headless"),
+    "agents": ("code_puppy.core", "code_puppy.ui", "code_puppy.headless", "code_puppy.history"),
+    "history": ("code_puppy.core", "code_puppy.ui", "code_puppy.headless"),
     "sessions": ("code_puppy.core", "code_puppy.ui", "code_puppy.headless"),
     "plugins": ("code_puppy.core", "code_puppy.ui", "code_puppy.headless"),
 }
 """What each subpackage must not import: the front ends (chat, headless) sit over the core, the core over the
-agent, sessions and plugins, and nothing imports upwards."""
+agent, sessions and plugins, and nothing imports upwards. `code_puppy.history`, the ready-made processors, sits on the
+agent's processor API; the agent names them only by import path (the presets), never imports them."""
 
 
 def imports(path: Path) -> list[str]:

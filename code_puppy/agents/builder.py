@@ -87,18 +87,30 @@ def build_pydantic_agent(
     root = project_root.resolve()
     # The history-processor and MCP code is imported only when configured: a run without either never pays for it.
     user_processing: list[AbstractCapability[Any]] = []
-    if history_processors is not None or settings.history.processors or history_processor_condition is not None:
+    history = settings.history
+    configured = (history.processors, history.processor_condition, history.summary_model)
+    if history_processors is not None or history_processor_condition is not None or any(configured):
         from code_puppy.agents.history_processors import resolve_history_processing
         from code_puppy.agents.user_history_processor import UserHistoryProcessor
+        from code_puppy.models import model_resolver
 
+        # Checked whenever set (a condition without processors, a summary model nobody uses: their one-line errors).
         processing = resolve_history_processing(
-            settings.history, processors=history_processors, condition=history_processor_condition
+            history,
+            processors=history_processors,
+            condition=history_processor_condition,
+            resolve_model=model_resolver(settings),
+            source_of=lambda key: settings.source_of("history", key),
         )
-        user_processing.append(UserHistoryProcessor(processing.processors, condition=processing.condition))
-    elif settings.history.processor_condition is not None:
-        from code_puppy.agents.history_processors import resolve_history_processing
-
-        resolve_history_processing(settings.history)  # a condition without processors: its one-line error
+        if processing.processors:
+            user_processing.append(
+                UserHistoryProcessor(
+                    processing.processors,
+                    condition=processing.condition,
+                    summary_model=processing.summary_model,
+                    resolve_model=processing.resolve_model,
+                )
+            )
     sandbox = sandbox or ProjectSandbox(settings.sandbox, root)
     mcp_servers: list[AbstractCapability[Any]] = []
     if any(server.enabled for server in settings.mcp_servers.values()):

@@ -14,6 +14,12 @@ Each may be `def` or `async def`; a `def` runs in a worker thread, off the event
 `ConfigError`, exit 2): two parameters whose first is not annotated `RunContext` (pydantic-ai would only fail at
 run time), one parameter annotated `RunContext`, no or more than two required parameters, `*args`, required
 keyword-only parameters. A `processor_condition` takes one `HistoryProcessorState` and returns exactly a bool.
+
+A `{ path = "pkg.mod:factory", args = {...} }` entry names a factory instead: it is called once, at start-up, with
+`args` as keyword arguments, and what it returns is classified like any processor (or condition). A factory that
+rejects its arguments (`TypeError`, `ValueError`, a pydantic `ValidationError`) is a `ConfigError` naming the config
+file, the path and the argument. A processor object may list the models it will call in `model_names`; they are
+resolved at start-up too, so a bad name stops code-puppy before anything is sent.
 """
 
 from __future__ import annotations
@@ -27,15 +33,19 @@ import inspect
 import threading
 import typing
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from pydantic import ValidationError
 from pydantic_ai import RunContext
 from pydantic_ai.messages import ModelMessage
+from pydantic_ai.models import Model, ModelRequestParameters, infer_model
 
 from code_puppy.agents.history_errors import HistoryProcessingError
-from code_puppy.agents.history_groups import HistoryGroup, keep_recent
-from code_puppy.config import ConfigError, HistoryConfig
+from code_puppy.agents.history_groups import HistoryGroup, keep_recent, partition
+from code_puppy.agents.token_estimate import estimate_request_tokens
+from code_puppy.config import ConfigError, HistoryConfig, ProcessorSpec
 from code_puppy.errors import one_line
 
 ProcessorKind = Literal["messages", "run_context", "context"]
@@ -91,6 +101,11 @@ class HistoryProcessorContext(HistoryProcessorState):
     """The atomic groups of `messages` (history_groups.py), in order; the last holds the current request."""
     run_context: RunContext[Any] = field(repr=False, compare=False)
     """The run's context, whose `messages` are the same copies."""
+    summary_model: Model = field(repr=False, compare=False)
+    """The model a summarizing processor writes with: `[history] summary_model`, else the one serving the request.
+    Use it from a separate agent without history processors or tools."""
+    resolve_model: Callable[[str], Model] = field(repr=False, compare=False)
+    """code-puppy's model resolution: a model string or a `[models]` name to a model (its endpoint, key, window)."""
 
     def keep_recent_groups(self, n: int) -> list[ModelMessage]:
         """The last `n` closed, unprotected groups plus every protected or unfinished one, in order.
@@ -124,10 +139,14 @@ class ProcessorCondition:
 
 @dataclass(frozen=True)
 class HistoryProcessing:
-    """The processors of an agent, in order, and their condition."""
+    """The processors of an agent, in order, their condition, and the models summarizing processors use."""
 
     processors: tuple[HistoryProcessor, ...] = ()
     condition: ProcessorCondition | None = None
+    summary_model: Model | None = None
+    """`[history] summary_model`, resolved; None: the model serving each request."""
+    resolve_model: Callable[[str], Model] = infer_model
+    """How the processors' model names become models (code-puppy's resolution, when the builder gives it)."""
 
 
 def resolve_history_processing(
@@ -135,28 +154,69 @@ def resolve_history_processing(
     *,
     processors: Sequence[Callable[..., Any]] | None = None,
     condition: Callable[..., Any] | None = None,
+    resolve_model: Callable[[str], Model] = infer_model,
+    source_of: Callable[[str], Path | None] = lambda key: None,
 ) -> HistoryProcessing:
-    """Resolve and check the configured processors and condition; callables given here replace the config's.
+    """Resolve and check the configured processors, condition and summary model; callables given here replace the
+    config's. `source_of` names the config file that set a `[history]` key, for the errors.
 
     Raises:
-        ConfigError: One line naming the import path or callable that cannot be used.
+        ConfigError: One line naming the import path, factory argument or model that cannot be used.
     """
     resolved = (
         tuple(classify_processor(fn, _qualified_name(fn)) for fn in processors)
         if processors is not None
-        else tuple(_resolve_processor(path) for path in config.processors)
+        else tuple(_resolve_processor(entry, _where("processors", source_of)) for entry in config.processors)
     )
     predicate: ProcessorCondition | None = None
     if condition is not None:
         predicate = classify_condition(condition, _qualified_name(condition))
     elif config.processor_condition is not None:
-        predicate = _resolve_condition(config.processor_condition)
+        predicate = _resolve_condition(config.processor_condition, _where("processor_condition", source_of))
     if predicate is not None and not resolved:
         raise ConfigError(
             f"[history] processor_condition {predicate.name!r} is set without processors: "
             "a condition only decides whether [history] processors run"
         )
-    return HistoryProcessing(resolved, predicate)
+    for processor in resolved:
+        for name in getattr(processor.function, "model_names", ()):
+            _model(resolve_model, name, f"{_where('processors', source_of)}: {processor.name}")
+    summary_model = None
+    if config.summary_model is not None:
+        summary_model = _model(resolve_model, config.summary_model, _where("summary_model", source_of))
+    return HistoryProcessing(resolved, predicate, summary_model, resolve_model)
+
+
+def processor_context(
+    messages: Sequence[ModelMessage],
+    run_context: RunContext[Any],
+    *,
+    model: Model,
+    revision: HistoryRevision,
+    parameters: ModelRequestParameters | None = None,
+    summary_model: Model | None = None,
+    resolve_model: Callable[[str], Model] = infer_model,
+) -> HistoryProcessorContext:
+    """What a context-style processor receives for `messages` (its own copies: they become `run_context.messages`),
+    served by `model`."""
+    copies = list(messages)
+    groups = partition(copies)
+    return HistoryProcessorContext(
+        adapter_shortname=model.system,
+        model_id=model.model_id,
+        request_index=run_context.run_step,
+        cache_epoch=revision.cache_epoch,
+        history_version=revision.history_version,
+        estimated_tokens=sum(group.estimated_tokens for group in groups),
+        estimated_request_tokens=estimate_request_tokens(copies, parameters),
+        context_window=model.context_window,
+        message_count=len(copies),
+        messages=tuple(copies),
+        groups=groups,
+        run_context=replace(run_context, messages=copies),
+        summary_model=summary_model or model,
+        resolve_model=resolve_model,
+    )
 
 
 def classify_processor(function: Callable[..., Any], name: str) -> HistoryProcessor:
@@ -259,14 +319,67 @@ async def call(function: Callable[..., Any], is_async: bool, *args: Any) -> Any:
     return await result if inspect.isawaitable(result) else result
 
 
+def _resolve_processor(entry: str | ProcessorSpec, where: str) -> HistoryProcessor:
+    if isinstance(entry, str) or entry.args is None:
+        return _import_processor(entry if isinstance(entry, str) else entry.path)
+    return classify_processor(*_made(entry, where))
+
+
+def _resolve_condition(entry: str | ProcessorSpec, where: str) -> ProcessorCondition:
+    if isinstance(entry, str) or entry.args is None:
+        return _import_condition(entry if isinstance(entry, str) else entry.path)
+    return classify_condition(*_made(entry, where))
+
+
 @functools.cache
-def _resolve_processor(path: str) -> HistoryProcessor:
+def _import_processor(path: str) -> HistoryProcessor:
     return classify_processor(_import(path, "[history] processors"), path)
 
 
 @functools.cache
-def _resolve_condition(path: str) -> ProcessorCondition:
+def _import_condition(path: str) -> ProcessorCondition:
     return classify_condition(_import(path, "[history] processor_condition"), path)
+
+
+def _made(spec: ProcessorSpec, where: str) -> tuple[Callable[..., Any], str]:
+    """What a factory makes of its `args`, and the name it goes by: the path with the arguments."""
+    args = spec.args or {}
+    factory = _import(spec.path, where)
+    try:
+        made = factory(**args)
+    except ValidationError as exc:
+        raise ConfigError(f"{where}: {spec.path!r} rejected its args: {_first_error(exc)}") from None
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{where}: {spec.path!r} rejected its args: {one_line(exc)}") from None
+    if not callable(made):
+        raise ConfigError(
+            f"{where}: {spec.path!r} returned an object of type {type(made).__name__}, not a callable: "
+            "with args, path names a factory that returns the processor"
+        )
+    shown = ", ".join(f"{key}={value!r}" for key, value in args.items())
+    return made, f"{spec.path}({shown})"
+
+
+def _first_error(exc: ValidationError) -> str:
+    """The argument a factory refused and why; an unknown keyword first, since it also makes others look missing."""
+    errors = sorted(exc.errors(), key=lambda error: error["type"] != "unexpected_keyword_argument")
+    error = errors[0]
+    argument = ".".join(str(part) for part in error["loc"])
+    if error["type"] == "unexpected_keyword_argument":
+        return f"unknown argument {argument!r}"
+    return f"{argument!r}: {error['msg'][0].lower()}{error['msg'][1:]}, got {error['input']!r}"
+
+
+def _model(resolve: Callable[[str], Model], name: str, where: str) -> Model:
+    try:
+        return resolve(name)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def _where(key: str, source_of: Callable[[str], Path | None]) -> str:
+    source = source_of(key)
+    return f"{source}: [history] {key}" if source is not None else f"[history] {key}"
 
 
 def _import(path: str, key: str) -> Callable[..., Any]:

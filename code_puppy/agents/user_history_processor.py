@@ -8,6 +8,7 @@ The public names a processor author needs are importable from here: `HistoryProc
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import KW_ONLY, dataclass, field, replace
 from typing import Any
@@ -15,11 +16,11 @@ from typing import Any
 from pydantic_ai import RunContext
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelMessage
-from pydantic_ai.models import ModelRequestContext
+from pydantic_ai.models import Model, ModelRequestContext, infer_model
 
 from code_puppy.agents.deps import deps_of
 from code_puppy.agents.history_errors import HistoryProcessingError, HistoryProcessingValidationError
-from code_puppy.agents.history_groups import HistoryGroup, HistoryOrigin, partition
+from code_puppy.agents.history_groups import HistoryGroup, HistoryOrigin
 from code_puppy.agents.history_persistence import in_main_run
 from code_puppy.agents.history_processors import (
     HistoryProcessor,
@@ -30,9 +31,10 @@ from code_puppy.agents.history_processors import (
     Revision,
     call_processor,
     evaluate_condition,
+    processor_context,
 )
 from code_puppy.agents.history_validation import validate_output
-from code_puppy.agents.token_estimate import estimate_request_tokens, serialize
+from code_puppy.agents.token_estimate import estimate_history_tokens, estimate_request_tokens, serialize
 
 __all__ = (
     "HistoryGroup",
@@ -65,6 +67,11 @@ class UserHistoryProcessor(AbstractCapability[Any]):
     _: KW_ONLY
     condition: ProcessorCondition | None = None
     """Decides before each request whether the processors run (level-triggered: asked every time)."""
+    summary_model: Model | None = None
+    """The model summarizing processors write with (`HistoryProcessorContext.summary_model`); None: the model
+    serving the request."""
+    resolve_model: Callable[[str], Model] = infer_model
+    """Model names to models, for processors that name one (`HistoryProcessorContext.resolve_model`)."""
     _own: Revision = field(default_factory=Revision, init=False, repr=False)
 
     @classmethod
@@ -91,21 +98,26 @@ class UserHistoryProcessor(AbstractCapability[Any]):
         revision.history_version += 1
         messages = list(request_context.messages)
         if self.condition is not None:
-            state = self._state(ctx, request_context, messages, revision, _estimate(partition(messages)))
+            state = self._state(ctx, request_context, messages, revision)
             if not await evaluate_condition(self.condition, state):
                 return request_context
         serialized = [serialize(message) for message in messages]
         edited = False
         for processor in self.processors:
-            groups = partition(messages)
-            state = self._state(ctx, request_context, messages, revision, _estimate(groups))
             try:
                 copies = copy.deepcopy(messages)
             except Exception as exc:
                 raise HistoryProcessingError(f"cannot copy the history for {processor.name}: {exc}") from exc
-            context = HistoryProcessorContext(
-                **state.__dict__, messages=tuple(copies), groups=groups, run_context=replace(ctx, messages=copies)
+            context = processor_context(
+                copies,
+                ctx,
+                model=request_context.model,
+                revision=revision,
+                parameters=request_context.model_request_parameters,
+                summary_model=self.summary_model,
+                resolve_model=self.resolve_model,
             )
+            groups = context.groups
             token = _processing.set(_processing.get() | {key})
             try:
                 output = await call_processor(processor, context)
@@ -133,7 +145,6 @@ class UserHistoryProcessor(AbstractCapability[Any]):
         request_context: ModelRequestContext,
         messages: list[ModelMessage],
         revision: HistoryRevision,
-        estimated_tokens: int,
     ) -> HistoryProcessorState:
         model = request_context.model
         return HistoryProcessorState(
@@ -142,12 +153,8 @@ class UserHistoryProcessor(AbstractCapability[Any]):
             request_index=ctx.run_step,
             cache_epoch=revision.cache_epoch,
             history_version=revision.history_version,
-            estimated_tokens=estimated_tokens,
+            estimated_tokens=estimate_history_tokens(messages),
             estimated_request_tokens=estimate_request_tokens(messages, request_context.model_request_parameters),
             context_window=model.context_window,
             message_count=len(messages),
         )
-
-
-def _estimate(groups: tuple[HistoryGroup, ...]) -> int:
-    return sum(group.estimated_tokens for group in groups)

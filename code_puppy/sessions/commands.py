@@ -52,7 +52,7 @@ def show_session(store: SqliteConversationStore, id_or_prefix: str, out: TextIO,
     """A readable transcript: prompts, answers, and each tool call with the first line of its result.
 
     With `groups`, the history groups a history processor will see on the next turn instead, with why each is
-    protected and its estimated tokens.
+    protected and its estimated tokens, then which of them each configured processor would keep (a dry run).
     """
     info = find_session(store, id_or_prefix)
     conversation = asyncio.run(store.load(info.id))
@@ -63,6 +63,15 @@ def show_session(store: SqliteConversationStore, id_or_prefix: str, out: TextIO,
     for line in describe_groups(messages) if groups else transcript(messages):
         print(line, file=out)
     if groups:
+        from code_puppy.agents.history_processors import Revision
+        from code_puppy.history.preview import preview_processing
+
+        revision = Revision(info.cache_epoch, info.history_version)
+        preview = preview_processing(
+            messages, project_dir=Path(info.project_dir), model_name=info.model, revision=revision
+        )
+        for line in asyncio.run(preview):
+            print(line, file=out)
         return
     for interrupted in Journal(store.database).read(info.id):
         print(
