@@ -137,6 +137,18 @@ def ensure_own_scripts_on_path() -> None:
     metavar="SECONDS",
     help="Stop a headless run after SECONDS in all (exit 3); default [run] timeout.",
 )
+@click.option(
+    "--max-budget-usd",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="USD",
+    help="Stop once this many US dollars are spent: the headless run, or the whole chat (exit 3).",
+)
+@click.option(
+    "--usage-file",
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    metavar="PATH",
+    help="Also write the headless run's JSON result (cost and usage) to PATH.",
+)
 @click.option("-c", "--continue", "continue_last", is_flag=True, help="Continue the latest session of this project.")
 @click.option("-r", "--resume", metavar="ID", help="Resume a session by id or unique prefix.")
 @click.option("--no-mcp", is_flag=True, help="Run without the configured MCP servers.")
@@ -155,6 +167,8 @@ def cli(
     allow: tuple[str, ...],
     max_requests: int | None,
     timeout: float | None,
+    max_budget_usd: float | None,
+    usage_file: Path | None,
     continue_last: bool,
     resume: str | None,
     no_mcp: bool,
@@ -183,6 +197,7 @@ def cli(
         permission_mode=permission_mode,  # type: ignore[arg-type]  # click.Choice guarantees the literal
         allow=allow,
         max_requests=max_requests,
+        max_budget_usd=max_budget_usd,
         continue_last=continue_last,
         resume=resume,
         no_mcp=no_mcp,
@@ -192,16 +207,27 @@ def cli(
     if text is None:
         if timeout is not None:
             fail("--timeout bounds a headless run: use it with -p PROMPT")
+        if usage_file is not None:
+            fail("--usage-file writes a headless run's result: use it with -p PROMPT")
         if not sys.stdin.isatty():
             fail("no prompt: pass -p PROMPT or pipe one in (the interactive chat needs a terminal)")
         from code_puppy.ui.chat import run_chat
 
         sys.exit(guarded(lambda: run_chat(options)))
 
+    if usage_file is not None and not usage_file.absolute().parent.is_dir():
+        fail(f"--usage-file: the directory {usage_file.absolute().parent} does not exist")
+
     def run() -> int:
         from code_puppy.headless.runner import HeadlessOptions, run_headless
 
-        headless = HeadlessOptions(prompt=text, timeout=timeout, output_format=output_format, input_format=input_format)
+        headless = HeadlessOptions(
+            prompt=text,
+            timeout=timeout,
+            output_format=output_format,
+            input_format=input_format,
+            usage_file=usage_file,
+        )
         return run_headless(options, headless)
 
     leave(guarded(run))

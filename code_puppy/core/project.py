@@ -19,6 +19,7 @@ from code_puppy.agents.deps import RunDeps
 from code_puppy.agents.history_persistence import recover_interrupted_turn
 from code_puppy.agents.permissions import PermissionPolicy
 from code_puppy.agents.sandboxed_shell import SandboxedShell
+from code_puppy.agents.spending import Budgets, Spending, configured_prices, unpriced_model_message
 from code_puppy.config import Settings, load_settings
 from code_puppy.errors import ConfigError
 from code_puppy.models import choose_model_name, resolve_model
@@ -56,6 +57,18 @@ class Project:
         if (options.permission_mode or self.settings.permissions.mode) == "auto":
             self.sandbox_for_auto()  # refused before anything runs
         self.store = open_store()
+        self.spending = Spending(
+            budgets=Budgets.of(self.settings.budget, options.max_budget_usd),
+            prices=configured_prices(self.settings),
+            book=self.store.costs,
+            project_dir=self.root,
+        )
+        """What this process spends, and its budgets."""
+        try:
+            self.check_priced(self.model_name)  # the main model, which also writes summaries and serves delegates
+        except ConfigError:
+            self.store.close()
+            raise
         self._agent: Agent[RunDeps, str] | None = None
         self._stopped = False
 
@@ -90,6 +103,15 @@ class Project:
         without the secrets, as the shell tool's."""
         return without_secrets(os.environ, self.settings)
 
+    def check_priced(self, name: str) -> None:
+        """Refuse model `name` when a budget is set and nothing can price it (unless `[budget] unknown_price`).
+
+        Raises:
+            ConfigError: In one line naming the model and what to do.
+        """
+        if self.spending.unpriced([self.model(name)]) is not None:
+            raise ConfigError(unpriced_model_message(name))
+
     def model(self, name: str | None = None) -> Model:
         """The model named `name` (a model string or a `[models]` name), the chosen one by default; made once."""
         name = name or self.model_name
@@ -121,6 +143,7 @@ class Project:
             allow=self.options.allow,
             plugins=self.plugins,
             sandbox=self.sandbox,
+            spending=self.spending,
         )
         # Built while the first model request is out, rather than when its answer is first journaled. Not a daemon:
         # an exit waits for it (a tenth of a second at most) instead of tearing the interpreter down under it.
