@@ -43,6 +43,8 @@ WARN_AT = 0.8
 class BudgetReached(UsageLimitExceeded):
     """A budget is spent, or a model without a price would spend from one: the run stops before its next request."""
 
+    _HINT = ""  # the message names the budget and where it is set; pydantic-ai's generic hint says neither
+
 
 @dataclass(frozen=True)
 class Budgets:
@@ -206,7 +208,8 @@ class Spending:
         if self.on_request is not None:
             self.on_request(request)
         for label, limit, spent in self._standing():
-            if spent >= limit * WARN_AT and label not in self._warned:
+            # Past the limit itself, the stop says so: the warning is for the approach.
+            if limit * WARN_AT <= spent < limit and label not in self._warned:
                 self._warned.add(label)
                 self._warn(f"{spent / limit:.0%} of the budget ${limit:g} spent ({label}): {format_cost(spent)}")
         return request

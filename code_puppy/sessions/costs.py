@@ -58,7 +58,8 @@ class CostTotals:
     @property
     def cost_usd(self) -> float | None:
         """The sum of the priced requests; None when there were requests and none could be priced."""
-        return None if self.requests and self.unpriced == self.requests else self.priced_usd
+        # Rounded below a millionth of a cent: float sums of prices carry noise in the last digits.
+        return None if self.requests and self.unpriced == self.requests else round(self.priced_usd, 10)
 
     @property
     def complete(self) -> bool:
