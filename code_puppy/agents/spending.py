@@ -174,7 +174,7 @@ class Spending:
             unpriced = self._unpriced or (None if self.priceable(model) else model.model_name)
             if unpriced is not None:
                 raise BudgetReached(f"no price for model {unpriced}, so a budget cannot be kept ({_UNPRICED_HELP})")
-        for label, limit, spent in self._standing():
+        for label, limit, spent in self.standing():
             if spent >= limit:
                 raise BudgetReached(f"budget ${limit:g} reached ({label}): {format_cost(spent)} spent")
 
@@ -207,7 +207,7 @@ class Spending:
                 self._warn(f"the cost of a request could not be stored: {exc}")
         if self.on_request is not None:
             self.on_request(request)
-        for label, limit, spent in self._standing():
+        for label, limit, spent in self.standing():
             # Past the limit itself, the stop says so: the warning is for the approach.
             if limit * WARN_AT <= spent < limit and label not in self._warned:
                 self._warned.add(label)
@@ -218,7 +218,7 @@ class Spending:
         if self.on_warning is not None:
             self.on_warning(text)
 
-    def _standing(self) -> list[tuple[str, float, float]]:
+    def standing(self) -> list[tuple[str, float, float]]:
         """Each budget set, as (its name, its limit, what it has spent)."""
         budgets = self.budgets
         standing: list[tuple[str, float, float]] = []
