@@ -176,7 +176,7 @@ class Spending:
                 raise BudgetReached(f"no price for model {unpriced}, so a budget cannot be kept ({_UNPRICED_HELP})")
         for label, limit, spent in self.standing():
             if spent >= limit:
-                raise BudgetReached(f"budget ${limit:g} reached ({label}): {format_cost(spent)} spent")
+                raise BudgetReached(f"budget {dollars(limit)} reached ({label}): {format_cost(spent)} spent")
 
     def record(self, kind: RequestKind, model: Model, response: ModelResponse, *, run_id: str | None) -> RequestCost:
         """Price `response`, store it, add it to the totals, and tell the listeners."""
@@ -211,7 +211,7 @@ class Spending:
             # Past the limit itself, the stop says so: the warning is for the approach.
             if limit * WARN_AT <= spent < limit and label not in self._warned:
                 self._warned.add(label)
-                self._warn(f"{spent / limit:.0%} of the budget ${limit:g} spent ({label}): {format_cost(spent)}")
+                self._warn(f"{spent / limit:.0%} of the budget {dollars(limit)} spent ({label}): {format_cost(spent)}")
         return request
 
     def _warn(self, text: str) -> None:
@@ -234,6 +234,11 @@ class Spending:
             today = self.book.since(midnight) if self.book is not None else self.invocation
             standing.append(("[budget] per_day_usd", budgets.per_day_usd, today.priced_usd))
         return standing
+
+
+def dollars(amount: float) -> str:
+    """An amount as written by the user: `$2.5`, `$0.000001`, never `$1e-06`."""
+    return "$" + f"{amount:.6f}".rstrip("0").rstrip(".")
 
 
 _UNPRICED_HELP = 'give its [models.NAME] entry input_price and output_price, or set [budget] unknown_price = "allow"'

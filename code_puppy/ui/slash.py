@@ -104,6 +104,9 @@ class Builtins:
     def budget(self, args: str) -> str:
         from dataclasses import replace
 
+        from code_puppy.agents.spending import dollars
+        from code_puppy.sessions.costs import format_cost
+
         runtime = self._chat.runtime
         if runtime is None:
             return "still loading"
@@ -122,7 +125,7 @@ class Builtins:
         standing = spending.standing()
         if not standing:
             return f"no budget set (this chat so far: {spending.invocation.describe()}); /budget USD sets one"
-        shown = " · ".join(f"{label} ${limit:g}: ${spent:.4f} spent" for label, limit, spent in standing)
+        shown = " · ".join(f"{label} {dollars(limit)}: {format_cost(spent)} spent" for label, limit, spent in standing)
         return f"budgets: {shown}"
 
     def permissions(self, args: str) -> str:
@@ -167,10 +170,19 @@ class Builtins:
 
     async def compact(self, args: str) -> str:
         from code_puppy.agents.compaction import compact_history
+        from code_puppy.agents.spending import CostMeter
 
         runtime = await self._chat.ready()
         kind = runtime.settings.history.compaction
-        report = await compact_history(runtime.session, runtime.model, kind=kind, focus=args or None)
+        spending = runtime.project.spending
+        spending.session_id = runtime.session.id  # the summary is this session's to pay for
+        report = await compact_history(
+            runtime.session,
+            runtime.model,
+            kind=kind,
+            focus=args or None,
+            summary_capabilities=[CostMeter(spending, kind="compaction")],
+        )
         if not report.changed:
             return f"nothing to compact ({report.messages_before} messages)"
         return f"compacted {report.messages_before} → {report.messages_after} messages; the old history stays stored"
