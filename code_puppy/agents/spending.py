@@ -238,7 +238,7 @@ class Spending:
 
 def dollars(amount: float) -> str:
     """An amount as written by the user: `$2.5`, `$0.000001`, never `$1e-06`."""
-    return "$" + f"{amount:.6f}".rstrip("0").rstrip(".")
+    return "$" + f"{amount:.10f}".rstrip("0").rstrip(".")
 
 
 _UNPRICED_HELP = 'give its [models.NAME] entry input_price and output_price, or set [budget] unknown_price = "allow"'
