@@ -116,6 +116,8 @@ class Spending:
         self._priceable: dict[tuple[str, str], bool] = {}
         self._unpriced: str | None = None
         """A model a response of which could not be priced while a budget was set."""
+        self._today: tuple[datetime, int, CostTotals] | None = None
+        """Today's spending from the store as last read: the local midnight, the last row read, the total."""
 
     def begin_turn(self, session_id: str) -> None:
         self.session_id = session_id
@@ -230,10 +232,20 @@ class Spending:
             spent = self.session_total(self.session_id).priced_usd
             standing.append(("[budget] per_session_usd", budgets.per_session_usd, spent))
         if budgets.per_day_usd is not None:
-            midnight = datetime.now().astimezone().replace(hour=0, minute=0, second=0, microsecond=0)
-            today = self.book.since(midnight) if self.book is not None else self.invocation
-            standing.append(("[budget] per_day_usd", budgets.per_day_usd, today.priced_usd))
+            standing.append(("[budget] per_day_usd", budgets.per_day_usd, self._spent_today().priced_usd))
         return standing
+
+    def _spent_today(self) -> CostTotals:
+        """Everything spent since local midnight, by every process of the user (only new rows are read)."""
+        if self.book is None:
+            return self.invocation
+        midnight = datetime.now().astimezone().replace(hour=0, minute=0, second=0, microsecond=0)
+        if self._today is None or self._today[0] != midnight:
+            self._today = (midnight, 0, CostTotals())
+        _, last, total = self._today
+        last, more = self.book.since(midnight, after=last)
+        self._today = (midnight, last, total + more)
+        return self._today[2]
 
 
 def dollars(amount: float) -> str:

@@ -148,6 +148,8 @@ class Project:
         # Built while the first model request is out, rather than when its answer is first journaled. Not a daemon:
         # an exit waits for it (a tenth of a second at most) instead of tearing the interpreter down under it.
         threading.Thread(target=build_serializers, name="code-puppy serializers").start()
+        # Likewise the price table (~30 ms to load), which pricing the first response would otherwise wait for.
+        threading.Thread(target=self.spending.priceable, args=(self.model(),), name="code-puppy prices").start()
         await self._agent.__aenter__()
 
     async def stop(self) -> None:

@@ -162,10 +162,15 @@ class CostBook:
         )
         return [(row[0], row[1], _totals(row[2:])) for row in rows]
 
-    def since(self, moment: datetime) -> CostTotals:
-        """What every session of every project spent from `moment` on (the daily budget's count)."""
-        rows = self._read(f"SELECT {_SUMS} FROM requests WHERE created_at >= ?", [timestamp(moment)])
-        return _totals(rows[0]) if rows else CostTotals()
+    def since(self, moment: datetime, *, after: int = 0) -> tuple[int, CostTotals]:
+        """What every session of every project spent from `moment` on, counting only the rows after row `after`
+        (the daily budget adds each read to the last); with the last row's id, to pass as `after` next time."""
+        rows = self._read(
+            f"SELECT max(id), {_SUMS} FROM requests WHERE id > ? AND created_at >= ?", [after, timestamp(moment)]
+        )
+        if not rows or rows[0][0] is None:
+            return after, CostTotals()
+        return rows[0][0], _totals(rows[0][1:])
 
     def by_day_and_model(
         self, *, since: datetime | None = None, project_dir: Path | None = None
