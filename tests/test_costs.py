@@ -297,3 +297,14 @@ def test_a_database_from_before_costs_keeps_its_sessions(
     assert [row[1] for row in request_rows(code_puppy_home)] == ["main"]
     with sqlite3.connect(code_puppy_home / "sessions.db") as db:
         assert migrate(db, MIGRATIONS) == []
+
+
+def test_a_repaired_database_keeps_what_was_spent(server: FakeLLMServer, project: Path, code_puppy_home: Path) -> None:
+    from code_puppy.sessions.repair import repair
+
+    configure(code_puppy_home, server)
+    server.script(text("Spent."))
+    assert run_cli("-p", "hello", cwd=project).returncode == 0
+    before = request_rows(code_puppy_home)
+    repair(code_puppy_home / "sessions.db")  # what `sessions repair` does to a damaged one
+    assert request_rows(code_puppy_home) == before and len(before) == 1
