@@ -59,6 +59,17 @@ class ModelEndpoint(_Section):
     key, which local servers ignore."""
     context_window: int | None = Field(default=None, gt=0)
     """The model's context window in tokens, for compaction and the context gauge."""
+    input_price: float | None = Field(default=None, ge=0)
+    """US dollars per million input tokens (cached ones included), for a model `genai-prices` does not know or a
+    negotiated rate; `0` for a free local model. Set with `output_price`."""
+    output_price: float | None = Field(default=None, ge=0)
+    """US dollars per million output tokens."""
+
+    @model_validator(mode="after")
+    def _both_prices(self) -> ModelEndpoint:
+        if (self.input_price is None) != (self.output_price is None):
+            raise ValueError("set both input_price and output_price (US dollars per million tokens), or neither")
+        return self
 
 
 class AllowEntry(_Section):
@@ -167,6 +178,20 @@ class RunConfig(_Section):
     local models reading a long prompt. Retried, then the run fails."""
     idle_timeout: float = Field(default=120, gt=0)
     """Seconds a streaming response may go silent between two chunks once it has started; then the run fails."""
+
+
+class BudgetConfig(_Section):
+    """Spending caps in US dollars (README "Cost and budgets"): a run that reaches one stops before its next model
+    request (exit 3 headless)."""
+
+    per_turn_usd: float | None = Field(default=None, gt=0)
+    """What one user turn may cost, its follow-up runs, delegated runs and compaction included."""
+    per_session_usd: float | None = Field(default=None, gt=0)
+    """What one session may cost over its whole life, across processes."""
+    per_day_usd: float | None = Field(default=None, gt=0)
+    """What all of this user's code-puppy processes may spend in one local calendar day."""
+    unknown_price: Literal["refuse", "allow"] = "refuse"
+    """With a budget set, a model without a price is refused (`refuse`), or runs uncounted (`allow`)."""
 
 
 class SandboxConfig(_Section):
@@ -288,6 +313,7 @@ class Settings(_Section):
     run: RunConfig = RunConfig()
     plugins: PluginsConfig = PluginsConfig()
     sandbox: SandboxConfig = SandboxConfig()
+    budget: BudgetConfig = BudgetConfig()
     mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict[str, McpServerConfig])
     """MCP servers by name; a project's are read only when the project is trusted."""
     _sources: _Sources = PrivateAttr(default_factory=lambda: _Sources(()))

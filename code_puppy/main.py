@@ -17,6 +17,8 @@ from code_puppy import __version__
 from code_puppy.hardening import harden_process
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from code_puppy.sessions.store import SqliteConversationStore
 
 EXIT_USAGE = 2
@@ -137,6 +139,18 @@ def ensure_own_scripts_on_path() -> None:
     metavar="SECONDS",
     help="Stop a headless run after SECONDS in all (exit 3); default [run] timeout.",
 )
+@click.option(
+    "--max-budget-usd",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="USD",
+    help="Stop once this many US dollars are spent: the headless run, or the whole chat (exit 3).",
+)
+@click.option(
+    "--usage-file",
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    metavar="PATH",
+    help="Also write the headless run's JSON result (cost and usage) to PATH.",
+)
 @click.option("-c", "--continue", "continue_last", is_flag=True, help="Continue the latest session of this project.")
 @click.option("-r", "--resume", metavar="ID", help="Resume a session by id or unique prefix.")
 @click.option("--no-mcp", is_flag=True, help="Run without the configured MCP servers.")
@@ -155,6 +169,8 @@ def cli(
     allow: tuple[str, ...],
     max_requests: int | None,
     timeout: float | None,
+    max_budget_usd: float | None,
+    usage_file: Path | None,
     continue_last: bool,
     resume: str | None,
     no_mcp: bool,
@@ -183,6 +199,7 @@ def cli(
         permission_mode=permission_mode,  # type: ignore[arg-type]  # click.Choice guarantees the literal
         allow=allow,
         max_requests=max_requests,
+        max_budget_usd=max_budget_usd,
         continue_last=continue_last,
         resume=resume,
         no_mcp=no_mcp,
@@ -192,16 +209,27 @@ def cli(
     if text is None:
         if timeout is not None:
             fail("--timeout bounds a headless run: use it with -p PROMPT")
+        if usage_file is not None:
+            fail("--usage-file writes a headless run's result: use it with -p PROMPT")
         if not sys.stdin.isatty():
             fail("no prompt: pass -p PROMPT or pipe one in (the interactive chat needs a terminal)")
         from code_puppy.ui.chat import run_chat
 
         sys.exit(guarded(lambda: run_chat(options)))
 
+    if usage_file is not None and not usage_file.absolute().parent.is_dir():
+        fail(f"--usage-file: the directory {usage_file.absolute().parent} does not exist")
+
     def run() -> int:
         from code_puppy.headless.runner import HeadlessOptions, run_headless
 
-        headless = HeadlessOptions(prompt=text, timeout=timeout, output_format=output_format, input_format=input_format)
+        headless = HeadlessOptions(
+            prompt=text,
+            timeout=timeout,
+            output_format=output_format,
+            input_format=input_format,
+            usage_file=usage_file,
+        )
         return run_headless(options, headless)
 
     leave(guarded(run))
@@ -378,6 +406,43 @@ def _trust() -> NoReturn:
         trust_plugins(find_project_root(Path.cwd()), sys.stdout)
 
     sys.exit(guarded(run))
+
+
+@cli.command("usage")
+@click.option("--since", metavar="AGE|DATE", help="Only requests since then: 24h, 7d, 2w, or a date (2026-11-01).")
+@click.option(
+    "--project",
+    type=click.Path(file_okay=False, path_type=Path),
+    metavar="PATH",
+    help="Only the requests of sessions of the project at PATH (default: every project).",
+)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: per day and model, and the total.")
+def usage(*, since: str | None, project: Path | None, as_json: bool) -> None:
+    """What code-puppy spent: cost and tokens by day and model, from the sessions database."""
+    from code_puppy.paths import data_dir, find_project_root
+
+    moment = _since(since) if since is not None else None
+    root = find_project_root(project.resolve()) if project is not None else None
+    if not (data_dir() / "sessions.db").exists():
+        click.echo('{"days": [], "total": null}' if as_json else "no model requests recorded")
+        return
+    _with_store(
+        lambda store: _commands().usage_report(store, sys.stdout, since=moment, project_dir=root, as_json=as_json),
+        readonly=True,
+    )
+
+
+def _since(text: str) -> datetime:
+    """`24h`, `7d`, `2w` ago, or the local midnight starting a `YYYY-MM-DD` date; exit 2 for anything else."""
+    from datetime import datetime, timedelta
+
+    units = {"h": timedelta(hours=1), "d": timedelta(days=1), "w": timedelta(weeks=1)}
+    if text[:-1].isdigit() and text[-1:] in units:
+        return datetime.now().astimezone() - int(text[:-1]) * units[text[-1]]
+    try:
+        return datetime.strptime(text, "%Y-%m-%d").astimezone()
+    except ValueError:
+        fail(f"--since: expected an age like 24h, 7d or 2w, or a date like 2026-11-01; got {text!r}")
 
 
 def _with_store(action: Callable[[SqliteConversationStore], object], *, readonly: bool = False) -> None:

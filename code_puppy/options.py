@@ -17,6 +17,7 @@ class RunOptions:
     permission_mode: PermissionMode | None = None
     allow: tuple[str, ...] = ()
     max_requests: int | None = None
+    max_budget_usd: float | None = None
     continue_last: bool = False
     resume: str | None = None
     no_mcp: bool = False

@@ -15,7 +15,7 @@ import pytest
 from tests.conftest import CODE_PUPPY, run_cli
 from tests.fake_llm import FakeLLMServer, call, error, text, tool_calls
 
-RESULT_KEYS = {"session_id", "output", "status", "usage", "duration_ms", "error"}
+RESULT_KEYS = {"session_id", "output", "status", "usage", "duration_ms", "error", "cost_usd", "cost_complete"}
 
 
 def two_tools_then_answer(server: Any) -> None:

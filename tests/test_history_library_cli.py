@@ -4,6 +4,7 @@ fake server, configured with a few lines of TOML and no Python."""
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -237,6 +238,11 @@ def test_summarize_older_turns_end_to_end(server: FakeLLMServer, project: Path, 
         info = stored_info(store, first["session_id"])
     assert info is not None
     assert (info.requests, info.input_tokens) == (7, sum(r.input_tokens for r in server.requests))
+    # Each request is also on the session's cost ledger, the summaries under their own kind.
+    with sqlite3.connect(code_puppy_home / "sessions.db") as db:
+        query = "SELECT kind, count(*) FROM requests WHERE session_id = ? GROUP BY kind ORDER BY kind"
+        kinds = db.execute(query, [first["session_id"]]).fetchall()
+    assert kinds == [("main", 5), ("summary", 2)]
 
 
 def test_summary_model_is_resolved_through_code_puppys_models(

@@ -27,6 +27,7 @@ from code_puppy.agents.project_files import ProjectFileSystem
 from code_puppy.agents.provider_retries import ProviderRetries
 from code_puppy.agents.sandboxed_shell import SandboxedShell
 from code_puppy.agents.shell_outputs import ShellOutputs
+from code_puppy.agents.spending import CostMeter, Spending, configured_prices
 from code_puppy.agents.steering import Steering
 from code_puppy.agents.turn_journal import TurnJournal
 from code_puppy.config import PermissionMode, Settings
@@ -71,6 +72,7 @@ def build_pydantic_agent(
     history_processor_condition: Callable[..., Any] | None = None,
     plugins: PluginHost | None = None,
     sandbox: ProjectSandbox | None = None,
+    spending: Spending | None = None,
 ) -> Agent[RunDeps, str]:
     """Assemble the agent of a project: one capabilities list, outermost first; built once per process and project.
 
@@ -80,11 +82,13 @@ def build_pydantic_agent(
     are stripped from it either way). `history_processors` and `history_processor_condition`, when given, replace
     `[history] processors` and `processor_condition`; `plugins` adds the plugins' tool hooks and capabilities.
     `sandbox` is where `auto` mode runs the shell tool's commands (default: one made from `[sandbox]` when needed).
+    `spending` prices and records every model request and holds the budgets (default: counted in memory, no budget).
 
     Raises:
         ConfigError: A history processor or condition that cannot be imported or used.
     """
     root = project_root.resolve()
+    spending = spending if spending is not None else Spending(prices=configured_prices(settings))
     # The history-processor and MCP code is imported only when configured: a run without either never pays for it.
     user_processing: list[AbstractCapability[Any]] = []
     history = settings.history
@@ -109,6 +113,7 @@ def build_pydantic_agent(
                     condition=processing.condition,
                     summary_model=processing.summary_model,
                     resolve_model=processing.resolve_model,
+                    summary_capabilities=[CostMeter(spending, kind="summary")],
                 )
             )
     sandbox = sandbox or ProjectSandbox(settings.sandbox, root)
@@ -117,7 +122,9 @@ def build_pydantic_agent(
         from code_puppy.agents.mcp_servers import McpServers
 
         mcp_servers.append(McpServers(settings.mcp_servers, project_root=root, sandbox=sandbox))
-    compaction = compaction_strategy(settings.history.compaction)
+    compaction = compaction_strategy(
+        settings.history.compaction, summary_capabilities=[CostMeter(spending, kind="compaction")]
+    )
     policy = PermissionPolicy(
         root,
         mode=permission_mode or settings.permissions.mode,
@@ -159,6 +166,8 @@ def build_pydantic_agent(
             # Approvals: the run's `ask` answers while the run waits; with nobody to ask, calls are denied with a
             # reason instead of ending the run with DeferredToolRequests output.
             RequestInput(_ask_or_deny),
+            # Before compaction, so a spent budget stops a step before its summary is paid for too.
+            CostMeter(spending),
             # User policy first, compaction as the safety net on what remains (agents/compaction.py): both see the
             # request as every capability above left it, and what they accept becomes the run's history.
             *user_processing,

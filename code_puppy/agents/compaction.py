@@ -11,6 +11,7 @@ prompt, which the group model protects.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,20 +45,27 @@ COMPACT_KEEP_MESSAGES = 4
 """Recent messages `/compact` keeps verbatim."""
 
 
-def compaction_strategy(kind: CompactionKind) -> AbstractCapability[Any] | None:
+def compaction_strategy(
+    kind: CompactionKind, *, summary_capabilities: Sequence[AbstractCapability[None]] = ()
+) -> AbstractCapability[Any] | None:
     """The harness strategy for `[history] compaction`: tiered (clear old tool results, then summarize), a summary,
-    a sliding window, or none."""
+    a sliding window, or none. `summary_capabilities` join the summarizer's own agent (the cost meter)."""
+    summarizers = list(summary_capabilities)
     if kind == "tiered":
         # Tiered drives its tiers' `compact` directly: their own triggers are placeholders the harness requires.
         return TieredCompaction(
             tiers=[
                 ClearToolResults(max_tokens=1, keep_pairs=KEEP_TOOL_PAIRS),
-                SummarizingCompaction(max_messages=1, keep_messages=KEEP_MESSAGES),
+                SummarizingCompaction(
+                    max_messages=1, keep_messages=KEEP_MESSAGES, summarization_capabilities=summarizers
+                ),
             ],
             target_fraction=TARGET_FRACTION,
         )
     if kind == "summarize":
-        return SummarizingCompaction(max_fraction=TARGET_FRACTION, keep_messages=KEEP_MESSAGES)
+        return SummarizingCompaction(
+            max_fraction=TARGET_FRACTION, keep_messages=KEEP_MESSAGES, summarization_capabilities=summarizers
+        )
     if kind == "sliding":
         return SlidingWindowCompaction(max_fraction=TARGET_FRACTION, keep_messages=SLIDING_KEEP_MESSAGES)
     return None
@@ -105,6 +113,7 @@ async def compact_history(
     kind: CompactionKind = "tiered",
     focus: str | None = None,
     keep_messages: int = COMPACT_KEEP_MESSAGES,
+    summary_capabilities: Sequence[AbstractCapability[None]] = (),
 ) -> CompactionReport:
     """Compact a session's history now, between runs (`/compact`), whatever its size, and store the result.
 
@@ -116,7 +125,12 @@ async def compact_history(
     strategy: SlidingWindowCompaction[None] | SummarizingCompaction[None] = (
         SlidingWindowCompaction(max_messages=1, keep_messages=keep_messages, preserve_first_user_message=False)
         if kind == "sliding"
-        else SummarizingCompaction(max_messages=1, keep_messages=keep_messages, preserve_first_user_message=False)
+        else SummarizingCompaction(
+            max_messages=1,
+            keep_messages=keep_messages,
+            preserve_first_user_message=False,
+            summarization_capabilities=list(summary_capabilities),
+        )
     )
     usage = RunUsage()
     compacted = await compact_now(strategy, messages, model=model, focus=focus, usage=usage, conversation_id=session.id)

@@ -39,6 +39,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import ValidationError
 from pydantic_ai import RunContext
+from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models import Model, ModelRequestParameters, infer_model
 
@@ -106,6 +107,8 @@ class HistoryProcessorContext(HistoryProcessorState):
     Use it from a separate agent without history processors or tools."""
     resolve_model: Callable[[str], Model] = field(repr=False, compare=False)
     """code-puppy's model resolution: a model string or a `[models]` name to a model (its endpoint, key, window)."""
+    summary_capabilities: tuple[AbstractCapability[Any], ...] = field(default=(), repr=False, compare=False)
+    """Capabilities for the summarizing agent (code-puppy's cost meter, so a summary counts as spending)."""
 
     def keep_recent_groups(self, n: int) -> list[ModelMessage]:
         """The last `n` closed, unprotected groups plus every protected or unfinished one, in order.
@@ -196,6 +199,7 @@ def processor_context(
     parameters: ModelRequestParameters | None = None,
     summary_model: Model | None = None,
     resolve_model: Callable[[str], Model] = infer_model,
+    summary_capabilities: Sequence[AbstractCapability[Any]] = (),
 ) -> HistoryProcessorContext:
     """What a context-style processor receives for `messages` (its own copies: they become `run_context.messages`),
     served by `model`."""
@@ -216,6 +220,7 @@ def processor_context(
         run_context=replace(run_context, messages=copies),
         summary_model=summary_model or model,
         resolve_model=resolve_model,
+        summary_capabilities=tuple(summary_capabilities),
     )
 
 

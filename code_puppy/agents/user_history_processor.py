@@ -8,7 +8,7 @@ The public names a processor author needs are importable from here: `HistoryProc
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from dataclasses import KW_ONLY, dataclass, field, replace
 from typing import Any
@@ -72,6 +72,8 @@ class UserHistoryProcessor(AbstractCapability[Any]):
     serving the request."""
     resolve_model: Callable[[str], Model] = infer_model
     """Model names to models, for processors that name one (`HistoryProcessorContext.resolve_model`)."""
+    summary_capabilities: Sequence[AbstractCapability[Any]] = ()
+    """For the summarizing agents (`HistoryProcessorContext.summary_capabilities`)."""
     _own: Revision = field(default_factory=Revision, init=False, repr=False)
 
     @classmethod
@@ -116,6 +118,7 @@ class UserHistoryProcessor(AbstractCapability[Any]):
                 parameters=request_context.model_request_parameters,
                 summary_model=self.summary_model,
                 resolve_model=self.resolve_model,
+                summary_capabilities=self.summary_capabilities,
             )
             groups = context.groups
             token = _processing.set(_processing.get() | {key})

@@ -12,6 +12,7 @@ from pydantic_ai.messages import AgentStreamEvent, FunctionToolResultEvent
 from code_puppy.agents.history_errors import HistoryProcessingError
 from code_puppy.errors import one_line
 from code_puppy.plugins import PromptBlocked
+from code_puppy.sessions.costs import RequestCost
 
 if TYPE_CHECKING:
     from code_puppy.core.run import TurnOutcome
@@ -25,6 +26,8 @@ class Usage:
     input_tokens: int = 0
     output_tokens: int = 0
     requests: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,10 @@ class RunOutcome:
     usage: Usage
     duration_ms: int
     error: str | None = None
+    cost_usd: float | None = 0.0
+    """What the invocation's model requests cost in US dollars (priced ones); None when none could be priced."""
+    cost_complete: bool = True
+    """Whether every request was priced."""
 
 
 class EventSink(Protocol):
@@ -50,6 +57,14 @@ class EventSink(Protocol):
         ...
 
     def event(self, event: AgentStreamEvent) -> None: ...
+
+    def request(self, cost: RequestCost) -> None:
+        """A model request finished (a delegated run's and a compaction summary's too): what it used and cost."""
+        ...
+
+    def warning(self, text: str) -> None:
+        """Something the user should know now, e.g. that 80% of a budget is spent."""
+        ...
 
     def finish(self, outcome: RunOutcome) -> None: ...
 

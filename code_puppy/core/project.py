@@ -19,6 +19,7 @@ from code_puppy.agents.deps import RunDeps
 from code_puppy.agents.history_persistence import recover_interrupted_turn
 from code_puppy.agents.permissions import PermissionPolicy
 from code_puppy.agents.sandboxed_shell import SandboxedShell
+from code_puppy.agents.spending import Budgets, Spending, configured_prices, unpriced_model_message
 from code_puppy.config import PermissionMode, Settings, load_settings
 from code_puppy.errors import ConfigError
 from code_puppy.models import choose_model_name, resolve_model
@@ -55,6 +56,18 @@ class Project:
         self.sandbox = ProjectSandbox(self.settings.sandbox, self.root)
         self.require_sandbox(options.permission_mode or self.settings.permissions.mode)  # before anything runs
         self.store = open_store()
+        self.spending = Spending(
+            budgets=Budgets.of(self.settings.budget, options.max_budget_usd),
+            prices=configured_prices(self.settings),
+            book=self.store.costs,
+            project_dir=self.root,
+        )
+        """What this process spends, and its budgets."""
+        try:
+            self.check_priced(self.model_name)  # the main model, which also writes summaries and serves delegates
+        except ConfigError:
+            self.store.close()
+            raise
         self._agent: Agent[RunDeps, str] | None = None
         self._stopped = False
 
@@ -97,6 +110,15 @@ class Project:
         without the secrets, as the shell tool's."""
         return without_secrets(os.environ, self.settings)
 
+    def check_priced(self, name: str) -> None:
+        """Refuse model `name` when a budget is set and nothing can price it (unless `[budget] unknown_price`).
+
+        Raises:
+            ConfigError: In one line naming the model and what to do.
+        """
+        if self.spending.unpriced([self.model(name)]) is not None:
+            raise ConfigError(unpriced_model_message(name))
+
     def model(self, name: str | None = None) -> Model:
         """The model named `name` (a model string or a `[models]` name), the chosen one by default; made once."""
         name = name or self.model_name
@@ -128,11 +150,14 @@ class Project:
             allow=self.options.allow,
             plugins=self.plugins,
             sandbox=self.sandbox,
+            spending=self.spending,
         )
         self.plugins.agent_command = self.agent_command
         # Built while the first model request is out, rather than when its answer is first journaled. Not a daemon:
         # an exit waits for it (a tenth of a second at most) instead of tearing the interpreter down under it.
         threading.Thread(target=build_serializers, name="code-puppy serializers").start()
+        # Likewise the price table (~30 ms to load), which pricing the first response would otherwise wait for.
+        threading.Thread(target=self.spending.priceable, args=(self.model(),), name="code-puppy prices").start()
         await self._agent.__aenter__()
 
     async def stop(self) -> None:

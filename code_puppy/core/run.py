@@ -14,9 +14,11 @@ from pydantic_ai.messages import AgentStreamEvent, ModelMessage
 from pydantic_ai.models import Model
 from pydantic_ai.usage import RunUsage, UsageLimits
 
+from code_puppy.agents.builder import capability
 from code_puppy.agents.deps import RunDeps
 from code_puppy.agents.history_persistence import persist_checkpoint, persist_result_history
 from code_puppy.agents.provider_retries import ProviderStalled
+from code_puppy.agents.spending import CostMeter
 from code_puppy.core.events import EventSink
 from code_puppy.plugins import PromptBlocked
 from code_puppy.plugins.host import PluginHost
@@ -158,6 +160,11 @@ async def run_turn(
     """
     limits = limits or TurnLimits()
     session = deps.session
+    meter = capability(agent, CostMeter)
+    spending = meter.spending if meter is not None else None
+    if spending is not None:
+        spending.begin_turn(session.id)
+        spending.on_request, spending.on_warning = sink.request, sink.warning
     deadline = None if limits.timeout is None else time.monotonic() + limits.timeout
     usage = RunUsage()
     result: AgentRunResult[str] | None = None
@@ -174,6 +181,8 @@ async def run_turn(
             if left is not None and left <= 0:
                 return TurnOutcome(result, TimeoutError(f"{limits.timeout:g} s"), usage, runs)
             sink.run_started(index)
+            if spending is not None:
+                spending.run_index = index
             if plugins is not None:
                 await plugins.agent_run_start(agent, prompt, session)
             handle = RunHandle()

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import os
 import signal
 import sys
 import time
 from collections.abc import Coroutine
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from pydantic_ai.usage import RunUsage
 
 from code_puppy.agents.deps import RunDeps
+from code_puppy.agents.spending import Spending
 from code_puppy.agents.steering import SteeringInbox, accepting_steers, held_steers
 from code_puppy.config import ConfigError
 from code_puppy.core.events import EXIT_CODES, EventSink, RunOutcome, Status, Usage, ending
@@ -22,6 +26,7 @@ from code_puppy.core.run import TurnLimits, TurnOutcome, run_turn, unrun_follow_
 from code_puppy.errors import one_line
 from code_puppy.headless.sinks import SINKS
 from code_puppy.options import RunOptions
+from code_puppy.sessions.costs import CostTotals
 from code_puppy.sessions.runs import RunRegistry
 
 
@@ -35,6 +40,8 @@ class HeadlessOptions:
     output_format: str = "text"
     input_format: str = "text"
     """`stream-json`: further user messages arrive as JSON lines on stdin and steer the running turn."""
+    usage_file: Path | None = None
+    """Where the `json` result object is written as well, whatever the output format (`--usage-file`)."""
 
 
 def run_headless(options: RunOptions, headless: HeadlessOptions) -> int:
@@ -44,7 +51,7 @@ def run_headless(options: RunOptions, headless: HeadlessOptions) -> int:
     result object (`"status": "error"`, the session's id once there is one), before the error propagates to its one
     line on stderr.
     """
-    output = Output(SINKS[headless.output_format](), time.monotonic())
+    output = Output(SINKS[headless.output_format](), time.monotonic(), usage_file=headless.usage_file)
     try:
         return asyncio.run(_headless(options, headless, output))
     except Exception as exc:
@@ -60,6 +67,10 @@ class Output:
     sink: EventSink
     started: float
     session_id: str | None = None
+    spending: Spending | None = None
+    """What the invocation spent, once its project is open."""
+    usage_file: Path | None = None
+    usage_file_error: str | None = None
 
     def start(self, session_id: str) -> None:
         self.session_id = session_id
@@ -68,23 +79,50 @@ class Output:
     def finish(self, status: Status, *, message: str | None, outcome: TurnOutcome | None = None) -> None:
         usage = outcome.usage if outcome is not None else RunUsage()
         result = outcome.result if outcome is not None and outcome.error is None else None
-        self.sink.finish(
-            RunOutcome(
-                session_id=self.session_id,
-                output=result.output if result is not None else None,
-                status=status,
-                usage=Usage(usage.input_tokens, usage.output_tokens, usage.requests),
-                duration_ms=round((time.monotonic() - self.started) * 1000),
-                error=message,
-            )
+        cost = self.spending.invocation if self.spending is not None else CostTotals()
+        ended = RunOutcome(
+            session_id=self.session_id,
+            output=result.output if result is not None else None,
+            status=status,
+            usage=Usage(
+                usage.input_tokens,
+                usage.output_tokens,
+                usage.requests,
+                usage.cache_read_tokens,
+                usage.cache_write_tokens,
+            ),
+            duration_ms=round((time.monotonic() - self.started) * 1000),
+            error=message,
+            cost_usd=cost.cost_usd,
+            cost_complete=cost.complete,
         )
+        self.sink.finish(ended)
+        if self.usage_file is not None:
+            try:
+                _write_atomically(self.usage_file, json.dumps(asdict(ended)) + "\n")
+            except OSError as exc:
+                self.usage_file_error = f"--usage-file: cannot write {self.usage_file}: {exc.strerror or exc}"
+                print(f"code-puppy: {self.usage_file_error}", file=sys.stderr)
 
     def fail(self, message: str) -> None:
         self.finish("error", message=message)
 
 
+def _write_atomically(path: Path, text: str) -> None:
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with temporary.open("w", encoding="utf-8") as file:
+            file.write(text)
+            file.flush()
+            os.fsync(file.fileno())
+        temporary.replace(path)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
 async def _headless(options: RunOptions, headless: HeadlessOptions, output: Output) -> int:
     project = Project(options)
+    output.spending = project.spending
     try:
         session, recovered = await project.open_session()
         if recovered:
@@ -113,6 +151,8 @@ async def _headless(options: RunOptions, headless: HeadlessOptions, output: Outp
         print(f"code-puppy: note: {note}", file=sys.stderr)
     status, message = ending(outcome, stopped_by=stopped_by)
     output.finish(status, message=message, outcome=outcome)
+    if output.usage_file_error is not None and status == "success":
+        return EXIT_CODES["error"]
     return EXIT_CODES[status]
 
 

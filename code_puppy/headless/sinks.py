@@ -22,6 +22,7 @@ from pydantic_ai.messages import (
 
 from code_puppy.agents.steering import steered_text
 from code_puppy.core.events import RunOutcome, tool_call_line, tool_result_line
+from code_puppy.sessions.costs import RequestCost
 
 
 class TextSink:
@@ -45,6 +46,12 @@ class TextSink:
         elif isinstance(event, EnqueuedMessagesEvent):
             print(f"↪ steer: {steered_text(event)}", file=self._err, flush=True)
 
+    def request(self, cost: RequestCost) -> None:
+        pass
+
+    def warning(self, text: str) -> None:
+        print(f"code-puppy: note: {text}", file=self._err, flush=True)
+
     def finish(self, outcome: RunOutcome) -> None:
         if outcome.output is not None:
             print(outcome.output, file=self._out, flush=True)
@@ -66,6 +73,12 @@ class JsonSink:
 
     def event(self, event: AgentStreamEvent) -> None:
         pass
+
+    def request(self, cost: RequestCost) -> None:
+        pass
+
+    def warning(self, text: str) -> None:
+        print(f"code-puppy: note: {text}", file=sys.stderr, flush=True)
 
     def finish(self, outcome: RunOutcome) -> None:
         print(json.dumps(asdict(outcome)), file=self._out, flush=True)
@@ -116,6 +129,24 @@ class StreamJsonSink:
             )
         elif isinstance(event, EnqueuedMessagesEvent):
             self._emit(type="steer", run=self._run, enqueue_id=event.enqueue_id, text=steered_text(event))
+
+    def request(self, cost: RequestCost) -> None:
+        self._emit(
+            type="request",
+            run=cost.run,
+            kind=cost.kind,
+            model=cost.model,
+            usage={
+                "input_tokens": cost.input_tokens,
+                "output_tokens": cost.output_tokens,
+                "cache_read_tokens": cost.cache_read_tokens,
+                "cache_write_tokens": cost.cache_write_tokens,
+            },
+            cost_usd=cost.cost_usd,
+        )
+
+    def warning(self, text: str) -> None:
+        print(f"code-puppy: note: {text}", file=sys.stderr, flush=True)
 
     def finish(self, outcome: RunOutcome) -> None:
         self._emit(type="result", **asdict(outcome))

@@ -80,7 +80,12 @@ class SummarizeOlderTurns:
         if limits is not None and limits.request_limit is not None:
             # The run's own pending request was allowed already: the summary must not spend it.
             limits = replace(limits, request_limit=max(0, limits.request_limit - 1))
-        agent = Agent(model, instructions=SUMMARY_INSTRUCTIONS, name="summarize_older_turns")
+        agent = Agent(
+            model,
+            instructions=SUMMARY_INSTRUCTIONS,
+            name="summarize_older_turns",
+            capabilities=list(ctx.summary_capabilities),
+        )
         try:
             result = await agent.run(
                 _transcript(ctx.messages, older),

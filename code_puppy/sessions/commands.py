@@ -7,6 +7,7 @@ import json
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import asdict
+from datetime import datetime
 from pathlib import Path
 from typing import TextIO
 
@@ -26,6 +27,7 @@ from pydantic_ai.messages import (
 from code_puppy.agents.history_groups import describe_groups
 
 from .catalog import SessionInfo
+from .costs import CostTotals, format_cost
 from .journal import Journal
 from .repair import check, repair
 from .session import find_session
@@ -33,19 +35,69 @@ from .store import SqliteConversationStore
 
 
 def list_sessions(store: SqliteConversationStore, project_dir: Path | None, out: TextIO) -> None:
-    """One line per session, newest first: id, updated, messages, model, title."""
+    """One line per session, newest first: id, updated, messages, model, cost, title."""
     sessions = store.sessions.recent(project_dir)
     if not sessions:
         where = f" in {project_dir}" if project_dir is not None else ""
         print(f"no sessions{where}", file=out)
         return
-    print(f"{'ID':<10}{'UPDATED':<18}{'MSGS':>5}  {'MODEL':<28}TITLE", file=out)
+    costs = store.costs.session_totals(info.id for info in sessions)
+    print(f"{'ID':<10}{'UPDATED':<18}{'MSGS':>5}  {'MODEL':<28}{'COST':>10}  TITLE", file=out)
     for info in sessions:
         updated = info.updated_at.astimezone().strftime("%Y-%m-%d %H:%M")
         model = (info.model or "-")[:27]
-        print(
-            f"{info.id[:8]:<10}{updated:<18}{info.message_count:>5}  {model:<28}{info.title or '(untitled)'}", file=out
-        )
+        cost = _short_cost(costs.get(info.id))
+        title = info.title or "(untitled)"
+        print(f"{info.id[:8]:<10}{updated:<18}{info.message_count:>5}  {model:<28}{cost:>10}  {title}", file=out)
+
+
+def _short_cost(totals: CostTotals | None) -> str:
+    """A cost for a table column: `$0.0123`, `≥$0.0123` (some requests unpriced), `unknown` (none priced, or none
+    recorded: sessions from before code-puppy counted costs)."""
+    if totals is None or totals.cost_usd is None:
+        return "unknown"
+    shown = format_cost(totals.cost_usd)
+    return shown if totals.complete else f"≥{shown}"
+
+
+def usage_report(
+    store: SqliteConversationStore, out: TextIO, *, since: datetime | None, project_dir: Path | None, as_json: bool
+) -> None:
+    """`code-puppy usage`: cost and tokens by local day and model, and the total; or the same as one JSON object."""
+    rows = store.costs.by_day_and_model(since=since, project_dir=project_dir)
+    total = sum((totals for _, _, totals in rows), CostTotals())
+    if as_json:
+        document = {
+            "days": [{"day": day, "model": model, **_cost_fields(totals)} for day, model, totals in rows],
+            "total": _cost_fields(total),
+        }
+        json.dump(document, out)
+        out.write("\n")
+        return
+    if not rows:
+        print("no model requests recorded" + (" in that period" if since is not None else ""), file=out)
+        return
+    print(f"{'DAY':<12}{'MODEL':<28}{'REQS':>6}{'INPUT':>12}{'OUTPUT':>10}{'CACHED':>10}  COST", file=out)
+    for day, model, totals in rows:
+        print(_usage_line(day, model[:27], totals), file=out)
+    print(_usage_line("total", "", total), file=out)
+
+
+def _usage_line(day: str, model: str, totals: CostTotals) -> str:
+    tokens = f"{totals.input_tokens:>12,}{totals.output_tokens:>10,}{totals.cache_read_tokens:>10,}"
+    return f"{day:<12}{model:<28}{totals.requests:>6}{tokens}  {totals.describe()}"
+
+
+def _cost_fields(totals: CostTotals) -> dict[str, object]:
+    return {
+        "requests": totals.requests,
+        "input_tokens": totals.input_tokens,
+        "output_tokens": totals.output_tokens,
+        "cache_read_tokens": totals.cache_read_tokens,
+        "cache_write_tokens": totals.cache_write_tokens,
+        "cost_usd": totals.cost_usd,
+        "cost_complete": totals.complete,
+    }
 
 
 def show_session(store: SqliteConversationStore, id_or_prefix: str, out: TextIO, *, groups: bool = False) -> None:
@@ -58,6 +110,13 @@ def show_session(store: SqliteConversationStore, id_or_prefix: str, out: TextIO,
     conversation = asyncio.run(store.load(info.id))
     messages = conversation.messages if conversation is not None else []
     print(f"session {info.id} · {info.project_dir} · {info.model or '-'} · {info.message_count} messages", file=out)
+    cost = store.costs.session_totals([info.id]).get(info.id)
+    if cost is not None:
+        print(
+            f"{cost.requests} requests · {cost.input_tokens:,} input / {cost.output_tokens:,} output tokens · "
+            f"{cost.describe()}",
+            file=out,
+        )
     if groups:
         print(f"cache epoch {info.cache_epoch} · history version {info.history_version}", file=out)
     for line in describe_groups(messages) if groups else transcript(messages):

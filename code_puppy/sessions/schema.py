@@ -139,7 +139,40 @@ def m004_journal(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX journal_entries_journal ON journal_entries (journal_id, pending, id)")
 
 
-MIGRATIONS: list[Migration] = [m001_conversations, m002_sessions, m003_running_runs, m004_journal]
+def m005_request_costs(db: sqlite3.Connection) -> None:
+    # One row per model request code-puppy made (sessions/costs.py): main, follow-up and delegated runs, compaction
+    # summaries. `cost_usd` is NULL when the request could not be priced. Rows outlive their session (the money was
+    # spent: `code-puppy usage` and the daily budget still count it), so `project_dir` is kept here too.
+    db.execute(
+        """
+        CREATE TABLE requests (
+            id INTEGER PRIMARY KEY,
+            session_id TEXT NOT NULL,
+            project_dir TEXT,
+            run_id TEXT,
+            run INTEGER NOT NULL DEFAULT 0,
+            kind TEXT NOT NULL,
+            model TEXT NOT NULL,
+            input_tokens INTEGER NOT NULL,
+            output_tokens INTEGER NOT NULL,
+            cache_read_tokens INTEGER NOT NULL,
+            cache_write_tokens INTEGER NOT NULL,
+            cost_usd REAL,
+            created_at TEXT NOT NULL
+        )
+        """
+    )
+    db.execute("CREATE INDEX requests_session ON requests (session_id)")
+    db.execute("CREATE INDEX requests_created ON requests (created_at)")
+
+
+MIGRATIONS: list[Migration] = [
+    m001_conversations,
+    m002_sessions,
+    m003_running_runs,
+    m004_journal,
+    m005_request_costs,
+]
 """Applied in order; append new ones, never edit or reorder applied ones."""
 
 

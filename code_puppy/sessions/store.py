@@ -19,6 +19,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
 from code_puppy.paths import data_dir
 
 from .catalog import SessionCatalog, record_save
+from .costs import CostBook
 from .runs import THIS_HOST
 from .schema import Database, delete_conversation, discard_journal, timestamp
 
@@ -47,6 +48,8 @@ class SqliteConversationStore(ConversationStore):
         self.database = Database(path, readonly=readonly)
         self.sessions = SessionCatalog(self.database)
         """The session metadata kept beside the conversations."""
+        self.costs = CostBook(self.database)
+        """What each model request cost."""
 
     def close(self) -> None:
         self.database.close()

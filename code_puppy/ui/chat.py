@@ -43,7 +43,7 @@ STARTUP_TRACE = "CODE_PUPPY_STARTUP_TRACE"
 STYLE = Style.from_dict(
     {"prompt": "bold ansicyan", "spinner": "ansicyan", "partial": "", "approval": "bold ansiyellow", "hint": "ansigray"}
 )
-_BUSY_COMMANDS = frozenset({"help", "queue", "steer", "usage", "permissions", "exit"})
+_BUSY_COMMANDS = frozenset({"help", "queue", "steer", "usage", "budget", "permissions", "exit"})
 """Slash commands that make sense while a turn runs; the others wait for the prompt."""
 
 
@@ -373,7 +373,8 @@ class Chat:
             parts = [self._options.model or os.environ.get("CODE_PUPPY_MODEL") or "…", "loading…"]
         else:
             session = f"session {runtime.session.id[:8]}"
-            parts = [runtime.model_name, session, runtime.context_used(), runtime.policy.mode]
+            cost = runtime.session_cost().describe()
+            parts = [runtime.model_name, session, runtime.context_used(), cost, runtime.policy.mode]
         if self.busy():
             keys = "Enter steer · Tab queue · Ctrl-C cancel" if self._job_is_turn else "Tab queue · Ctrl-C cancel"
         else:

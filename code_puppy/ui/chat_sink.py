@@ -26,6 +26,7 @@ from rich.text import Text
 
 from code_puppy.agents.steering import steered_text
 from code_puppy.core.events import RunOutcome, tool_call_line, tool_result_line
+from code_puppy.sessions.costs import RequestCost
 from code_puppy.ui.live import Live, Screen
 
 _FENCE = re.compile(r"^\s*(```|~~~)")
@@ -143,6 +144,14 @@ class ChatSink:
 
     def finish(self, outcome: RunOutcome) -> None:
         pass
+
+    def request(self, cost: RequestCost) -> None:
+        self.screen.invalidate()  # the bottom bar shows the session's cost
+
+    def warning(self, text: str) -> None:
+        self.flush_text()
+        self.screen.print(Text(text, style="yellow"))
+        self._printed_text = False
 
     def event(self, event: AgentStreamEvent) -> None:
         if isinstance(event, PartStartEvent) and isinstance(event.part, TextPart):

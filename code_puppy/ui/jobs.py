@@ -36,7 +36,8 @@ async def turn_job(chat: ChatControl, text: str) -> bool:
     async with runtime.steerable():
         outcome = await runtime.turn(prompt, sink)
     sink.flush_text()
-    chat.screen.print(Text(_ending(outcome, time.monotonic() - started), style="dim"), "")
+    cost = runtime.project.spending.turn.describe()
+    chat.screen.print(Text(_ending(outcome, time.monotonic() - started, cost), style="dim"), "")
     if outcome.unrun_follow_up:
         limit = runtime.settings.plugins.max_continuations
         chat.screen.print(Text(unrun_follow_up_note(outcome.unrun_follow_up, limit), style="yellow"))
@@ -46,15 +47,19 @@ async def turn_job(chat: ChatControl, text: str) -> bool:
     return outcome.error is None
 
 
-def _ending(outcome: TurnOutcome, seconds: float) -> str:
+def _ending(outcome: TurnOutcome, seconds: float, cost: str) -> str:
+    """The turn's closing line: its time, requests, tokens and cost, or why it stopped."""
+    from code_puppy.agents.spending import BudgetReached
     from code_puppy.core.events import ending
     from code_puppy.ui.chat_sink import describe_usage
 
     status, message = ending(outcome)
     if status == "success":
-        return f"· {describe_usage(outcome.usage, seconds)}"
+        return f"· {describe_usage(outcome.usage, seconds)} · {cost}"
     if status in ("interrupted", "terminated"):
-        return "⏹ turn cancelled · finished work kept"
+        return f"⏹ turn cancelled · finished work kept · {cost}"
+    if isinstance(outcome.error, BudgetReached):
+        return f"⏹ {message} · /budget raises it"
     return f"{'⏹' if status == 'limit' else '✗'} {message}"
 
 

@@ -22,6 +22,7 @@ from code_puppy.core.project import Project
 from code_puppy.core.run import TurnLimits, TurnOutcome, run_turn
 from code_puppy.options import RunOptions
 from code_puppy.plugins import RegisterCommand
+from code_puppy.sessions.costs import CostTotals
 from code_puppy.sessions.runs import RunRegistry
 from code_puppy.sessions.session import Session, find_session
 from code_puppy.sessions.store import SqliteConversationStore
@@ -48,6 +49,7 @@ class ChatRuntime:
         """The note about an interrupted turn the last open or resume recovered, until shown."""
         self._confirm = confirm
         self._registry = RunRegistry(project.store.database)
+        self._session_cost: tuple[tuple[str, int], CostTotals] | None = None
 
     @classmethod
     async def open(
@@ -123,8 +125,9 @@ class ChatRuntime:
         return self.sink.diff_shown if self.sink is not None else set()
 
     def switch_model(self, name: str) -> None:
-        """Go on with model `name` (`ConfigError` when it cannot be set up); the agent stays."""
-        self.project.model(name)
+        """Go on with model `name` (`ConfigError` when it cannot be set up, or has no price while a budget is set);
+        the agent stays."""
+        self.project.check_priced(name)
         self.model_name = name
         self.session.switch_model(name)
 
@@ -135,6 +138,15 @@ class ChatRuntime:
         info = find_session(self.store, id_or_prefix)
         self.session = await Session.resume(self.store, info, model=self.model_name)
         self.recovered = await recover_interrupted_turn(self.session)
+
+    def session_cost(self) -> CostTotals:
+        """What the session has cost over its life (read again from the store when this process has made a request
+        since, or the session changed)."""
+        spending = self.project.spending
+        key = (self.session.id, spending.invocation.requests)
+        if self._session_cost is None or self._session_cost[0] != key:
+            self._session_cost = (key, spending.session_total(self.session.id))
+        return self._session_cost[1]
 
     def context_used(self) -> str:
         """`ctx 12.3k/128k 9%`: what the session's history takes of the context (the same estimate history

@@ -32,7 +32,8 @@ def register_builtins(commands: CommandRegistry, chat: ChatControl) -> None:
         ("new", builtins.new, "start a new session"),
         ("sessions", builtins.sessions, "list this project's sessions"),
         ("resume", builtins.resume, "ID continue a stored session"),
-        ("usage", builtins.usage, "tokens and requests of this session"),
+        ("usage", builtins.usage, "tokens and cost of this session, by kind and model"),
+        ("budget", builtins.budget, "[USD|off] show the budgets, or set this chat's (--max-budget-usd)"),
         ("permissions", builtins.permissions, "[MODE] show or set the permission mode"),
         ("steer", builtins.steer, "TEXT send TEXT into the running turn (Enter does the same)"),
         ("queue", builtins.queue, "TEXT run TEXT as the next turn (Tab does the same)"),
@@ -87,10 +88,45 @@ class Builtins:
         if runtime is None:
             return "still loading"
         total = runtime.session.usage
-        return (
+        spending = runtime.project.spending
+        lines = [
             f"session {runtime.session.id[:8]}: {total.requests} requests · {total.input_tokens} input tokens · "
-            f"{total.output_tokens} output tokens · {runtime.context_used()}"
-        )
+            f"{total.output_tokens} output tokens · {runtime.session_cost().describe()} · {runtime.context_used()}"
+        ]
+        book = spending.book
+        for kind, model, totals in book.breakdown(runtime.session.id) if book is not None else []:
+            requests = f"{totals.requests} request{'s' if totals.requests != 1 else ''}"
+            tokens = f"{totals.input_tokens:,} in / {totals.output_tokens:,} out"
+            lines.append(f"  {kind:<13}{model[:30]:<31}{requests:>13} · {tokens} · {totals.describe()}")
+        lines.append(f"this chat: {spending.invocation.describe()} over {spending.invocation.requests} requests")
+        return "\n".join(lines)
+
+    def budget(self, args: str) -> str:
+        from dataclasses import replace
+
+        from code_puppy.agents.spending import dollars
+        from code_puppy.sessions.costs import format_cost
+
+        runtime = self._chat.runtime
+        if runtime is None:
+            return "still loading"
+        spending = runtime.project.spending
+        if args:
+            if args == "off":
+                limit = None
+            else:
+                try:
+                    limit = float(args.removeprefix("$"))
+                except ValueError:
+                    limit = -1.0
+                if not limit > 0:
+                    return f"usage: /budget USD (a positive amount, e.g. /budget 2.50) or /budget off; got {args!r}"
+            spending.budgets = replace(spending.budgets, max_usd=limit)
+        standing = spending.standing()
+        if not standing:
+            return f"no budget set (this chat so far: {spending.invocation.describe()}); /budget USD sets one"
+        shown = " · ".join(f"{label} {dollars(limit)}: {format_cost(spent)} spent" for label, limit, spent in standing)
+        return f"budgets: {shown}"
 
     def permissions(self, args: str) -> str:
         from code_puppy.config import PermissionMode
@@ -134,10 +170,19 @@ class Builtins:
 
     async def compact(self, args: str) -> str:
         from code_puppy.agents.compaction import compact_history
+        from code_puppy.agents.spending import CostMeter
 
         runtime = await self._chat.ready()
         kind = runtime.settings.history.compaction
-        report = await compact_history(runtime.session, runtime.model, kind=kind, focus=args or None)
+        spending = runtime.project.spending
+        spending.session_id = runtime.session.id  # the summary is this session's to pay for
+        report = await compact_history(
+            runtime.session,
+            runtime.model,
+            kind=kind,
+            focus=args or None,
+            summary_capabilities=[CostMeter(spending, kind="compaction")],
+        )
         if not report.changed:
             return f"nothing to compact ({report.messages_before} messages)"
         return f"compacted {report.messages_before} → {report.messages_after} messages; the old history stays stored"

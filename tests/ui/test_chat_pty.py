@@ -324,7 +324,8 @@ def test_session_model_usage_and_permission_commands(server: FakeLLMServer, chat
     chat.wait_turn("One.")
     first = chat.wait_for("session ").split(" · session ")[1][:8]
     used = server.requests[0].input_tokens + server.requests[0].output_tokens  # what the provider reported
-    chat.wait_for(f"session {first} · ctx {thousands(used)} · ask")  # the toolbar goes by the reported usage
+    # The toolbar goes by the reported usage; the fake model has no price, so its cost is unknown, never $0.
+    chat.wait_for(f"session {first} · ctx {thousands(used)} · cost unknown · ask")
     chat.type("/usage\r")
     chat.wait_for(f"session {first}: 1 requests")
     chat.type("/permissions yolo\r")

@@ -1,0 +1,200 @@
+"""What code-puppy spent: one row per model request in the sessions database, and the sums read from it.
+
+`cost_usd` is the sum of the priced requests, or None when none could be priced; `complete` says whether every
+request was priced. pydantic-ai's `RunUsage.cost` adds only the priced requests and says nothing of the rest, so
+the sums are made here, from the rows.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from .schema import Database, timestamp
+
+__all__ = ("CostBook", "CostTotals", "RequestCost", "RequestKind", "format_cost")
+
+RequestKind = Literal["main", "continuation", "delegate", "compaction", "summary"]
+"""What a request was for: the prompt's run, a follow-up run of the turn, a run delegated from inside a run
+(`delegate_task`), a summary written by compaction (automatic or `/compact`), or one written by a history processor
+(`summarize_older_turns`)."""
+
+
+@dataclass(frozen=True)
+class RequestCost:
+    """One model request: what it used and what it cost (None: it could not be priced)."""
+
+    session_id: str
+    kind: RequestKind
+    model: str
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    cost_usd: float | None = None
+    run: int = 0
+    """The run of the turn it belongs to: 0 for the prompt's run, then one per follow-up."""
+    run_id: str | None = None
+    project_dir: str | None = None
+
+
+@dataclass(frozen=True)
+class CostTotals:
+    """Requests summed: tokens, and what the priced ones cost."""
+
+    requests: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    priced_usd: float = 0.0
+    """The sum of the priced requests."""
+    unpriced: int = 0
+    """Requests that could not be priced."""
+
+    @property
+    def cost_usd(self) -> float | None:
+        """The sum of the priced requests; None when there were requests and none could be priced."""
+        # Rounded below a millionth of a cent: float sums of prices carry noise in the last digits.
+        return None if self.requests and self.unpriced == self.requests else round(self.priced_usd, 10)
+
+    @property
+    def complete(self) -> bool:
+        """Whether every request was priced (true for none at all)."""
+        return self.unpriced == 0
+
+    def __add__(self, other: CostTotals) -> CostTotals:
+        return CostTotals(
+            self.requests + other.requests,
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cache_read_tokens + other.cache_read_tokens,
+            self.cache_write_tokens + other.cache_write_tokens,
+            self.priced_usd + other.priced_usd,
+            self.unpriced + other.unpriced,
+        )
+
+    @classmethod
+    def of(cls, request: RequestCost) -> CostTotals:
+        return cls(
+            1,
+            request.input_tokens,
+            request.output_tokens,
+            request.cache_read_tokens,
+            request.cache_write_tokens,
+            request.cost_usd or 0.0,
+            int(request.cost_usd is None),
+        )
+
+    def describe(self) -> str:
+        """The cost as the user reads it: `$0.0123`, `at least $0.0123` or `cost unknown`."""
+        return format_cost(self.cost_usd, complete=self.complete)
+
+
+def format_cost(cost: float | None, *, complete: bool = True) -> str:
+    """`$0.0123`, `at least $0.0123` (some requests unpriced) or `cost unknown` (none priced); never a made-up $0."""
+    if cost is None:
+        return "cost unknown"
+    shown = f"${cost:.4f}" if cost < 1 else f"${cost:.2f}"
+    return shown if complete else f"at least {shown}"
+
+
+_SUMS = """
+    count(*), coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0), coalesce(sum(cache_read_tokens), 0),
+    coalesce(sum(cache_write_tokens), 0), coalesce(sum(cost_usd), 0.0), count(*) - count(cost_usd)
+"""
+
+
+def _totals(row: Sequence[Any]) -> CostTotals:
+    requests, input_tokens, output_tokens, cache_read, cache_write, cost, unpriced = row  # the columns of _SUMS
+    return CostTotals(requests, input_tokens, output_tokens, cache_read, cache_write, cost, unpriced)
+
+
+class CostBook:
+    """The `requests` rows of a sessions database: written once per request, read by every total and report.
+
+    Reads of a database an older code-puppy made (opened read-only, so not migrated yet) find no rows.
+    """
+
+    def __init__(self, database: Database) -> None:
+        self._database = database
+
+    def record(self, request: RequestCost, *, at: datetime | None = None) -> None:
+        with self._database.write(durable=False) as db:
+            db.execute(
+                """
+                INSERT INTO requests (session_id, project_dir, run_id, run, kind, model, input_tokens, output_tokens,
+                    cache_read_tokens, cache_write_tokens, cost_usd, created_at)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """,
+                (
+                    request.session_id,
+                    request.project_dir,
+                    request.run_id,
+                    request.run,
+                    request.kind,
+                    request.model,
+                    request.input_tokens,
+                    request.output_tokens,
+                    request.cache_read_tokens,
+                    request.cache_write_tokens,
+                    request.cost_usd,
+                    timestamp(at or datetime.now(UTC)),
+                ),
+            )
+
+    def session_totals(self, session_ids: Iterable[str]) -> dict[str, CostTotals]:
+        """The totals of each of these sessions that has requests."""
+        ids = list(session_ids)
+        if not ids:
+            return {}
+        marks = ", ".join("?" * len(ids))
+        rows = self._read(f"SELECT session_id, {_SUMS} FROM requests WHERE session_id IN ({marks}) GROUP BY 1", ids)
+        return {row[0]: _totals(row[1:]) for row in rows}
+
+    def breakdown(self, session_id: str) -> list[tuple[str, str, CostTotals]]:
+        """A session's totals by kind and model, as (kind, model, totals)."""
+        rows = self._read(
+            f"SELECT kind, model, {_SUMS} FROM requests WHERE session_id = ? GROUP BY 1, 2 ORDER BY 1, 2", [session_id]
+        )
+        return [(row[0], row[1], _totals(row[2:])) for row in rows]
+
+    def since(self, moment: datetime, *, after: int = 0) -> tuple[int, CostTotals]:
+        """What every session of every project spent from `moment` on, counting only the rows after row `after`
+        (the daily budget adds each read to the last); with the last row's id, to pass as `after` next time."""
+        rows = self._read(
+            f"SELECT max(id), {_SUMS} FROM requests WHERE id > ? AND created_at >= ?", [after, timestamp(moment)]
+        )
+        if not rows or rows[0][0] is None:
+            return after, CostTotals()
+        return rows[0][0], _totals(rows[0][1:])
+
+    def by_day_and_model(
+        self, *, since: datetime | None = None, project_dir: Path | None = None
+    ) -> list[tuple[str, str, CostTotals]]:
+        """Totals by local calendar day and model, oldest day first, as (YYYY-MM-DD, model, totals)."""
+        rows = self._read(
+            f"""
+            SELECT date(created_at, 'localtime'), model, {_SUMS} FROM requests
+            WHERE (:since IS NULL OR created_at >= :since) AND (:project IS NULL OR project_dir = :project)
+            GROUP BY 1, 2 ORDER BY 1, 2
+            """,
+            {
+                "since": None if since is None else timestamp(since),
+                "project": None if project_dir is None else str(project_dir.resolve()),
+            },
+        )
+        return [(row[0], row[1], _totals(row[2:])) for row in rows]
+
+    def _read(self, sql: str, parameters: Sequence[object] | dict[str, object]) -> list[tuple[Any, ...]]:
+        with self._database.read() as db:
+            try:
+                return db.execute(sql, parameters).fetchall()
+            except sqlite3.OperationalError as exc:
+                if "no such table: requests" in str(exc):
+                    return []
+                raise
