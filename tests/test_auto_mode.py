@@ -8,10 +8,13 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+from pydantic_ai import RunContext
 from pydantic_ai.messages import ModelMessage, ToolCallPart
 from pydantic_ai.models.function import AgentInfo
+from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults
 
 from code_puppy.agents.builder import build_pydantic_agent, capability
 from code_puppy.agents.deps import RunDeps
@@ -209,14 +212,20 @@ def test_a_mode_that_asks_for_the_sandbox_without_one_is_refused(
     )
 
 
-async def test_the_model_can_stop_a_background_command_it_started(project: Path) -> None:
+async def test_the_model_can_stop_a_background_command_it_started(project: Path, outside: Path) -> None:
     tag = f"{os.getpid() % 1000 + 2000}.417"
+    pwned = outside / "pwned"
 
     def stop_it(messages: list[ModelMessage], info: AgentInfo) -> Reply:
         (started,) = [content for _, _, content in tool_returns(messages)]
         pid = re.search(r"PID: (\d+)", started)
         assert pid is not None, started
-        return [ToolCallPart("shell", {"command": f"kill -- -{pid[1]}"}, tool_call_id="k")]  # as the harness says
+        # Anything more than `kill [SIGNAL] [--] PIDS` of its own commands runs in the sandbox like any command.
+        hostile = [f'kill -s "$(touch {pwned}; echo TERM)" -- -{pid[1]}', f"kill -- -{pid[1]}; touch {pwned}"]
+        return [
+            *(ToolCallPart("shell", {"command": command}, tool_call_id=f"h{i}") for i, command in enumerate(hostile)),
+            ToolCallPart("shell", {"command": f"kill -- -{pid[1]}"}, tool_call_id="k"),  # as the harness says
+        ]
 
     bystander = subprocess.Popen(["sleep", "60"])  # not the model's: its kill stays in the sandbox, and fails
     try:
@@ -238,9 +247,40 @@ async def test_the_model_can_stop_a_background_command_it_started(project: Path)
                 wait_for(lambda: sleeping(tag) == [], timeout=5, what=f"the background sleep to stop ({mechanism})")
             finally:
                 shell.end_commands()
-            stopped, other = [content for _, _, content in tool_returns(session.messages)][1:]
-            assert stopped.endswith('"exit_code": 0}'), stopped
+            *hostile, stopped, other = [content for _, _, content in tool_returns(session.messages)][1:]
+            assert stopped.startswith("Sent SIGTERM to -"), stopped
+            assert not pwned.exists() and all("Sent" not in result for result in hostile), hostile
             assert not other.endswith('"exit_code": 0}') and bystander.poll() is None, other
     finally:
         bystander.kill()
         bystander.wait()
+
+
+async def approve_all(ctx: RunContext[Any], requests: DeferredToolRequests, token: str) -> DeferredToolResults:
+    """An interactive run whose user says yes to every question."""
+    return requests.build_results(approvals={call.tool_call_id: True for call in requests.approvals})
+
+
+async def test_ask_mode_with_the_sandbox_asks_once_per_command(project: Path, outside: Path) -> None:
+    """`[sandbox] modes = ["ask"]`: the approved command runs inside (and failing there asks nothing more, since an
+    approved call cannot wait for approval again); one the model asked to run outside runs outside on the same yes,
+    the question having shown that."""
+    settings = Settings.model_validate({"sandbox": {"modes": ["ask"]}})
+    script = scripted(
+        [ToolCallPart("shell", {"command": f"touch {outside}/inside-the-sandbox"}, tool_call_id="a")],
+        [
+            ToolCallPart(
+                "shell",
+                {"command": f"touch {outside}/outside", "unsandboxed": True, "reason": "the test"},
+                tool_call_id="b",
+            )
+        ],
+        "done",
+    )
+    agent = build_pydantic_agent(settings, model=script.model, project_root=project, permission_mode="ask")
+    session = Session.in_memory()
+    result = await agent.run("touch", deps=RunDeps(session, ask=approve_all))
+    assert result.output == "done"
+    first, second = [content for _, _, content in tool_returns(session.messages)]
+    assert "Read-only file system" in first and not (outside / "inside-the-sandbox").exists()
+    assert (outside / "outside").exists(), second

@@ -68,10 +68,14 @@ def test_a_command_writes_the_project_and_its_tmpdir_and_nothing_else(repo: Path
     # …so they are put back once the command is over, and the user is told.
     assert (repo / ".code-puppy" / "config.toml").read_text() == "# the project's config\n"
     assert not (repo / ".git" / "hooks" / "pre-commit").exists()
-    assert completed.stderr.endswith(
-        "code-puppy: sandbox: put back .code-puppy/config.toml, .git/hooks/pre-commit (Landlock cannot keep them "
-        "read-only)\n"
+    (note,) = [line for line in completed.stderr.splitlines() if line.startswith("code-puppy: sandbox:")]
+    assert note.startswith(
+        "code-puppy: sandbox: The sandbox put back .code-puppy/config.toml, .git/hooks/pre-commit: commands may not "
+        "change the files that configure code-puppy, other agents or git. The changed versions are in "
     )
+    backup = Path(note.rsplit(" ", 1)[1].rstrip("."))  # what was put back is kept
+    assert (backup / ".code-puppy" / "config.toml").read_text() == "# the project's config\nloosened\n"
+    assert (backup / ".git" / "hooks" / "pre-commit").read_text() == "echo planted\n"
 
 
 def test_secrets_denied_paths_and_other_processes_stay_out_of_reach(
@@ -132,9 +136,6 @@ def test_headless_auto_under_landlock_confines_commands_and_puts_the_config_back
     escape, loosen = tool_results(server.requests[1].body)
     assert "Permission denied" in escape and not (outside / "outside.txt").exists()
     assert (project / "inside.txt").exists()
-    assert loosen.endswith(
-        "[The sandbox put back .code-puppy/config.toml, .git/hooks/post-merge: commands may not change the files that "
-        "configure code-puppy, other agents or git.]"
-    )
+    assert "\n[The sandbox put back .code-puppy/config.toml, .git/hooks/post-merge: commands may not change" in loosen
     assert (project / ".code-puppy" / "config.toml").read_text() == 'model = "fake"\n'
     assert not (project / ".git" / "hooks" / "post-merge").exists()

@@ -161,3 +161,23 @@ def test_sandbox_run_needs_a_command_and_a_known_mechanism(code_puppy_home: Path
     unknown = run_cli("sandbox", "run", "--", "true", cwd=repo)
     assert unknown.returncode == 2 and unknown.stderr.count("\n") == 1, unknown.stderr
     assert "sandbox.mechanism" in unknown.stderr and "Traceback" not in unknown.stderr
+
+
+def test_git_cannot_be_swapped_or_redirected_and_new_agent_config_goes(
+    code_puppy_home: Path, project: Path, outside: Path
+) -> None:
+    subprocess.run(["git", "init", "-q", str(project)], check=True)  # no .code-puppy/ yet: nothing to bind
+    script = """
+        mv .git .git-old || echo refused-rename
+        echo "$1" > .git/commondir && echo wrote-commondir
+        mkdir -p .code-puppy && echo '[permissions]' > .code-puppy/config.toml && echo wrote-config
+    """
+    completed = sandboxed(project, script, str(outside))
+    assert completed.stdout.split() == ["refused-rename", "wrote-commondir", "wrote-config"], completed.stderr
+    assert (project / ".git" / "HEAD").exists() and not (project / ".git-old").exists()
+    assert not (project / ".git" / "commondir").exists() and not (project / ".code-puppy").exists()
+    assert "code-puppy: sandbox: The sandbox put back .code-puppy, .code-puppy/config.toml, .git/commondir" in (
+        completed.stderr
+    )
+    runtime = Path(os.environ.get("XDG_RUNTIME_DIR") or f"/run/user/{os.getuid()}")
+    assert "SSH_AUTH_SOCK=" not in sandboxed(project, "env", env={"SSH_AUTH_SOCK": str(runtime / "agent")}).stdout

@@ -17,7 +17,6 @@ import contextlib
 import json
 import os
 import re
-import shlex
 import signal
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -25,7 +24,7 @@ from typing import Any
 
 from pydantic_ai import RunContext, ToolDefinition
 from pydantic_ai.capabilities import AbstractCapability, on_event
-from pydantic_ai.exceptions import ApprovalRequired
+from pydantic_ai.exceptions import ApprovalRequired, SkipToolExecution
 from pydantic_ai.messages import ToolCallPart
 from pydantic_ai_harness.shell import CommandFinishedEvent, CommandStartedEvent
 
@@ -42,6 +41,10 @@ _SANDBOX_FAILURE = re.compile(
     re.IGNORECASE,
 )
 """What a command says when the sandbox stopped it: a write outside, a hidden path, no network."""
+_KILL = re.compile(
+    r"\s*kill(?:\s+(?:-s\s+(?P<name>[A-Z0-9]+)|-(?P<short>[A-Z]+|[0-9]{1,2})))?(?:\s+--)?(?P<targets>(?:\s+-?[0-9]+)+)\s*"
+)
+"""`kill [-SIGNAL | -s SIGNAL] [--] [-]PID…`, and nothing else: no other word, quote or shell syntax."""
 _UNSANDBOXED_SCHEMA: dict[str, Any] = {
     "unsandboxed": {
         "type": "boolean",
@@ -49,6 +52,10 @@ _UNSANDBOXED_SCHEMA: dict[str, Any] = {
     },
     "reason": {"type": "string", "description": "With `unsandboxed`: why the command needs to run outside."},
 }
+
+
+CallKey = tuple[str | None, str]
+"""A tool call: its run's id and its own (a provider may repeat call ids across runs)."""
 
 
 @dataclass
@@ -59,14 +66,16 @@ class SandboxedShell(AbstractCapability[Any]):
     policy: PermissionPolicy
     sandbox: ProjectSandbox
     _supervisors: set[int] = field(default_factory=set[int], init=False, repr=False)
-    _written: dict[str, Any] = field(default_factory=dict[str, Any], init=False, repr=False)
-    """Each wrapped call's command as the model wrote it, until its after hook puts it back (by tool call id)."""
-    _requested: dict[str, str] = field(default_factory=dict[str, str], init=False, repr=False)
+    _written: dict[CallKey, Any] = field(default_factory=dict[CallKey, Any], init=False, repr=False)
+    """Each wrapped call's command as the model wrote it, until its after hook puts it back."""
+    _requested: dict[CallKey, str] = field(default_factory=dict[CallKey, str], init=False, repr=False)
     """The reason of each call the model asked to run `unsandboxed`."""
-    _escalated: set[str] = field(default_factory=set[str], init=False, repr=False)
+    _escalated: set[CallKey] = field(default_factory=set[CallKey], init=False, repr=False)
     """Calls asked about running outside: once approved, they do."""
-    _guards: dict[str, ProtectedFiles] = field(default_factory=dict[str, ProtectedFiles], init=False, repr=False)
-    """Under Landlock, the project's agent and git configuration as it was before each running command."""
+    _guards: dict[CallKey, ProtectedFiles] = field(
+        default_factory=dict[CallKey, ProtectedFiles], init=False, repr=False
+    )
+    """The agent and git configuration as it was before each running command, put back after it."""
     _outputs: list[Path] = field(default_factory=list[Path], init=False, repr=False)
     """The output folders of earlier commands, readable inside (the sandbox's /tmp is its own)."""
 
@@ -117,22 +126,26 @@ class SandboxedShell(AbstractCapability[Any]):
         if parsed is None or ("unsandboxed" not in parsed and "reason" not in parsed):
             return args
         unsandboxed, reason = parsed.pop("unsandboxed", False), parsed.pop("reason", None)
-        if unsandboxed is True:
-            self._requested[call.tool_call_id] = str(reason or "no reason given")
+        if unsandboxed is True and self.policy.sandboxing:
+            self._requested[(ctx.run_id, call.tool_call_id)] = str(reason or "no reason given")
         return parsed
 
     async def before_tool_execute(
         self, ctx: RunContext[Any], *, call: ToolCallPart, tool_def: ToolDefinition, args: dict[str, Any]
     ) -> dict[str, Any]:
         command = str(args.get("command", ""))
-        if call.tool_name != "shell" or not self.policy.sandboxes(command) or self._stops_own(command):
+        if call.tool_name != "shell" or not self.policy.sandboxes(command):
             return args
-        key = call.tool_call_id
-        if key in self._escalated and ctx.tool_call_approved:
+        if (stopped := self._stop_own(command)) is not None:
+            raise SkipToolExecution(stopped)
+        key = (ctx.run_id, call.tool_call_id)
+        if ctx.tool_call_approved and (key in self._escalated or key in self._requested):
+            # The user's yes covered running it outside: this class's question, or the policy's, which showed the
+            # model's request to run it outside.
             self._escalated.discard(key)
             self._requested.pop(key, None)
-            return args  # the user let it run outside
-        if key in self._requested and key not in self._escalated and _interactive(ctx):
+            return args
+        if key in self._requested and _interactive(ctx):
             self._escalated.add(key)
             raise ApprovalRequired(
                 metadata={
@@ -143,28 +156,30 @@ class SandboxedShell(AbstractCapability[Any]):
         sandbox = self.sandbox.get()
         wrapped = sandbox.wrap(command, cwd=self.sandbox.project_root, also_readable=self._outputs)
         self._written[key] = args.get("command")
-        if sandbox.mechanism == "landlock":  # it cannot make them read-only: they are put back afterwards
-            self._guards[key] = ProtectedFiles.snapshot(self.sandbox.project_root)
+        self._guards[key] = ProtectedFiles.snapshot(self.sandbox.project_root.resolve(), sandbox.guarded)
         return {**args, "command": wrapped}
 
     async def after_tool_execute(
         self, ctx: RunContext[Any], *, call: ToolCallPart, tool_def: ToolDefinition, args: dict[str, Any], result: Any
     ) -> Any:
-        key = call.tool_call_id
+        key = (ctx.run_id, call.tool_call_id)
         written = self._written.pop(key, None)
         if written is None:
             return result
         # The after hooks of the capabilities outside this one (plugins' post_tool_call) get these same args: they
         # see the command as the model wrote it, not the bwrap command line. Dicts are passed on, not copied.
         args["command"] = written
-        if (guard := self._guards.pop(key, None)) is not None and (changed := guard.restore()):
-            result = (
-                f"{result}\n[The sandbox put back {', '.join(changed)}: commands may not change the files that "
-                "configure code-puppy, other agents or git.]"
-            )
+        if (guard := self._guards.pop(key, None)) is not None and (note := guard.restore()):
+            result = f"{result}\n[{note}]"
         if self._requested.pop(key, None) is not None:  # asked for outside, in a run nobody can answer
             return f"{result}\n[This command ran inside the sandbox: nobody can let it run outside in this run.]"
-        if isinstance(result, str) and _interactive(ctx) and key not in self._escalated and _sandbox_failure(result):
+        if (
+            isinstance(result, str)
+            and _interactive(ctx)
+            and not ctx.tool_call_approved  # an approved call cannot wait for approval again
+            and key not in self._escalated
+            and _sandbox_failure(result)
+        ):
             self._escalated.add(key)
             raise ApprovalRequired(
                 metadata={
@@ -175,30 +190,26 @@ class SandboxedShell(AbstractCapability[Any]):
             )
         return result
 
-    def _stops_own(self, command: str) -> bool:
-        """Whether `command` is `kill [SIGNAL] [--] [-]PID…` of commands this tool started, and nothing else: the
-        way the harness tells the model to stop one. It runs outside, since inside the sandbox it could not reach
-        them (their PIDs are in another namespace, or out of Landlock's scope), and it can only signal them."""
+    def _stop_own(self, command: str) -> str | None:
+        """Send the signal when `command` is exactly `kill [-SIGNAL | -s SIGNAL] [--] [-]PID…` naming only commands
+        this tool started and that still run (the way the harness tells the model to stop one); what the model is
+        told, or None for any other command. Inside the sandbox the kill could not reach them (their PIDs are in
+        another namespace, or out of Landlock's scope); sent from here, it can reach nothing else."""
+        match = _KILL.fullmatch(command)
+        if match is None:
+            return None
+        name = match["name"] or match["short"] or "TERM"
         try:
-            words = shlex.split(command)
-        except ValueError:
-            return False
-        if words[:1] != ["kill"]:
-            return False
-        words = words[1:]
-        if words[:1] == ["-s"]:
-            words = words[2:]
-        elif (
-            words and re.fullmatch(r"-(?:[0-9]+|[A-Z]+|SIG[A-Z]+)", words[0]) and words[0].lstrip("-") not in self._pids
-        ):
-            words = words[1:]
-        if words[:1] == ["--"]:
-            words = words[1:]
-        return bool(words) and all(word.lstrip("-") in self._pids for word in words)
-
-    @property
-    def _pids(self) -> set[str]:
-        return {str(pid) for pid in self._supervisors}
+            sent = signal.Signals(int(name)) if name.isdigit() else signal.Signals[f"SIG{name.removeprefix('SIG')}"]
+        except (KeyError, ValueError):
+            return None
+        targets = [int(word) for word in match["targets"].split()]
+        if not all(abs(target) in self._supervisors and _is_supervisor(abs(target)) for target in targets):
+            return None
+        for target in targets:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(-target, sent) if target < 0 else os.kill(target, sent)
+        return f"Sent {sent.name} to {', '.join(map(str, targets))}."
 
     @on_event(CommandStartedEvent)
     async def _command_started(self, ctx: RunContext[Any], event: CommandStartedEvent) -> None:
@@ -212,9 +223,20 @@ class SandboxedShell(AbstractCapability[Any]):
         """Kill every command the `shell` tool started, with all its process group (a sandboxed command's whole
         sandbox goes with it: bwrap dies with its parent, and the sandbox with bwrap)."""
         for pid in self._supervisors:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL)
+            if _is_supervisor(pid):  # not a reused PID
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, signal.SIGKILL)
         self._supervisors.clear()
+
+
+def _is_supervisor(pid: int) -> bool:
+    """Whether `pid`, a supervisor this tool started, still names its process group: the supervisor itself, or a
+    group it left behind (the kernel gives no new process the PID of a group still in use). False when the PID went
+    to another process."""
+    try:
+        return b"_supervisor.py" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return True  # gone (or no procfs to tell): what is left of its group, if anything, is its own
 
 
 def _interactive(ctx: RunContext[Any]) -> bool:

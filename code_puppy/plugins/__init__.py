@@ -66,7 +66,9 @@ class SessionView:
         wrote (a check after its changes), not for the user's own scripts."""
         from code_puppy.plugins.process import run_shell
 
-        line, env = self._agent_command(command) if self._agent_command is not None else (command, None)
+        if self._agent_command is None:  # never unconfined, with the secrets, by default
+            raise RuntimeError("run_agent_command needs a running code-puppy project")
+        line, env = self._agent_command(command)
         return await run_shell(line, cwd=self.project_dir, timeout=timeout, env=env, merge_stderr=merge_stderr)
 
     @property

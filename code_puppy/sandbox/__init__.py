@@ -46,6 +46,8 @@ DEFAULT_DENY_READ = (
 )
 """Credentials and other agents' config, hidden besides code-puppy's own config and data (`[sandbox] deny_read` adds
 to these)."""
+DOCKER_SOCKETS = (Path("/run/docker.sock"), Path("/var/run/docker.sock"))
+"""The Docker daemon's socket: whoever reaches it runs containers as root."""
 READ_ONLY_IN_PROJECT = (
     *sorted(AGENT_CONFIG_DIRS),
     *sorted(AGENT_CONFIG_FILES - {".git"}),  # a `.git` file (a worktree's) is added where there is one
@@ -80,6 +82,9 @@ class Sandbox:
     tmp: Path
     """The host directory that is the sandbox's /tmp (under Landlock, its TMPDIR)."""
     network: bool
+    guarded: tuple[Path, ...] = ()
+    """The agent and git configuration a command could still change (what neither mechanism can keep read-only):
+    put back after each command (`guard.ProtectedFiles`)."""
     abi: int = 0
     """The kernel's Landlock ABI version, under Landlock."""
 
@@ -95,7 +100,11 @@ class Sandbox:
             launcher = [str(self.program), "-I", "-S", str(LANDLOCK_LAUNCHER), str(self.abi), str(int(self.network))]
             launcher += [str(self.tmp), str(cwd), *(str(item) for rule in rules for item in rule)]
             return [*launcher, "--", *command]
+        from code_puppy.sandbox._landlock_exec import SOCKET_VARIABLES
+
         argv = [str(self.program), "--die-with-parent", "--new-session", "--unshare-all"]
+        for name in SOCKET_VARIABLES:
+            argv += ["--unsetenv", name]
         if self.network:
             argv.append("--share-net")
         argv += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--bind", str(self.tmp), "/tmp"]
@@ -122,15 +131,21 @@ class Sandbox:
         """What a command in this sandbox can still do that the sandbox is meant to prevent, one line each."""
         if self.mechanism == "bwrap":
             return [
-                "files that configure agents and do not exist yet can be created (trust's content hashes catch them at "
-                "the next start)",
-                "a command that detaches itself into a new session outlives the run",
+                "files that configure agents or git and do not exist yet (.code-puppy/, .git/commondir) can be "
+                "created: code-puppy removes them after each foreground command, not after a background one",
+                "Unix sockets of other programs outside the hidden folders are reachable by path",
             ]
         lines = [
             "inside the project, the files that configure agents or git can be written (Landlock cannot refuse a path "
             "under one it allows): code-puppy puts them back after each foreground command, not after a background one",
             "a command that detaches itself into a new session outlives the run",
+            "Unix sockets of other programs (the session bus, docker.sock, ssh and gpg agents) are reachable by path; "
+            "the variables naming them are unset",
         ]
+        if readable := [
+            str(path) for path in self.hidden if any(w == path or w in path.parents for w in self.writable)
+        ]:
+            lines.append(f"denied paths inside writable ones stay readable: {', '.join(readable)}")
         if self.abi < 6:
             lines.append("processes outside the sandbox can be sent signals (Landlock ABI < 6)")
         if not self.network:
@@ -309,12 +324,18 @@ def build_sandbox(config: SandboxConfig, project_root: Path, *, tmp: Path, netwo
     writable = [root, *(_resolved(path) for path in config.writable)]
     read_only = [root / name for name in READ_ONLY_IN_PROJECT]
     git = root / ".git"
-    if git.is_file():  # a worktree: its repository lives elsewhere, and `git commit` writes there
+    if git.is_dir():
+        writable.append(git)  # bound onto itself, it cannot be renamed away (and a copy with a hook put in its place)
+    elif git.is_file():  # a worktree: its repository lives elsewhere, and `git commit` writes there
         read_only.append(git)
         if (common := _git_common_dir(root)) is not None and common != root / ".git":
             writable.append(common)
             read_only += [common / "hooks", common / "config"]
+    # Where git would look for more configuration, if a command created it.
+    guarded = [*read_only, git / "commondir", git / "config.worktree"]
+    guarded += [target for path in guarded if (target := _resolved(path)) != path]  # a linked folder's own files
     denied = [config_dir(), data_dir(), *(_resolved(path) for path in (*DEFAULT_DENY_READ, *config.deny_read))]
+    denied += [Path(os.environ.get("XDG_RUNTIME_DIR") or f"/run/user/{os.getuid()}"), *DOCKER_SOCKETS]
     return Sandbox(
         mechanism=mechanism,
         program=program,
@@ -325,6 +346,7 @@ def build_sandbox(config: SandboxConfig, project_root: Path, *, tmp: Path, netwo
         hidden=tuple(path for path in _existing(denied) if not (path == root or path in root.parents)),
         tmp=tmp,
         network=config.network if network is None else network,
+        guarded=tuple(dict.fromkeys(guarded)),
     )
 
 

@@ -63,6 +63,9 @@ _CREATE_RULESET_VERSION = 1
 _RULE_PATH_BENEATH = 1
 _PR_SET_PDEATHSIG, _PR_SET_NO_NEW_PRIVS = 1, 38
 _SIGKILL = 9
+SOCKET_VARIABLES = ("DBUS_SESSION_BUS_ADDRESS", "SSH_AUTH_SOCK", "GPG_AGENT_INFO", "DOCKER_HOST")
+"""Variables that point a command at another program's socket (the session bus can start processes outside the
+sandbox; the agents sign as the user): unset in every sandbox."""
 REFUSED = 125
 """The exit status when the sandbox could not be made (the command did not run)."""
 
@@ -151,6 +154,8 @@ def main(argv: list[str]) -> None:
         sys.exit(REFUSED)
     _restrict(abi, rules, network)
     _prctl(_PR_SET_PDEATHSIG, _SIGKILL)  # like bwrap's --die-with-parent: it goes when its starter does
+    for name in SOCKET_VARIABLES:
+        os.environ.pop(name, None)
     os.environ["TMPDIR"] = tmp
     os.chdir(cwd)
     try:

@@ -55,13 +55,10 @@ def run(project_root: Path, command: Sequence[str], *, network: bool) -> int:
     with _sandbox(settings, project_root, network=network or None) as sandbox:
         if sandbox is None:
             return 2
-        guard = ProtectedFiles.snapshot(project_root) if sandbox.mechanism == "landlock" else None
+        guard = ProtectedFiles.snapshot(project_root.resolve(), sandbox.guarded)
         done = subprocess.run(sandbox.argv(command, cwd=Path.cwd()), env=_environment(settings), check=False)
-        if guard is not None and (changed := guard.restore()):
-            print(
-                f"code-puppy: sandbox: put back {', '.join(changed)} (Landlock cannot keep them read-only)",
-                file=sys.stderr,
-            )
+        if note := guard.restore():
+            print(f"code-puppy: sandbox: {note}", file=sys.stderr)
         return done.returncode
 
 

@@ -151,7 +151,9 @@ class Approver:
         title = Text("⚠ ", style="yellow bold")
         command = args.get("command")
         if isinstance(command, str):
-            title.append(f"{call.tool_name} wants to run:", style="bold")
+            outside = args.get("unsandboxed") is True and self.policy.sandboxing
+            where = f" outside the sandbox ({args.get('reason') or 'no reason given'})" if outside else ""
+            title.append(f"{call.tool_name} wants to run{where}:", style="bold")
             syntax = Syntax(command, "bash", theme="ansi_dark", word_wrap=True, background_color="default")
             view: list[Any] = [title, Padding(syntax, (0, 0, 0, 2))]
         else:
