@@ -17,6 +17,7 @@ from pydantic_ai_harness.shell import LLM_API_KEY_ENV_PATTERNS, MAX_FOREGROUND_W
 from pydantic_ai_harness.subagents import SubAgents
 from pydantic_ai_harness.tool_output_limits import Band, ToolOutputLimits, Truncate
 
+from code_puppy.agents.checkpoints import Checkpoints
 from code_puppy.agents.compaction import PersistentCompaction, compaction_strategy
 from code_puppy.agents.cut_off_calls import CutOffCalls
 from code_puppy.agents.deps import RunDeps, deps_of
@@ -29,6 +30,7 @@ from code_puppy.agents.sandboxed_shell import SandboxedShell
 from code_puppy.agents.shell_outputs import ShellOutputs
 from code_puppy.agents.steering import Steering
 from code_puppy.agents.turn_journal import TurnJournal
+from code_puppy.checkpoints.shadow import ShadowRepo
 from code_puppy.config import PermissionMode, Settings
 from code_puppy.plugins.host import PluginHost
 from code_puppy.sandbox import ProjectSandbox
@@ -71,6 +73,7 @@ def build_pydantic_agent(
     history_processor_condition: Callable[..., Any] | None = None,
     plugins: PluginHost | None = None,
     sandbox: ProjectSandbox | None = None,
+    checkpoints: ShadowRepo | None = None,
 ) -> Agent[RunDeps, str]:
     """Assemble the agent of a project: one capabilities list, outermost first; built once per process and project.
 
@@ -80,6 +83,7 @@ def build_pydantic_agent(
     are stripped from it either way). `history_processors` and `history_processor_condition`, when given, replace
     `[history] processors` and `processor_condition`; `plugins` adds the plugins' tool hooks and capabilities.
     `sandbox` is where `auto` mode runs the shell tool's commands (default: one made from `[sandbox]` when needed).
+    `checkpoints`, when given, is where the project is snapshotted around each call that can change it.
 
     Raises:
         ConfigError: A history processor or condition that cannot be imported or used.
@@ -119,6 +123,8 @@ def build_pydantic_agent(
         deps_type=RunDeps,
         instructions=build_instructions(root),
         capabilities=[
+            # Outermost around tool execution: its snapshots enclose everything the other capabilities do to a call.
+            *([Checkpoints(checkpoints)] if checkpoints is not None else []),
             LocalWorkspace(root),
             ProviderRetries(settings.run),
             Steering(),

@@ -19,7 +19,9 @@ from code_puppy.agents.deps import RunDeps
 from code_puppy.agents.history_persistence import recover_interrupted_turn
 from code_puppy.agents.permissions import PermissionPolicy
 from code_puppy.agents.sandboxed_shell import SandboxedShell
+from code_puppy.checkpoints.shadow import ShadowRepo
 from code_puppy.config import PermissionMode, Settings, load_settings
+from code_puppy.core.rewind import Rewinder, finish_interrupted_rewind, open_shadow
 from code_puppy.errors import ConfigError
 from code_puppy.models import choose_model_name, resolve_model
 from code_puppy.options import RunOptions
@@ -55,6 +57,12 @@ class Project:
         self.sandbox = ProjectSandbox(self.settings.sandbox, self.root)
         self.require_sandbox(options.permission_mode or self.settings.permissions.mode)  # before anything runs
         self.store = open_store()
+        self.shadow: ShadowRepo | None = None
+        """Where the project's files are checkpointed; None when checkpoints are off."""
+        self.checkpoint_note: str | None = None
+        """Why checkpoints are off, when they should be on (no git), in one line."""
+        if self.settings.checkpoints.enabled:
+            self.shadow, self.checkpoint_note = open_shadow(self.root, max_file_mb=self.settings.checkpoints.max_file_mb)
         self._agent: Agent[RunDeps, str] | None = None
         self._stopped = False
 
@@ -104,8 +112,18 @@ class Project:
             self._models[name] = resolve_model(self.settings, name)
         return self._models[name]
 
+    def rewinder(self) -> Rewinder:
+        """Rewinds this project's sessions; it restores files with git even when `[checkpoints] enabled = false`
+        (checkpoints taken before it was switched off)."""
+        shadow = self.shadow
+        if shadow is None:
+            shadow, _ = open_shadow(self.root, max_file_mb=self.settings.checkpoints.max_file_mb)
+        return Rewinder(self.store, self.root, shadow)
+
     async def open_session(self) -> tuple[Session, str | None]:
-        """The session the options ask for (new, `-c`, `-r`), with the note about an interrupted turn it recovered."""
+        """The session the options ask for (new, `-c`, `-r`), with the note about what it recovered: a rewind a killed
+        process left half done, an interrupted turn."""
+        rewound = await finish_interrupted_rewind(self.shadow, self.store) if self.shadow is not None else None
         session = await open_session(
             self.store,
             self.root,
@@ -113,7 +131,8 @@ class Project:
             continue_last=self.options.continue_last,
             resume=self.options.resume,
         )
-        return session, await recover_interrupted_turn(session)
+        recovered = await recover_interrupted_turn(session)
+        return session, "; ".join(filter(None, (rewound, recovered))) or None
 
     async def start(self, register_command: RegisterCommand | None = None) -> None:
         """Start the plugins (their capabilities join the agent), build the agent and enter it."""
@@ -128,6 +147,7 @@ class Project:
             allow=self.options.allow,
             plugins=self.plugins,
             sandbox=self.sandbox,
+            checkpoints=self.shadow,
         )
         self.plugins.agent_command = self.agent_command
         # Built while the first model request is out, rather than when its answer is first journaled. Not a daemon:

@@ -1,0 +1,138 @@
+"""`code-puppy rewind` and `code-puppy checkpoints`: the checkpoints of a session, and rewinding them, from scripts."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TextIO
+
+from code_puppy.config import load_settings
+from code_puppy.core.rewind import Only, RewindResult, Rewinder, finish_interrupted_rewind, open_shadow
+from code_puppy.errors import ConfigError, say
+from code_puppy.sessions.catalog import SessionInfo
+from code_puppy.sessions.checkpoints import Checkpoint, CheckpointLog
+from code_puppy.sessions.session import Session, find_session
+from code_puppy.sessions.store import SqliteConversationStore, open_store
+
+
+def rewind(
+    root: Path,
+    out: TextIO,
+    *,
+    session_id: str | None,
+    turns: int,
+    only: Only | None,
+    force: bool,
+    dry_run: bool,
+    output_format: str,
+) -> int:
+    """Rewind a session (the latest of `root` by default); 0 done, 1 refused (conflicts) or nothing to rewind."""
+    return asyncio.run(_rewind(root, out, session_id, turns, only, force, dry_run, output_format))
+
+
+async def _rewind(
+    root: Path,
+    out: TextIO,
+    session_id: str | None,
+    turns: int,
+    only: Only | None,
+    force: bool,
+    dry_run: bool,
+    output_format: str,
+) -> int:
+    settings = load_settings(root)
+    with open_store() as store:
+        shadow, _ = open_shadow(root, max_file_mb=settings.checkpoints.max_file_mb)
+        if shadow is not None and (note := await finish_interrupted_rewind(shadow, store)):
+            say(f"note: {note}")
+        session = await Session.resume(store, _session(store, root, session_id), model=None)
+        result = await Rewinder(store, root, shadow).rewind(
+            session, turns=turns, only=only, force=force, dry_run=dry_run
+        )
+    if output_format == "json":
+        json.dump(result.to_json(dry_run=dry_run), out, indent=2)
+        out.write("\n")
+    elif result.nothing:
+        say(f"nothing to rewind in session {session.id[:8]}: no checkpoint left and no turn in its history")
+    elif result.conflicts and not force:
+        say(
+            f"rewind refused, nothing was changed: you changed {', '.join(result.conflicts)} since the agent did; "
+            "--force restores anyway, after keeping your versions as a checkpoint (rewind that to get them back)"
+        )
+    else:
+        for line in describe_rewind(result, dry_run=dry_run):
+            print(line, file=out)
+    return 1 if result.nothing or (result.conflicts and not force) else 0
+
+
+def describe_rewind(result: RewindResult, *, dry_run: bool = False) -> list[str]:
+    """What a rewind did (or, `dry_run`, would do), for a person."""
+    verb = "would rewind" if dry_run else "rewound"
+    count = len(result.checkpoints)
+    what = f"{count} checkpoint{'' if count == 1 else 's'}" if count else "the conversation"
+    lines = [f"{verb} {what} of session {result.session_id[:8]}"]
+    if result.writes:
+        lines.append(f"  files: {files_line(result)}")
+    elif result.checkpoints:
+        lines.append("  files: already as they were before")
+    if result.unrestorable:
+        lines.append(f"  not restorable (too big to checkpoint): {', '.join(result.unrestorable)}")
+    if result.conflicts:
+        lines.append(f"  your edits to {', '.join(result.conflicts)} were overwritten; rewind again to get them back")
+    if result.turn is not None:
+        prompt = " ".join(result.turn.prompt.split())[:60]
+        lines.append(
+            f"  conversation: back to before “{prompt}” ({result.messages_before} → {result.turn.index} messages; "
+            "the old branch is kept)"
+        )
+    return lines
+
+
+def files_line(result: RewindResult) -> str:
+    """`4 files: app.py, doomed.txt (restored), new.py (deleted)`."""
+    names = [
+        f"{path} (deleted)" if entry is None else f"{path} (restored)" if result.current.get(path) is None else path
+        for path, entry in sorted(result.writes.items())
+    ]
+    return f"{len(names)} file{'' if len(names) == 1 else 's'}: {', '.join(names)}"
+
+
+def checkpoints(root: Path, out: TextIO, *, session_id: str | None, output_format: str) -> int:
+    """List a session's checkpoints (the latest session of `root` by default), newest first."""
+    with open_store(readonly=True) as store:
+        info = _session(store, root, session_id)
+        found = list(reversed(CheckpointLog(store.database).of_session(info.id)))
+    if output_format == "json":
+        json.dump({"session_id": info.id, "checkpoints": [item.to_json() for item in found]}, out, indent=2)
+        out.write("\n")
+        return 0
+    if not found:
+        print(f"no checkpoints in session {info.id[:8]}", file=out)
+        return 0
+    for line in checkpoint_lines(found):
+        print(line, file=out)
+    return 0
+
+
+def checkpoint_lines(found: Sequence[Checkpoint]) -> list[str]:
+    """One line per checkpoint: id, time, what it was, files changed; rewound ones marked."""
+    lines: list[str] = []
+    for item in found:
+        when = item.created_at.astimezone().strftime("%Y-%m-%d %H:%M")
+        what = f"“{' '.join(item.prompt.split())[:50]}”" if item.kind == "turn" else "(a rewind)"
+        count = len(item.changes)
+        files = ", ".join(sorted(item.changes)[:4]) + (", …" if count > 4 else "")
+        mark = " [rewound]" if item.rewound_at is not None else ""
+        lines.append(f"#{item.id:<4} {when}  {what}  {count} file{'' if count == 1 else 's'}: {files}{mark}")
+    return lines
+
+
+def _session(store: SqliteConversationStore, root: Path, session_id: str | None) -> SessionInfo:
+    if session_id is not None:
+        return find_session(store, session_id)
+    latest = store.sessions.latest(root)
+    if latest is None:
+        raise ConfigError(f"no session in {root} (--session ID names one; code-puppy sessions list --all)")
+    return latest
