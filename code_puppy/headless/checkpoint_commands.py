@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -12,7 +11,7 @@ from code_puppy.config import load_settings
 from code_puppy.core.rewind import Only, RewindResult, Rewinder, finish_interrupted_rewind, open_shadow
 from code_puppy.errors import ConfigError, say
 from code_puppy.sessions.catalog import SessionInfo
-from code_puppy.sessions.checkpoints import Checkpoint, CheckpointLog
+from code_puppy.sessions.checkpoints import CheckpointLog, checkpoint_lines
 from code_puppy.sessions.session import Session, find_session
 from code_puppy.sessions.store import SqliteConversationStore, open_store
 
@@ -116,23 +115,14 @@ def checkpoints(root: Path, out: TextIO, *, session_id: str | None, output_forma
     return 0
 
 
-def checkpoint_lines(found: Sequence[Checkpoint]) -> list[str]:
-    """One line per checkpoint: id, time, what it was, files changed; rewound ones marked."""
-    lines: list[str] = []
-    for item in found:
-        when = item.created_at.astimezone().strftime("%Y-%m-%d %H:%M")
-        what = f"“{' '.join(item.prompt.split())[:50]}”" if item.kind == "turn" else "(a rewind)"
-        count = len(item.changes)
-        files = ", ".join(sorted(item.changes)[:4]) + (", …" if count > 4 else "")
-        mark = " [rewound]" if item.rewound_at is not None else ""
-        lines.append(f"#{item.id:<4} {when}  {what}  {count} file{'' if count == 1 else 's'}: {files}{mark}")
-    return lines
-
-
 def _session(store: SqliteConversationStore, root: Path, session_id: str | None) -> SessionInfo:
     if session_id is not None:
         return find_session(store, session_id)
     latest = store.sessions.latest(root)
+    # A session whose conversation was rewound to nothing is no longer listed, but its checkpoints are still there.
+    newest = CheckpointLog(store.database).latest_session(root)
+    if newest is not None and (latest is None or newest[1] > latest.updated_at):
+        latest = store.sessions.find(newest[0])[0]
     if latest is None:
         raise ConfigError(f"no session in {root} (--session ID names one; code-puppy sessions list --all)")
     return latest

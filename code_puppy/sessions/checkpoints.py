@@ -112,7 +112,7 @@ class CheckpointLog:
                 """,
                 (
                     session_id,
-                    str(project_dir),
+                    str(project_dir.resolve()),
                     kind,
                     prompt,
                     json.dumps(list(run_ids)),
@@ -131,7 +131,29 @@ class CheckpointLog:
             ).fetchall()
         return [_checkpoint(row) for row in rows]
 
+    def latest_session(self, project_dir: Path) -> tuple[str, datetime] | None:
+        """The session of `project_dir` with the newest checkpoint, and that checkpoint's time."""
+        with self._database.read() as db:
+            row = db.execute(
+                "SELECT session_id, created_at FROM checkpoints WHERE project_dir = ? ORDER BY id DESC LIMIT 1",
+                (str(project_dir.resolve()),),
+            ).fetchone()
+        return None if row is None else (row[0], datetime.fromisoformat(row[1]))
+
     def get(self, checkpoint_id: int) -> Checkpoint | None:
         with self._database.read() as db:
             row = db.execute(f"SELECT {_COLUMNS} FROM checkpoints WHERE id = ?", (checkpoint_id,)).fetchone()
         return None if row is None else _checkpoint(row)
+
+
+def checkpoint_lines(found: Sequence[Checkpoint]) -> list[str]:
+    """One line per checkpoint: id, time, what it was, files changed; rewound ones marked."""
+    lines: list[str] = []
+    for item in found:
+        when = item.created_at.astimezone().strftime("%Y-%m-%d %H:%M")
+        what = f"“{' '.join(item.prompt.split())[:50]}”" if item.kind == "turn" else "(a rewind)"
+        count = len(item.changes)
+        files = ", ".join(sorted(item.changes)[:4]) + (", …" if count > 4 else "")
+        mark = " [rewound]" if item.rewound_at is not None else ""
+        lines.append(f"#{item.id:<4} {when}  {what}  {count} file{'' if count == 1 else 's'}: {files}{mark}")
+    return lines

@@ -26,6 +26,7 @@ from pydantic_ai.messages import (
 from code_puppy.agents.history_groups import describe_groups
 
 from .catalog import SessionInfo
+from .checkpoints import CheckpointLog, checkpoint_lines
 from .journal import Journal
 from .repair import check, repair
 from .session import find_session
@@ -64,6 +65,8 @@ def show_session(store: SqliteConversationStore, id_or_prefix: str, out: TextIO,
         print(line, file=out)
     if groups:
         return
+    if found := list(reversed(CheckpointLog(store.database).of_session(info.id))):
+        print("\ncheckpoints (newest first):", *checkpoint_lines(found), sep="\n", file=out)
     for interrupted in Journal(store.database).read(info.id):
         print(
             "\n-- a turn that did not finish (journaled, not yet part of the history; "
