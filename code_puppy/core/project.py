@@ -62,7 +62,9 @@ class Project:
         self.checkpoint_note: str | None = None
         """Why checkpoints are off, when they should be on (no git), in one line."""
         if self.settings.checkpoints.enabled:
-            self.shadow, self.checkpoint_note = open_shadow(self.root, max_file_mb=self.settings.checkpoints.max_file_mb)
+            self.shadow, self.checkpoint_note = open_shadow(
+                self.root, max_file_mb=self.settings.checkpoints.max_file_mb
+            )
         self._agent: Agent[RunDeps, str] | None = None
         self._stopped = False
 

@@ -19,6 +19,7 @@ import sqlite3
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -47,6 +48,8 @@ class Turn:
     index: int
     prompt: str
     run_id: str | None
+    started: datetime | None = None
+    """When its prompt was sent."""
 
 
 @dataclass
@@ -98,6 +101,38 @@ class RewindResult:
         }
 
 
+def describe_rewind(result: RewindResult, *, dry_run: bool = False) -> list[str]:
+    """What a rewind did (or, `dry_run`, would do), for a person."""
+    verb = "would rewind" if dry_run else "rewound"
+    count = len(result.checkpoints)
+    what = f"{count} checkpoint{'' if count == 1 else 's'}" if count else "the conversation"
+    lines = [f"{verb} {what} of session {result.session_id[:8]}"]
+    if result.writes:
+        lines.append(f"  files: {files_line(result)}")
+    elif result.checkpoints:
+        lines.append("  files: already as they were before")
+    if result.unrestorable:
+        lines.append(f"  not restorable (too big to checkpoint): {', '.join(result.unrestorable)}")
+    if result.conflicts:
+        lines.append(f"  your edits to {', '.join(result.conflicts)} were overwritten; rewind again to get them back")
+    if result.turn is not None:
+        prompt = " ".join(result.turn.prompt.split())[:60]
+        lines.append(
+            f"  conversation: back to before “{prompt}” ({result.messages_before} → {result.turn.index} messages; "
+            "the old branch is kept)"
+        )
+    return lines
+
+
+def files_line(result: RewindResult) -> str:
+    """`4 files: app.py, doomed.txt (restored), new.py (deleted)`."""
+    names = [
+        f"{path} (deleted)" if entry is None else f"{path} (restored)" if result.current.get(path) is None else path
+        for path, entry in sorted(result.writes.items())
+    ]
+    return f"{len(names)} file{'' if len(names) == 1 else 's'}: {', '.join(names)}"
+
+
 def user_turns(messages: Sequence[ModelMessage]) -> list[Turn]:
     """The turns of a history: each request with a user prompt that begins a run (steers inside a run do not)."""
     turns: list[Turn] = []
@@ -112,7 +147,7 @@ def user_turns(messages: Sequence[ModelMessage]) -> list[Turn]:
         if prompts:
             content = prompts[0].content
             text = content if isinstance(content, str) else " ".join(str(item) for item in content)
-            turns.append(Turn(index, text, run_id))
+            turns.append(Turn(index, text, run_id, message.timestamp or prompts[0].timestamp))
     return turns
 
 
@@ -126,9 +161,19 @@ class Rewinder:
         self.log = CheckpointLog(store.database)
 
     async def rewind(
-        self, session: Session, *, turns: int = 1, only: Only | None = None, force: bool = False, dry_run: bool = False
+        self,
+        session: Session,
+        *,
+        turns: int = 1,
+        only: Only | None = None,
+        force: bool = False,
+        dry_run: bool = False,
+        to_turn: int | None = None,
     ) -> RewindResult:
         """Rewind the session's last `turns` checkpoints (or, `only="conversation"`, user turns); see the module.
+
+        `to_turn` (the chat's `/rewind N`) instead goes back to before the `to_turn`th last turn of the history: every
+        checkpoint since it began is undone, and the conversation branches to before it.
 
         Raises:
             ConfigError: Code to restore without git.
@@ -138,15 +183,23 @@ class Rewinder:
         messages = session.messages
         history_turns = user_turns(messages)
         result.messages_before = result.messages_after = len(messages)
-        if only == "conversation":
-            result.turn = history_turns[-turns] if len(history_turns) >= turns else None
-            if result.turn is not None and not dry_run:
-                await self._cut(session, result)
-            return result
         live = [checkpoint for checkpoint in self.log.of_session(session.id) if checkpoint.rewound_at is None]
-        result.checkpoints = list(reversed(live[-turns:]))
-        if only is None:
-            result.turn = _turn_before(result.checkpoints, history_turns, turns)
+        if to_turn is not None:
+            if len(history_turns) < to_turn:
+                return result
+            result.turn = history_turns[-to_turn]
+            started = result.turn.started
+            if only != "conversation":
+                since = [checkpoint for checkpoint in live if started is None or checkpoint.created_at >= started]
+                result.checkpoints = list(reversed(since))
+            if only == "code":
+                result.turn = None
+        elif only == "conversation":
+            result.turn = history_turns[-turns] if len(history_turns) >= turns else None
+        else:
+            result.checkpoints = list(reversed(live[-turns:]))
+            if only is None:
+                result.turn = _turn_before(result.checkpoints, history_turns, turns)
         if not result.checkpoints:
             if result.turn is not None and not dry_run:
                 await self._cut(session, result)
@@ -179,9 +232,7 @@ class Rewinder:
             path for path in target if current[path] != expected[path] and path not in shadow.skipped
         )
         result.writes = {
-            path: entry
-            for path, entry in target.items()
-            if current[path] != entry and path not in shadow.skipped
+            path: entry for path, entry in target.items() if current[path] != entry and path not in shadow.skipped
         }
         return current
 
@@ -213,7 +264,9 @@ def _turn_before(checkpoints: Sequence[Checkpoint], turns: Sequence[Turn], count
     checkpoint to rewind, the `count`th last turn."""
     if not checkpoints:
         return turns[-count] if len(turns) >= count else None
-    first_runs = [checkpoint.run_ids[0] for checkpoint in checkpoints if checkpoint.kind == "turn" and checkpoint.run_ids]
+    first_runs = [
+        checkpoint.run_ids[0] for checkpoint in checkpoints if checkpoint.kind == "turn" and checkpoint.run_ids
+    ]
     found = [turn for turn in turns if turn.run_id is not None and turn.run_id in first_runs]
     return found[0] if found else None
 
@@ -234,9 +287,7 @@ def _finish_files(
         return None  # recorded before the process died
     before = {path: _entry(entry) for path, entry in record["before"].items()}
     changes: dict[str, Change] = {path: (before[path], writes[path]) for path in writes}
-    return log.add(
-        record["session_id"], Path(record["project_dir"]), kind="rewind", changes=changes, rewinds=ids
-    )
+    return log.add(record["session_id"], Path(record["project_dir"]), kind="rewind", changes=changes, rewinds=ids)
 
 
 def _entry(value: Any) -> Entry | None:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TextIO
 
 from code_puppy.config import load_settings
-from code_puppy.core.rewind import Only, RewindResult, Rewinder, finish_interrupted_rewind, open_shadow
+from code_puppy.core.rewind import Only, Rewinder, describe_rewind, finish_interrupted_rewind, open_shadow
 from code_puppy.errors import ConfigError, say
 from code_puppy.sessions.catalog import SessionInfo
 from code_puppy.sessions.checkpoints import CheckpointLog, checkpoint_lines
@@ -64,38 +64,6 @@ async def _rewind(
         for line in describe_rewind(result, dry_run=dry_run):
             print(line, file=out)
     return 1 if result.nothing or (result.conflicts and not force) else 0
-
-
-def describe_rewind(result: RewindResult, *, dry_run: bool = False) -> list[str]:
-    """What a rewind did (or, `dry_run`, would do), for a person."""
-    verb = "would rewind" if dry_run else "rewound"
-    count = len(result.checkpoints)
-    what = f"{count} checkpoint{'' if count == 1 else 's'}" if count else "the conversation"
-    lines = [f"{verb} {what} of session {result.session_id[:8]}"]
-    if result.writes:
-        lines.append(f"  files: {files_line(result)}")
-    elif result.checkpoints:
-        lines.append("  files: already as they were before")
-    if result.unrestorable:
-        lines.append(f"  not restorable (too big to checkpoint): {', '.join(result.unrestorable)}")
-    if result.conflicts:
-        lines.append(f"  your edits to {', '.join(result.conflicts)} were overwritten; rewind again to get them back")
-    if result.turn is not None:
-        prompt = " ".join(result.turn.prompt.split())[:60]
-        lines.append(
-            f"  conversation: back to before “{prompt}” ({result.messages_before} → {result.turn.index} messages; "
-            "the old branch is kept)"
-        )
-    return lines
-
-
-def files_line(result: RewindResult) -> str:
-    """`4 files: app.py, doomed.txt (restored), new.py (deleted)`."""
-    names = [
-        f"{path} (deleted)" if entry is None else f"{path} (restored)" if result.current.get(path) is None else path
-        for path, entry in sorted(result.writes.items())
-    ]
-    return f"{len(names)} file{'' if len(names) == 1 else 's'}: {', '.join(names)}"
 
 
 def checkpoints(root: Path, out: TextIO, *, session_id: str | None, output_format: str) -> int:

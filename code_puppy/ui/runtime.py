@@ -19,6 +19,7 @@ from code_puppy.agents.steering import SteeringInbox, accepting_steers, held_ste
 from code_puppy.agents.token_estimate import estimate_request_tokens
 from code_puppy.config import Settings
 from code_puppy.core.project import Project
+from code_puppy.core.rewind import Only, RewindResult
 from code_puppy.core.run import TurnLimits, TurnOutcome, run_turn
 from code_puppy.options import RunOptions
 from code_puppy.plugins import RegisterCommand
@@ -135,6 +136,12 @@ class ChatRuntime:
         info = find_session(self.store, id_or_prefix)
         self.session = await Session.resume(self.store, info, model=self.model_name)
         self.recovered = await recover_interrupted_turn(self.session)
+
+    async def rewind(
+        self, *, turns: int = 1, to_turn: int | None = None, only: Only | None = None, force: bool = False
+    ) -> RewindResult:
+        """Rewind this chat's session (`core.rewind.Rewinder.rewind`)."""
+        return await self.project.rewinder().rewind(self.session, turns=turns, to_turn=to_turn, only=only, force=force)
 
     def context_used(self) -> str:
         """`ctx 12.3k/128k 9%`: what the session's history takes of the context (the same estimate history

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from code_puppy.sessions.schema import MIGRATIONS, migrate
 from code_puppy.sessions.store import SqliteConversationStore
-from tests.checkpoints.test_rewind_cli import YOLO, agent_turn, files, state  # noqa: F401  (the fixture)
+from tests.checkpoints.test_rewind_cli import YOLO, agent_turn, files, state
 from tests.conftest import run_cli, start_cli, wait_for
 from tests.fake_llm import FakeLLMServer, text
 
