@@ -57,6 +57,13 @@ class Checkpoints(AbstractCapability[Any]):
         self.begin_turn()
         return taken
 
+    def maintain(self) -> None:
+        """Between turns: keep the shadow repository small (`ShadowRepo.maintain`); a failure only costs space."""
+        try:
+            self.shadow.maintain()
+        except CheckpointError as exc:
+            self._failure = str(exc)
+
     async def wrap_tool_execute(
         self,
         ctx: RunContext[Any],

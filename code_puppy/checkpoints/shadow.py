@@ -33,6 +33,8 @@ CHECKPOINT_IGNORE = ".code-puppy/checkpointignore"
 """More paths to leave out of snapshots, in `.gitignore` syntax."""
 LOCK_WAIT = 30.0
 """Seconds to wait for another process's snapshot or rewind before reporting it."""
+PACK_AFTER = 500
+"""Loose objects in the shadow repository that make `maintain` pack them."""
 _FILE_MODES = frozenset({"100644", "100755", "120000"})
 """What a checkpoint restores; gitlinks (nested repositories) are not content."""
 _IDENTITY = {
@@ -101,6 +103,7 @@ class ShadowRepo:
             info.mkdir(exist_ok=True)
             (info / "attributes").write_text("* -text -filter -diff\n")
             (self.directory / "project").write_text(f"{self.root}\n")
+            (self.directory / "HEAD").write_text("ref: refs/heads/snapshots\n")
 
     @contextlib.contextmanager
     def lock(self) -> Generator[None]:
@@ -195,16 +198,31 @@ class ShadowRepo:
             return tree
         parent = ("-p", head[0]) if head is not None else ()
         commit = self.git("commit-tree", tree, *parent, "-m", "snapshot").decode().strip()
-        self.git("update-ref", "HEAD", commit)
+        # What `git update-ref HEAD` does, without its process: under the lock, a ref is one file replaced whole.
+        ref = self.directory / "refs" / "heads" / "snapshots"
+        ref.parent.mkdir(parents=True, exist_ok=True)
+        temporary = ref.with_name(".snapshots.new")
+        temporary.write_text(commit + "\n")
+        os.replace(temporary, ref)
         self._trees[commit] = tree
         return tree
+
+    def maintain(self) -> None:
+        """Pack the loose objects once there are many: a tree per folder per snapshot adds up, and packed they are
+        stored as deltas. Nothing is pruned: every snapshot stays reachable, so nothing is ever lost."""
+        with self.lock():
+            counted = self.git("count-objects").decode().split()
+            if counted and int(counted[0]) >= PACK_AFTER:
+                self.git("repack", "-d", "-q")
+                packs = list((self.directory / "objects" / "pack").glob("*.pack"))
+                if len(packs) > 10:
+                    self.git("repack", "-a", "-d", "-q")
 
     def _head(self) -> tuple[str, str] | None:
         """The latest snapshot's commit and tree, or None before the first (the ref file read directly: gc is off, so
         refs are never packed)."""
-        head = (self.directory / "HEAD").read_text().strip()
-        ref = self.directory / head.removeprefix("ref: ") if head.startswith("ref: ") else None
-        commit = ref.read_text().strip() if ref is not None and ref.is_file() else None
+        ref = self.directory / "refs" / "heads" / "snapshots"
+        commit = ref.read_text().strip() if ref.is_file() else None
         if commit is None:
             return None
         if commit not in self._trees:

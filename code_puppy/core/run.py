@@ -170,6 +170,8 @@ async def run_turn(
     outcome = await _run_turn(agent, deps, prompt, sink, model, limits, follow_up, plugins, run_ids)
     if checkpoints is not None:
         outcome.checkpoint, outcome.checkpoint_note = record_turn(checkpoints.take(), deps.session, prompt, run_ids)
+        if outcome.checkpoint is not None:
+            await asyncio.to_thread(checkpoints.maintain)
     return outcome
 
 
