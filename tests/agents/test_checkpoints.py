@@ -82,3 +82,16 @@ async def test_a_turn_that_changes_nothing_makes_no_checkpoint(
 
     assert (outcome.error, outcome.checkpoint, outcome.checkpoint_note) == (None, None, None)
     assert CheckpointLog(store.database).of_session(session.id) == []
+
+
+def test_a_repaired_database_keeps_its_checkpoints(project: Path, db_path: Path) -> None:
+    from code_puppy.sessions.repair import repair
+
+    with SqliteConversationStore(db_path) as store:
+        CheckpointLog(store.database).add(
+            "s1", project, kind="turn", changes={"a.txt": (None, ("100644", "a" * 40))}, prompt="p", run_ids=["r"]
+        )
+    repair(db_path)
+    with SqliteConversationStore(db_path) as store:
+        (kept,) = CheckpointLog(store.database).of_session("s1")
+    assert (kept.prompt, dict(kept.changes), kept.run_ids) == ("p", {"a.txt": (None, ("100644", "a" * 40))}, ("r",))
