@@ -26,6 +26,7 @@ from typing import Any, Literal
 from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
 
 from code_puppy.agents.checkpoints import TurnChanges
+from code_puppy.agents.history_persistence import persist_rewound_history
 from code_puppy.checkpoints.shadow import Change, CheckpointError, Entry, ShadowRepo, write_file
 from code_puppy.config import ConfigError
 from code_puppy.paths import write_json
@@ -228,8 +229,11 @@ class Rewinder:
         now = shadow.snapshot_held()
         current = result.current = shadow.entries(now, target)
         result.unrestorable = sorted(set(target) & shadow.skipped)
+        # Changed since, and not back to what the rewind restores (a user who undid it by hand is no conflict).
         result.conflicts = sorted(
-            path for path in target if current[path] != expected[path] and path not in shadow.skipped
+            path
+            for path in target
+            if current[path] not in (expected[path], target[path]) and path not in shadow.skipped
         )
         result.writes = {
             path: entry for path, entry in target.items() if current[path] != entry and path not in shadow.skipped
@@ -254,7 +258,7 @@ class Rewinder:
     async def _cut(self, session: Session, result: RewindResult) -> None:
         """Branch the conversation to just before `result.turn`: the store keeps the old branch (as compaction does)."""
         assert result.turn is not None
-        await session.set_message_history(session.messages[: result.turn.index])
+        await persist_rewound_history(session, session.messages[: result.turn.index])
         result.messages_after = result.turn.index
         result.applied = True
 
@@ -322,7 +326,7 @@ async def finish_interrupted_rewind(shadow: ShadowRepo, store: SqliteConversatio
                 session = await Session.resume(store, found[0], model=None)
                 turn = next((turn for turn in user_turns(session.messages) if turn.run_id == run_id), None)
                 if turn is not None:
-                    await session.set_message_history(session.messages[: turn.index])
+                    await persist_rewound_history(session, session.messages[: turn.index])
         path.unlink()
     count = len(record["writes"])
     return f"finished a rewind that was interrupted: {count} file{'' if count == 1 else 's'} restored"

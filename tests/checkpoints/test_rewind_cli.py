@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -214,3 +215,49 @@ def test_nothing_to_rewind_is_exit_1(server: FakeLLMServer, project: Path) -> No
         1,
         f"code-puppy: nothing to rewind in session {session_id[:8]}: no checkpoint left and no turn in its history\n",
     )
+
+
+def git_state(repo: Path) -> tuple[str, bytes, bytes]:
+    status = subprocess.run(
+        ["git", "-C", str(repo), "status", "--porcelain"], capture_output=True, text=True, check=True
+    )
+    return status.stdout, (repo / ".git" / "index").read_bytes(), (repo / ".git" / "HEAD").read_bytes()
+
+
+def test_a_git_project_with_ignored_trees_keeps_its_git_state_and_its_dependencies(
+    server: FakeLLMServer, repo: Path
+) -> None:
+    (repo / ".gitignore").write_text("node_modules/\n.env\n")
+    (repo / "node_modules" / "pkg").mkdir(parents=True)
+    (repo / "node_modules" / "pkg" / "index.js").write_text("module.exports = 1\n")
+    (repo / ".env").write_text("TOKEN=local\n")
+    subprocess.run(["git", "-C", str(repo), "add", ".gitignore"], check=True)
+    project_git = git_state(repo)
+    server.script(
+        tool_calls(call("shell", {"command": "rm .env && echo 2 > node_modules/pkg/added.js && echo s > src.txt"})),
+        text("Installed."),
+    )
+    assert run_cli("-p", "install", *YOLO, cwd=repo).returncode == 0
+    assert not (repo / ".env").exists()
+
+    listed = json.loads(run_cli("checkpoints", "--output-format", "json", cwd=repo).stdout)["checkpoints"]
+    assert [entry["path"] for entry in listed[0]["files"]] == [".env", "src.txt"]  # node_modules/ is not snapshotted
+    assert run_cli("rewind", cwd=repo).returncode == 0
+
+    assert (repo / ".env").read_text() == "TOKEN=local\n" and not (repo / "src.txt").exists()
+    assert (repo / "node_modules" / "pkg" / "added.js").exists()  # not the checkpoint's to undo
+    assert git_state(repo) == project_git
+
+
+def test_a_file_the_user_already_put_back_is_no_conflict(server: FakeLLMServer, files: Path) -> None:
+    original = state(files)
+    agent_turn(server)
+    assert run_cli("-p", "change things", *YOLO, cwd=files).returncode == 0
+    (files / "app.py").write_text("version = 1\n")  # the user undid that one by hand
+
+    rewound = run_cli("rewind", "--output-format", "json", cwd=files)
+
+    assert rewound.returncode == 0, rewound.stderr
+    report = json.loads(rewound.stdout)
+    assert (report["conflicts"], report["restored"]) == ([], ["doomed.txt"])
+    assert state(files) == original
