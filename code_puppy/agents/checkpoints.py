@@ -4,6 +4,8 @@ of the turn collected from those snapshots (README "Checkpoints and rewind")."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,9 +30,10 @@ class TurnChanges:
 
 @dataclass
 class Checkpoints(AbstractCapability[Any]):
-    """Snapshots the project before and after each call of a tool that can change it (the file editors, the shell
-    tools, MCP tools not marked read-only), and keeps the agent's changes of the turn: the union of what changed
-    during each call, so what the user changed between two calls is never taken for the agent's.
+    """Snapshots the project before and after each call of a tool that can change it (the file editors, the
+    shell tools, MCP tools not marked read-only) and each command a plugin's hook runs through `SessionView.tracked`,
+    and keeps the agent's changes of the turn: the union of what changed during each, so what the user changed in
+    between is never taken for the agent's.
 
     First in the capability list, so its wrap is the outermost: the snapshots enclose the permission policy, the
     plugins' hooks and the sandbox's own restoring. The agent is built once, so the turn is the caller's to mark:
@@ -75,9 +78,16 @@ class Checkpoints(AbstractCapability[Any]):
     ) -> Any:
         if not _can_change_project(tool_def):
             return await handler(args)
+        async with self.tracked():
+            return await handler(args)
+
+    @contextlib.asynccontextmanager
+    async def tracked(self) -> AsyncGenerator[None]:
+        """Enclose something the agent does (a tool call, a command a plugin's hook runs): what changes in the project
+        meanwhile is the agent's."""
         before = await self._snapshot()
         try:
-            return await handler(args)
+            yield
         finally:
             if before is not None:
                 # Cancelled or not, what the call changed is the agent's: a Ctrl-C must not hide it from the rewind.

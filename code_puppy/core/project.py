@@ -15,6 +15,7 @@ from pydantic_ai import Agent
 from pydantic_ai.models import Model
 
 from code_puppy.agents.builder import build_pydantic_agent, capability, without_secrets
+from code_puppy.agents.checkpoints import Checkpoints
 from code_puppy.agents.deps import RunDeps
 from code_puppy.agents.history_persistence import recover_interrupted_turn
 from code_puppy.agents.permissions import PermissionPolicy
@@ -152,6 +153,8 @@ class Project:
             checkpoints=self.shadow,
         )
         self.plugins.agent_command = self.agent_command
+        if (checkpoints := capability(self._agent, Checkpoints)) is not None:
+            self.plugins.tracked = checkpoints.tracked
         # Built while the first model request is out, rather than when its answer is first journaled. Not a daemon:
         # an exit waits for it (a tenth of a second at most) instead of tearing the interpreter down under it.
         threading.Thread(target=build_serializers, name="code-puppy serializers").start()

@@ -261,3 +261,20 @@ def test_a_file_the_user_already_put_back_is_no_conflict(server: FakeLLMServer, 
     report = json.loads(rewound.stdout)
     assert (report["conflicts"], report["restored"]) == ([], ["doomed.txt"])
     assert state(files) == original
+
+
+def test_what_a_plugin_hook_command_changes_is_part_of_the_turn(
+    server: FakeLLMServer, project: Path, code_puppy_home: Path
+) -> None:
+    with (code_puppy_home / "config.toml").open("a") as config:
+        config.write(
+            '[[plugins.shell_hooks.PostToolUse]]\nmatcher = "Read"\nhooks = [{ command = "echo formatted > fmt.txt" }]\n'
+        )
+    server.script(tool_calls(call("read_file", {"path": "README.md"})), text("Read it."))
+    assert run_cli("-p", "read", *YOLO, cwd=project).returncode == 0
+    assert (project / "fmt.txt").exists()
+
+    listed = json.loads(run_cli("checkpoints", "--output-format", "json", cwd=project).stdout)["checkpoints"]
+    assert listed[0]["files"] == [{"path": "fmt.txt", "change": "added"}]
+    assert run_cli("rewind", cwd=project).returncode == 0
+    assert not (project / "fmt.txt").exists()
