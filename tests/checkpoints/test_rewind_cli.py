@@ -268,7 +268,8 @@ def test_what_a_plugin_hook_command_changes_is_part_of_the_turn(
 ) -> None:
     with (code_puppy_home / "config.toml").open("a") as config:
         config.write(
-            '[[plugins.shell_hooks.PostToolUse]]\nmatcher = "Read"\nhooks = [{ command = "echo formatted > fmt.txt" }]\n'
+            "[[plugins.shell_hooks.PostToolUse]]\n"
+            'matcher = "Read"\nhooks = [{ command = "echo formatted > fmt.txt" }]\n'
         )
     server.script(tool_calls(call("read_file", {"path": "README.md"})), text("Read it."))
     assert run_cli("-p", "read", *YOLO, cwd=project).returncode == 0
