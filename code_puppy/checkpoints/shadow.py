@@ -154,6 +154,9 @@ class ShadowRepo:
 
     def snapshot_held(self) -> str:
         """`snapshot`, by a caller that holds `lock()` already."""
+        # Whoever held the lock before died mid-snapshot (kill -9): git's own lock file of the index is left behind,
+        # and would fail every snapshot from now on. Under our lock, no other git of ours can be using it.
+        (self.directory / "code-puppy-index.lock").unlink(missing_ok=True)
         self._write_excludes()
         status = self.git(
             "status", "--porcelain=v2", "-z", "--untracked-files=all", "--ignored=matching", "--no-renames",

@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 from typing import TextIO
 
-from code_puppy.config import load_settings
+from code_puppy.checkpoints.shadow import CheckpointError
+from code_puppy.config import Settings, load_settings
 from code_puppy.core.rewind import Only, Rewinder, describe_rewind, finish_interrupted_rewind, open_shadow
 from code_puppy.errors import ConfigError, say
 from code_puppy.sessions.catalog import SessionInfo
@@ -42,6 +43,24 @@ async def _rewind(
     output_format: str,
 ) -> int:
     settings = load_settings(root)
+    try:
+        return await _rewind_in(root, out, settings, session_id, turns, only, force, dry_run, output_format)
+    except CheckpointError as exc:
+        say(f"error: {exc}")
+        return 1
+
+
+async def _rewind_in(
+    root: Path,
+    out: TextIO,
+    settings: Settings,
+    session_id: str | None,
+    turns: int,
+    only: Only | None,
+    force: bool,
+    dry_run: bool,
+    output_format: str,
+) -> int:
     with open_store() as store:
         shadow, _ = open_shadow(root, max_file_mb=settings.checkpoints.max_file_mb)
         if shadow is not None and (note := await finish_interrupted_rewind(shadow, store)):

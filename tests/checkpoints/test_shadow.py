@@ -120,3 +120,11 @@ def test_a_second_process_waits_for_the_lock(project: Path, shadow: ShadowRepo) 
     waited = time.monotonic() - started
     holder.communicate()
     assert waited > 0.5 and holder.returncode == 0
+
+
+def test_a_snapshot_after_one_killed_midway_still_works(project: Path, shadow: ShadowRepo) -> None:
+    first = shadow.snapshot()
+    (shadow.directory / "code-puppy-index.lock").write_text("")  # what git leaves when killed while it writes
+    (project / "README.md").write_text("changed\n")
+
+    assert list(shadow.changes(first, shadow.snapshot())) == ["README.md"]
