@@ -213,6 +213,15 @@ class SandboxConfig(_Section):
     package-registry credentials, other agents' config)."""
 
 
+class CheckpointsConfig(_Section):
+    """Checkpoints of the project's files around the agent's tool calls (README "Checkpoints and rewind")."""
+
+    enabled: bool = True
+    """Whether turns are checkpointed (and can be rewound); needs `git`."""
+    max_file_mb: float = Field(default=10, gt=0)
+    """Files larger than this many MiB are not snapshotted (and so cannot be restored); each is listed."""
+
+
 class PluginsConfig(_Section):
     disabled: tuple[str, ...] = ()
     """Plugin names that are not loaded."""
@@ -314,6 +323,7 @@ class Settings(_Section):
     plugins: PluginsConfig = PluginsConfig()
     sandbox: SandboxConfig = SandboxConfig()
     budget: BudgetConfig = BudgetConfig()
+    checkpoints: CheckpointsConfig = CheckpointsConfig()
     mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict[str, McpServerConfig])
     """MCP servers by name; a project's are read only when the project is trusted."""
     _sources: _Sources = PrivateAttr(default_factory=lambda: _Sources(()))

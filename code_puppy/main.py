@@ -368,6 +368,58 @@ def sessions_repair() -> None:
     sys.exit(guarded(lambda: _commands().repair_store(sys.stdout)))
 
 
+@cli.command("rewind")
+@click.option("--session", "session_id", metavar="ID", help="A session id or prefix (default: the latest here).")
+@click.option("--turns", type=click.IntRange(min=1), default=1, show_default=True, metavar="N", help="How many back.")
+@click.option(
+    "--only", type=click.Choice(["code", "conversation"]), help="Rewind only the files, or only the conversation."
+)
+@click.option("--force", is_flag=True, help="Overwrite files you changed since (your versions are kept).")
+@click.option("--dry-run", is_flag=True, help="Say what would change; change nothing.")
+@click.option("--output-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def rewind(
+    *, session_id: str | None, turns: int, only: str | None, force: bool, dry_run: bool, output_format: str
+) -> None:
+    """Undo the agent's file changes of the last N checkpointed turns, and branch the conversation back.
+
+    A file you changed since the agent did is not overwritten: exit 1, listing it, unless --force.
+    """
+
+    def run() -> int:
+        from code_puppy.headless.checkpoint_commands import rewind as rewind_session
+        from code_puppy.paths import find_project_root
+
+        return rewind_session(
+            find_project_root(Path.cwd()),
+            sys.stdout,
+            session_id=session_id,
+            turns=turns,
+            only=only,  # type: ignore[arg-type]  # click.Choice guarantees the literal
+            force=force,
+            dry_run=dry_run,
+            output_format=output_format,
+        )
+
+    sys.exit(guarded(run))
+
+
+@cli.command("checkpoints")
+@click.option("--session", "session_id", metavar="ID", help="A session id or prefix (default: the latest here).")
+@click.option("--output-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def checkpoints(*, session_id: str | None, output_format: str) -> None:
+    """List a session's checkpoints: the turns that changed files, and rewinds; newest first."""
+
+    def run() -> int:
+        from code_puppy.headless.checkpoint_commands import checkpoints as list_checkpoints
+        from code_puppy.paths import find_project_root
+
+        return list_checkpoints(
+            find_project_root(Path.cwd()), sys.stdout, session_id=session_id, output_format=output_format
+        )
+
+    sys.exit(guarded(run))
+
+
 @cli.group("plugins")
 def plugins_group() -> None:
     """List plugins; trust this project's own plugins."""

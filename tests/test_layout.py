@@ -17,6 +17,13 @@ FORBIDDEN = {
     "history": ("code_puppy.core", "code_puppy.ui", "code_puppy.headless"),
     "sessions": ("code_puppy.core", "code_puppy.ui", "code_puppy.headless"),
     "plugins": ("code_puppy.core", "code_puppy.ui", "code_puppy.headless"),
+    "checkpoints": (
+        "code_puppy.core",
+        "code_puppy.ui",
+        "code_puppy.headless",
+        "code_puppy.agents",
+        "code_puppy.sessions",
+    ),
 }
 """What each subpackage must not import: the front ends (chat, headless) sit over the core, the core over the
 agent, sessions and plugins, and nothing imports upwards. `code_puppy.history`, the ready-made processors, sits on the

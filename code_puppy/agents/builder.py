@@ -17,6 +17,7 @@ from pydantic_ai_harness.shell import LLM_API_KEY_ENV_PATTERNS, MAX_FOREGROUND_W
 from pydantic_ai_harness.subagents import SubAgents
 from pydantic_ai_harness.tool_output_limits import Band, ToolOutputLimits, Truncate
 
+from code_puppy.agents.checkpoints import Checkpoints
 from code_puppy.agents.compaction import PersistentCompaction, compaction_strategy
 from code_puppy.agents.cut_off_calls import CutOffCalls
 from code_puppy.agents.deps import RunDeps, deps_of
@@ -30,6 +31,7 @@ from code_puppy.agents.shell_outputs import ShellOutputs
 from code_puppy.agents.spending import CostMeter, Spending, configured_prices
 from code_puppy.agents.steering import Steering
 from code_puppy.agents.turn_journal import TurnJournal
+from code_puppy.checkpoints.shadow import ShadowRepo
 from code_puppy.config import PermissionMode, Settings
 from code_puppy.plugins.host import PluginHost
 from code_puppy.sandbox import ProjectSandbox
@@ -73,6 +75,7 @@ def build_pydantic_agent(
     plugins: PluginHost | None = None,
     sandbox: ProjectSandbox | None = None,
     spending: Spending | None = None,
+    checkpoints: ShadowRepo | None = None,
 ) -> Agent[RunDeps, str]:
     """Assemble the agent of a project: one capabilities list, outermost first; built once per process and project.
 
@@ -83,6 +86,7 @@ def build_pydantic_agent(
     `[history] processors` and `processor_condition`; `plugins` adds the plugins' tool hooks and capabilities.
     `sandbox` is where `auto` mode runs the shell tool's commands (default: one made from `[sandbox]` when needed).
     `spending` prices and records every model request and holds the budgets (default: counted in memory, no budget).
+    `checkpoints`, when given, is where the project is snapshotted around each call that can change it.
 
     Raises:
         ConfigError: A history processor or condition that cannot be imported or used.
@@ -138,6 +142,8 @@ def build_pydantic_agent(
         deps_type=RunDeps,
         instructions=build_instructions(root),
         capabilities=[
+            # Outermost around tool execution: its snapshots enclose everything the other capabilities do to a call.
+            *([Checkpoints(checkpoints)] if checkpoints is not None else []),
             LocalWorkspace(root),
             ProviderRetries(settings.run),
             Steering(),

@@ -111,6 +111,12 @@ async def persist_compacted_history(
     await history.set_message_history(list(messages), run_id=f"compact-{uuid.uuid4()}", run_usage=usage)
 
 
+async def persist_rewound_history(history: DurableHistory, messages: Sequence[ModelMessage]) -> None:
+    """Make a history rewound to before a turn (`code-puppy rewind`, `/rewind`) the durable history; the store keeps
+    the old branch."""
+    await history.set_message_history(list(messages))
+
+
 async def _write(history: DurableHistory, result: AgentRunResult[Any]) -> None:
     await history.set_message_history(list(result.all_messages()), run_id=result.run_id, run_usage=result.usage)
 

@@ -15,12 +15,15 @@ from pydantic_ai import Agent
 from pydantic_ai.models import Model
 
 from code_puppy.agents.builder import build_pydantic_agent, capability, without_secrets
+from code_puppy.agents.checkpoints import Checkpoints
 from code_puppy.agents.deps import RunDeps
 from code_puppy.agents.history_persistence import recover_interrupted_turn
 from code_puppy.agents.permissions import PermissionPolicy
 from code_puppy.agents.sandboxed_shell import SandboxedShell
 from code_puppy.agents.spending import Budgets, Spending, configured_prices, unpriced_model_message
+from code_puppy.checkpoints.shadow import ShadowRepo
 from code_puppy.config import PermissionMode, Settings, load_settings
+from code_puppy.core.rewind import Rewinder, finish_interrupted_rewind, open_shadow
 from code_puppy.errors import ConfigError
 from code_puppy.models import choose_model_name, resolve_model
 from code_puppy.options import RunOptions
@@ -68,6 +71,14 @@ class Project:
         except ConfigError:
             self.store.close()
             raise
+        self.shadow: ShadowRepo | None = None
+        """Where the project's files are checkpointed; None when checkpoints are off."""
+        self.checkpoint_note: str | None = None
+        """Why checkpoints are off, when they should be on (no git), in one line."""
+        if self.settings.checkpoints.enabled:
+            self.shadow, self.checkpoint_note = open_shadow(
+                self.root, max_file_mb=self.settings.checkpoints.max_file_mb
+            )
         self._agent: Agent[RunDeps, str] | None = None
         self._stopped = False
 
@@ -126,8 +137,18 @@ class Project:
             self._models[name] = resolve_model(self.settings, name)
         return self._models[name]
 
+    def rewinder(self) -> Rewinder:
+        """Rewinds this project's sessions; it restores files with git even when `[checkpoints] enabled = false`
+        (checkpoints taken before it was switched off)."""
+        shadow = self.shadow
+        if shadow is None:
+            shadow, _ = open_shadow(self.root, max_file_mb=self.settings.checkpoints.max_file_mb)
+        return Rewinder(self.store, self.root, shadow)
+
     async def open_session(self) -> tuple[Session, str | None]:
-        """The session the options ask for (new, `-c`, `-r`), with the note about an interrupted turn it recovered."""
+        """The session the options ask for (new, `-c`, `-r`), with the note about what it recovered: a rewind a killed
+        process left half done, an interrupted turn."""
+        rewound = await finish_interrupted_rewind(self.shadow, self.store) if self.shadow is not None else None
         session = await open_session(
             self.store,
             self.root,
@@ -135,7 +156,8 @@ class Project:
             continue_last=self.options.continue_last,
             resume=self.options.resume,
         )
-        return session, await recover_interrupted_turn(session)
+        recovered = await recover_interrupted_turn(session)
+        return session, "; ".join(filter(None, (rewound, recovered))) or None
 
     async def start(self, register_command: RegisterCommand | None = None) -> None:
         """Start the plugins (their capabilities join the agent), build the agent and enter it."""
@@ -151,8 +173,11 @@ class Project:
             plugins=self.plugins,
             sandbox=self.sandbox,
             spending=self.spending,
+            checkpoints=self.shadow,
         )
         self.plugins.agent_command = self.agent_command
+        if (checkpoints := capability(self._agent, Checkpoints)) is not None:
+            self.plugins.tracked = checkpoints.tracked
         # Built while the first model request is out, rather than when its answer is first journaled. Not a daemon:
         # an exit waits for it (a tenth of a second at most) instead of tearing the interpreter down under it.
         threading.Thread(target=build_serializers, name="code-puppy serializers").start()

@@ -15,11 +15,13 @@ from pydantic_ai.models import Model
 from pydantic_ai.usage import RunUsage, UsageLimits
 
 from code_puppy.agents.builder import capability
+from code_puppy.agents.checkpoints import Checkpoints
 from code_puppy.agents.deps import RunDeps
 from code_puppy.agents.history_persistence import persist_checkpoint, persist_result_history
 from code_puppy.agents.provider_retries import ProviderStalled
 from code_puppy.agents.spending import CostMeter
 from code_puppy.core.events import EventSink
+from code_puppy.core.rewind import record_turn
 from code_puppy.plugins import PromptBlocked
 from code_puppy.plugins.host import PluginHost
 from code_puppy.sessions.session import SessionNotSaved
@@ -134,6 +136,10 @@ class TurnOutcome:
     """A follow-up prompt left over when `max_continuations` ended the turn."""
     unsaved: SessionNotSaved | None = None
     """Why the session's history (kept in memory) could not be saved when the turn ended."""
+    checkpoint: int | None = None
+    """The checkpoint of the files the turn changed (None: it changed none, or checkpoints are off)."""
+    checkpoint_note: str | None = None
+    """What the user should know about the turn's checkpoint: files too big to keep, a snapshot that failed."""
 
 
 async def run_turn(
@@ -158,6 +164,29 @@ async def run_turn(
     before `persist_result_history`; for a run that did not succeed, after its checkpoint), and after a successful
     run `turn_end`, whose first follow-up (else `follow_up`'s) is the next run's prompt.
     """
+    checkpoints = capability(agent, Checkpoints)
+    if checkpoints is not None:
+        checkpoints.begin_turn()
+    run_ids: list[str] = []
+    outcome = await _run_turn(agent, deps, prompt, sink, model, limits, follow_up, plugins, run_ids)
+    if checkpoints is not None:
+        outcome.checkpoint, outcome.checkpoint_note = record_turn(checkpoints.take(), deps.session, prompt, run_ids)
+        if outcome.checkpoint is not None:
+            await asyncio.to_thread(checkpoints.maintain)
+    return outcome
+
+
+async def _run_turn(
+    agent: Agent[RunDeps, str],
+    deps: RunDeps,
+    prompt: str,
+    sink: EventSink,
+    model: Model | None,
+    limits: TurnLimits | None,
+    follow_up: FollowUp | None,
+    plugins: PluginHost | None,
+    run_ids: list[str],
+) -> TurnOutcome:
     limits = limits or TurnLimits()
     session = deps.session
     meter = capability(agent, CostMeter)
@@ -203,6 +232,7 @@ async def run_turn(
             except (Exception, asyncio.CancelledError) as exc:
                 run_usage = handle.usage()
                 run_id = handle.run.run_id if handle.run is not None else None
+                run_ids.extend([run_id] if run_id is not None else [])
                 unsaved = None
                 try:
                     await persist_checkpoint(
@@ -215,6 +245,7 @@ async def run_turn(
                 error = TimeoutError(f"{limits.timeout:g} s") if isinstance(exc, RunTimedOut) else exc
                 return TurnOutcome(None, error, usage + run_usage, runs, unsaved=unsaved)
             usage = usage + result.usage
+            run_ids.append(result.run_id)
             if plugins is not None:
                 await plugins.agent_run_end(agent, result, None, session)
             try:

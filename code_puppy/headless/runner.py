@@ -124,6 +124,8 @@ async def _headless(options: RunOptions, headless: HeadlessOptions, output: Outp
     project = Project(options)
     output.spending = project.spending
     try:
+        if project.checkpoint_note:
+            print(f"code-puppy: note: {project.checkpoint_note}", file=sys.stderr)
         session, recovered = await project.open_session()
         if recovered:
             print(f"code-puppy: note: {recovered}", file=sys.stderr)
@@ -146,6 +148,8 @@ async def _headless(options: RunOptions, headless: HeadlessOptions, output: Outp
         await project.close()
     if session.notice:
         print(f"code-puppy: {session.notice}", file=sys.stderr)
+    if outcome.checkpoint_note:
+        print(f"code-puppy: note: {outcome.checkpoint_note}", file=sys.stderr)
     if outcome.unrun_follow_up:
         note = unrun_follow_up_note(outcome.unrun_follow_up, limits.max_continuations)
         print(f"code-puppy: note: {note}", file=sys.stderr)

@@ -6,7 +6,9 @@ this package imports pluggy and nothing heavy, so `code_puppy.hookimpl` stays ch
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -52,6 +54,10 @@ AgentCommand = Callable[[str], tuple[str, Mapping[str, str]]]
 the agent's commands) and its environment (without secrets)."""
 
 
+Tracked = Callable[[], AbstractAsyncContextManager[None]]
+"""Encloses a command run for the agent, so what it changes in the project is part of the turn's checkpoint."""
+
+
 @dataclass(frozen=True)
 class SessionView:
     """What hooks see of a session, read-only; `messages` is the durable history at the moment it is read."""
@@ -59,6 +65,12 @@ class SessionView:
     _session: Session = field(repr=False)
     project_dir: Path
     _agent_command: AgentCommand | None = field(default=None, repr=False)
+    _tracked: Tracked | None = field(default=None, repr=False)
+
+    def tracked(self) -> AbstractAsyncContextManager[None]:
+        """Enclose a command a hook runs in the project: what it changes counts as the agent's, in the turn's
+        checkpoint, so a rewind undoes it (README "Checkpoints and rewind"). Does nothing when checkpoints are off."""
+        return self._tracked() if self._tracked is not None else contextlib.nullcontext()
 
     async def run_agent_command(self, command: str, *, timeout: float | None, merge_stderr: bool = False) -> Completed:
         """Run `command` with `sh -c` in the project as the agent's own `shell` commands run: without the secrets, and
@@ -69,7 +81,8 @@ class SessionView:
         if self._agent_command is None:  # never unconfined, with the secrets, by default
             raise RuntimeError("run_agent_command needs a running code-puppy project")
         line, env = self._agent_command(command)
-        return await run_shell(line, cwd=self.project_dir, timeout=timeout, env=env, merge_stderr=merge_stderr)
+        async with self.tracked():
+            return await run_shell(line, cwd=self.project_dir, timeout=timeout, env=env, merge_stderr=merge_stderr)
 
     @property
     def id(self) -> str:

@@ -27,7 +27,15 @@ from code_puppy.agents.deps import deps_of
 from code_puppy.config import Settings, data_dir
 from code_puppy.errors import one_line
 from code_puppy.paths import write_json
-from code_puppy.plugins import PROJECT_NAME, AgentCommand, PromptBlocked, RegisterCommand, SessionView, hookspecs
+from code_puppy.plugins import (
+    PROJECT_NAME,
+    AgentCommand,
+    PromptBlocked,
+    RegisterCommand,
+    SessionView,
+    Tracked,
+    hookspecs,
+)
 from code_puppy.sessions.session import Session
 
 Status = Literal["enabled", "disabled", "idle", "untrusted", "changed", "replaced", "failed"]
@@ -66,6 +74,8 @@ class PluginHost:
         """What `register_capabilities` returned, asked once by `startup`."""
         self.agent_command: AgentCommand | None = None
         """How `SessionView.run_agent_command` runs a command; set once the permission policy exists."""
+        self.tracked: Tracked | None = None
+        """What `SessionView.tracked` encloses a hook's command in: the checkpoints' snapshots; set with the agent."""
         self._stderr = stderr
         self._reported: set[str] = set()
         self._order: dict[str, int] = {}
@@ -109,7 +119,7 @@ class PluginHost:
         print(f"code-puppy: plugin {name}: {error}", file=stream, flush=True)
 
     def view(self, session: Session) -> SessionView:
-        return SessionView(session, self.project_dir, self.agent_command)
+        return SessionView(session, self.project_dir, self.agent_command, self.tracked)
 
     def post_tool_call_hook(self) -> Hooks[Any]:
         """`post_tool_call` as a capability, for the runs' sessions (`RunDeps.session`); place it outside the output

@@ -27,6 +27,7 @@ from pydantic_ai.messages import (
 from code_puppy.agents.history_groups import describe_groups
 
 from .catalog import SessionInfo
+from .checkpoints import CheckpointLog, checkpoint_lines
 from .costs import CostTotals, format_cost
 from .journal import Journal
 from .repair import check, repair
@@ -132,6 +133,8 @@ def show_session(store: SqliteConversationStore, id_or_prefix: str, out: TextIO,
         for line in asyncio.run(preview):
             print(line, file=out)
         return
+    if found := list(reversed(CheckpointLog(store.database).of_session(info.id))):
+        print("\ncheckpoints (newest first):", *checkpoint_lines(found), sep="\n", file=out)
     for interrupted in Journal(store.database).read(info.id):
         print(
             "\n-- a turn that did not finish (journaled, not yet part of the history; "

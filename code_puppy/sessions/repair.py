@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .schema import Database, delete_conversation
 
-SALVAGED_TABLES = ("entries", "conversations", "sessions", "journals", "journal_entries", "requests")
+SALVAGED_TABLES = ("entries", "conversations", "sessions", "journals", "journal_entries", "requests", "checkpoints")
 """What a repair copies, parents before children; the running runs and steers of dead processes are not worth it."""
 
 

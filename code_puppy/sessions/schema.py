@@ -166,12 +166,35 @@ def m005_request_costs(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX requests_created ON requests (created_at)")
 
 
+def m006_checkpoints(db: sqlite3.Connection) -> None:
+    # The turns that changed the project's files, and the rewinds (sessions/checkpoints.py): `changes` is JSON,
+    # {path: [before, after]} with each a [mode, blob] in the project's shadow repository, or null.
+    db.execute(
+        """
+        CREATE TABLE checkpoints (
+            id INTEGER PRIMARY KEY,
+            session_id TEXT NOT NULL,
+            project_dir TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            prompt TEXT NOT NULL DEFAULT '',
+            run_ids TEXT NOT NULL DEFAULT '[]',
+            changes TEXT NOT NULL,
+            skipped TEXT NOT NULL DEFAULT '[]',
+            created_at TEXT NOT NULL,
+            rewound_at TEXT
+        )
+        """
+    )
+    db.execute("CREATE INDEX checkpoints_session ON checkpoints (session_id, id)")
+
+
 MIGRATIONS: list[Migration] = [
     m001_conversations,
     m002_sessions,
     m003_running_runs,
     m004_journal,
     m005_request_costs,
+    m006_checkpoints,
 ]
 """Applied in order; append new ones, never edit or reorder applied ones."""
 
@@ -347,6 +370,7 @@ def delete_conversation(db: sqlite3.Connection, conversation_id: str) -> bool:
     Call it inside a write transaction. Returns whether there was a record or a session row to delete.
     """
     discard_journal(db, conversation_id)
+    db.execute("DELETE FROM checkpoints WHERE session_id = ?", (conversation_id,))
     row = db.execute("DELETE FROM conversations WHERE id = ? RETURNING family", (conversation_id,)).fetchone()
     deleted = row is not None
     deleted |= db.execute("DELETE FROM sessions WHERE id = ?", (conversation_id,)).rowcount > 0

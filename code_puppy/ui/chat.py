@@ -157,8 +157,13 @@ class Chat:
             self.quit()
             return
         self._runtime = task.result()
+        if self._runtime.project.checkpoint_note:
+            self.screen.print(f"note: {self._runtime.project.checkpoint_note}")
         if self._options.continue_last or self._options.resume:
             show_resumed(self)
+        elif self._runtime.recovered:
+            self.screen.print(self._runtime.recovered)
+            self._runtime.recovered = None
         self.screen.invalidate()
 
     def quit(self) -> None:
@@ -264,6 +269,11 @@ class Chat:
             return
         self._interrupted_at = time.monotonic()
         self._hint = "Ctrl-C again (or Ctrl-D) to quit"
+
+    def put_input(self, text: str) -> None:
+        buffer = self._prompt.default_buffer
+        buffer.text = text
+        buffer.cursor_position = len(text)
 
     def _restore_input(self, texts: list[str]) -> None:
         """Put unsent text back into the input line, ahead of whatever is being typed."""

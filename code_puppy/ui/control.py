@@ -6,9 +6,10 @@ Key bindings have a narrower view still, `KeyTarget` in `keys.py`. `Chat` is the
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from code_puppy.ui.approvals import Answer
     from code_puppy.ui.live import Live, Screen
     from code_puppy.ui.runtime import ChatRuntime
 
@@ -56,4 +57,12 @@ class ChatControl(Protocol):
 
     def attach(self, text: str) -> None:
         """Put `text` ahead of the next turn's prompt, for the model to see with it."""
+        ...
+
+    def put_input(self, text: str) -> None:
+        """Make `text` the input line's content, to edit and send again."""
+        ...
+
+    async def confirm(self, items: list[Any], question: str, *, always: bool = True) -> Answer:
+        """Show `items` and ask `question` in the input line: yes, no (or always, with `always`)."""
         ...

@@ -38,6 +38,8 @@ async def turn_job(chat: ChatControl, text: str) -> bool:
     sink.flush_text()
     cost = runtime.project.spending.turn.describe()
     chat.screen.print(Text(_ending(outcome, time.monotonic() - started, cost), style="dim"), "")
+    if outcome.checkpoint_note:
+        chat.screen.print(Text(outcome.checkpoint_note, style="yellow"))
     if outcome.unrun_follow_up:
         limit = runtime.settings.plugins.max_continuations
         chat.screen.print(Text(unrun_follow_up_note(outcome.unrun_follow_up, limit), style="yellow"))

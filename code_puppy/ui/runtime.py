@@ -19,6 +19,7 @@ from code_puppy.agents.steering import SteeringInbox, accepting_steers, held_ste
 from code_puppy.agents.token_estimate import estimate_request_tokens
 from code_puppy.config import Settings
 from code_puppy.core.project import Project
+from code_puppy.core.rewind import Only, RewindResult
 from code_puppy.core.run import TurnLimits, TurnOutcome, run_turn
 from code_puppy.options import RunOptions
 from code_puppy.plugins import RegisterCommand
@@ -147,6 +148,12 @@ class ChatRuntime:
         if self._session_cost is None or self._session_cost[0] != key:
             self._session_cost = (key, spending.session_total(self.session.id))
         return self._session_cost[1]
+
+    async def rewind(
+        self, *, turns: int = 1, to_turn: int | None = None, only: Only | None = None, force: bool = False
+    ) -> RewindResult:
+        """Rewind this chat's session (`core.rewind.Rewinder.rewind`)."""
+        return await self.project.rewinder().rewind(self.session, turns=turns, to_turn=to_turn, only=only, force=force)
 
     def context_used(self) -> str:
         """`ctx 12.3k/128k 9%`: what the session's history takes of the context (the same estimate history

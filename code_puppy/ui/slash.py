@@ -37,6 +37,8 @@ def register_builtins(commands: CommandRegistry, chat: ChatControl) -> None:
         ("permissions", builtins.permissions, "[MODE] show or set the permission mode"),
         ("steer", builtins.steer, "TEXT send TEXT into the running turn (Enter does the same)"),
         ("queue", builtins.queue, "TEXT run TEXT as the next turn (Tab does the same)"),
+        ("undo", builtins.undo, "put back the files the last turn changed"),
+        ("rewind", builtins.rewind, "[N [both|code|conversation]] list the turns, or go back to before turn N"),
         ("compact", builtins.compact, "[FOCUS] summarize the older history now (the old history stays stored)"),
         ("mcp", builtins.mcp, "the MCP servers of this chat: status and tools"),
         ("exit", builtins.exit, "quit (Ctrl-D does the same)"),
@@ -167,6 +169,16 @@ class Builtins:
         else:
             self._chat.start_turn(args)
         return None
+
+    async def undo(self, args: str) -> str:
+        from code_puppy.ui.rewinding import undo
+
+        return await undo(self._chat, args)
+
+    async def rewind(self, args: str) -> str:
+        from code_puppy.ui.rewinding import rewind
+
+        return await rewind(self._chat, args)
 
     async def compact(self, args: str) -> str:
         from code_puppy.agents.compaction import compact_history

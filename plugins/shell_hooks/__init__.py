@@ -140,7 +140,8 @@ async def _run(
     stdin = json.dumps(event | fields, default=str)
     env = os.environ | {"CLAUDE_PROJECT_DIR": project, "CODE_PUPPY_PROJECT_DIR": project}
     runs = [run_shell(c.command, cwd=session.project_dir, timeout=c.timeout, stdin=stdin, env=env) for c in commands]
-    results = list(zip(commands, await asyncio.gather(*runs), strict=True))
+    async with session.tracked():  # what a hook changes is part of the turn's checkpoint, so a rewind undoes it
+        results = list(zip(commands, await asyncio.gather(*runs), strict=True))
     for command, done in results:
         if done.returncode is None:
             _report(event_name, command.command, f"timed out after {command.timeout:g}s")

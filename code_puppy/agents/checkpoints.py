@@ -1,0 +1,127 @@
+"""`Checkpoints`: the project's files snapshotted around every tool call that can change them, and the agent's changes
+of the turn collected from those snapshots (README "Checkpoints and rewind")."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic_ai import RunContext, ToolDefinition
+from pydantic_ai.capabilities import AbstractCapability, WrapToolExecuteHandler
+from pydantic_ai.messages import ToolCallPart
+
+from code_puppy.agents.permissions import EDIT_TOOL_NAMES, MCP_PERMISSION_KEY, SHELL_TOOL_NAMES, is_read_only
+from code_puppy.checkpoints.shadow import Change, CheckpointError, ShadowRepo
+
+
+@dataclass(frozen=True)
+class TurnChanges:
+    """What the agent changed in a turn: each file's state before its first change and after its last."""
+
+    changes: dict[str, Change]
+    skipped: tuple[str, ...] = ()
+    """Files too big to snapshot (`[checkpoints] max_file_mb`) at the time of a call: not restorable."""
+    failure: str | None = None
+    """Why a snapshot failed (the turn's checkpoint may miss changes), in one line."""
+
+
+@dataclass
+class Checkpoints(AbstractCapability[Any]):
+    """Snapshots the project before and after each call of a tool that can change it (the file editors, the
+    shell tools, MCP tools not marked read-only) and each command a plugin's hook runs through `SessionView.tracked`,
+    and keeps the agent's changes of the turn: the union of what changed during each, so what the user changed in
+    between is never taken for the agent's.
+
+    First in the capability list, so its wrap is the outermost: the snapshots enclose the permission policy, the
+    plugins' hooks and the sandbox's own restoring. The agent is built once, so the turn is the caller's to mark:
+    `begin_turn` and `take`.
+    """
+
+    shadow: ShadowRepo
+    _changes: dict[str, Change] = field(default_factory=dict[str, Change], init=False, repr=False)
+    _skipped: set[str] = field(default_factory=set[str], init=False, repr=False)
+    _failure: str | None = field(default=None, init=False, repr=False)
+
+    @classmethod
+    def get_serialization_name(cls) -> str | None:
+        return None
+
+    def begin_turn(self) -> None:
+        """A user turn starts: nothing of it changed yet."""
+        self._changes, self._skipped, self._failure = {}, set(), None
+
+    def take(self) -> TurnChanges:
+        """The turn's changes (files changed and then put back as they were are left out); the turn is over."""
+        changes = {path: change for path, change in self._changes.items() if change[0] != change[1]}
+        taken = TurnChanges(changes, tuple(sorted(self._skipped)), self._failure)
+        self.begin_turn()
+        return taken
+
+    def maintain(self) -> None:
+        """Between turns: keep the shadow repository small (`ShadowRepo.maintain`); a failure only costs space."""
+        try:
+            self.shadow.maintain()
+        except CheckpointError as exc:
+            self._failure = str(exc)
+
+    async def wrap_tool_execute(
+        self,
+        ctx: RunContext[Any],
+        *,
+        call: ToolCallPart,
+        tool_def: ToolDefinition,
+        args: dict[str, Any],
+        handler: WrapToolExecuteHandler,
+    ) -> Any:
+        if not _can_change_project(tool_def):
+            return await handler(args)
+        async with self.tracked():
+            return await handler(args)
+
+    @contextlib.asynccontextmanager
+    async def tracked(self) -> AsyncGenerator[None]:
+        """Enclose something the agent does (a tool call, a command a plugin's hook runs): what changes in the project
+        meanwhile is the agent's."""
+        before = await self._snapshot()
+        try:
+            yield
+        finally:
+            if before is not None:
+                # Cancelled or not, what the call changed is the agent's: a Ctrl-C must not hide it from the rewind.
+                after = self._snapshot_now()
+                if after is not None:
+                    self._absorb(before, after)
+
+    async def _snapshot(self) -> str | None:
+        try:
+            return await asyncio.to_thread(self.shadow.snapshot)
+        except CheckpointError as exc:
+            self._failure = str(exc)
+            return None
+
+    def _snapshot_now(self) -> str | None:
+        try:
+            return self.shadow.snapshot()
+        except CheckpointError as exc:
+            self._failure = str(exc)
+            return None
+
+    def _absorb(self, before: str, after: str) -> None:
+        self._skipped |= self.shadow.skipped
+        try:
+            changed = self.shadow.changes(before, after)
+        except CheckpointError as exc:
+            self._failure = str(exc)
+            return
+        for path, (old, new) in changed.items():
+            first = self._changes.get(path, (old, new))[0]
+            self._changes[path] = (first, new)
+
+
+def _can_change_project(tool_def: ToolDefinition) -> bool:
+    if tool_def.name in EDIT_TOOL_NAMES or tool_def.name in SHELL_TOOL_NAMES:
+        return True
+    return (tool_def.metadata or {}).get(MCP_PERMISSION_KEY) is not None and not is_read_only(tool_def)

@@ -1,0 +1,360 @@
+"""`ShadowRepo`: snapshots of one project's files in a git repository of code-puppy's own, driven by the `git` CLI.
+
+The repository lives in the data directory (`checkpoints/<hash of the root>/`), with its own `GIT_DIR` and index, so
+the project's `.git` is never read or changed and projects that are not git repositories work too. The user's git
+configuration and attributes are shut out (`GIT_CONFIG_GLOBAL=/dev/null`, `GIT_CONFIG_NOSYSTEM=1`, `info/attributes`
+of `* -text -filter -diff`): CRLF conversion or an LFS filter would otherwise store something other than the bytes.
+
+A snapshot is one `git status` walk (the persistent index is the stat cache), then the changed paths into the index
+and a commit of its tree, so every snapshot stays reachable (`gc.auto=0` besides). Directories `.gitignore` ignores as
+a whole (`node_modules/`) are left out; smaller ignored files (`.env`) are kept, unless `.code-puppy/checkpointignore`
+names them; files over `max_file_mb` are skipped and listed. git stores a symlink as a link, never what it points to.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Generator, Iterable, Mapping
+from pathlib import Path
+
+Entry = tuple[str, str]
+"""A file as git stores it: its mode (`100644`, `100755`, `120000` for a symlink) and its blob id."""
+Change = tuple[Entry | None, Entry | None]
+"""A path's state before and after (None: it did not exist)."""
+
+CHECKPOINT_IGNORE = ".code-puppy/checkpointignore"
+"""More paths to leave out of snapshots, in `.gitignore` syntax."""
+LOCK_WAIT = 30.0
+"""Seconds to wait for another process's snapshot or rewind before reporting it."""
+PACK_AFTER = 500
+"""Loose objects in the shadow repository that make `maintain` pack them."""
+_FILE_MODES = frozenset({"100644", "100755", "120000"})
+"""What a checkpoint restores; gitlinks (nested repositories) are not content."""
+_IDENTITY = {
+    "GIT_AUTHOR_NAME": "code-puppy",
+    "GIT_AUTHOR_EMAIL": "checkpoints@code-puppy.invalid",
+    "GIT_COMMITTER_NAME": "code-puppy",
+    "GIT_COMMITTER_EMAIL": "checkpoints@code-puppy.invalid",
+}
+
+
+class CheckpointError(Exception):
+    """The shadow repository cannot be used (git failed, another process holds it too long); one line."""
+
+
+class ShadowRepo:
+    """The shadow repository of the project at `root`; see the module docstring."""
+
+    def __init__(self, root: Path, directory: Path, *, git: str, max_file_bytes: int) -> None:
+        self.root = root
+        self.directory = directory
+        self.max_file_bytes = max_file_bytes
+        self.skipped: set[str] = set()
+        """Files left out of the last snapshot for their size (project-relative)."""
+        self._git = git
+        self._thread_lock = threading.Lock()
+        self._trees: dict[str, str] = {}
+        """The tree of each snapshot commit seen, so that a snapshot finding nothing changed costs one `git status`."""
+        self._env = {
+            **{name: value for name, value in os.environ.items() if not name.startswith("GIT_")},
+            **_IDENTITY,
+            "GIT_DIR": str(directory),
+            "GIT_WORK_TREE": str(root),
+            "GIT_INDEX_FILE": str(directory / "code-puppy-index"),
+            "GIT_CONFIG_GLOBAL": os.devnull,
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_OPTIONAL_LOCKS": "1",
+            "LC_ALL": "C",
+        }
+
+    @classmethod
+    def open(cls, root: Path, data: Path, *, max_file_mb: float) -> ShadowRepo:
+        """The shadow repository of `root` under `data`, created on first use.
+
+        Raises:
+            CheckpointError: git is missing, or the repository cannot be created.
+        """
+        git = shutil.which("git")
+        if git is None:
+            raise CheckpointError("git is not installed")
+        root = root.resolve()
+        name = hashlib.sha256(str(root).encode()).hexdigest()[:16]
+        repo = cls(root, data / "checkpoints" / name, git=git, max_file_bytes=int(max_file_mb * 1024 * 1024))
+        if not (repo.directory / "HEAD").is_file():
+            repo._create()
+        return repo
+
+    def _create(self) -> None:
+        self.directory.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with self.lock():
+            if (self.directory / "HEAD").is_file():
+                return
+            self.git("init", "--quiet", "--bare", str(self.directory), worktree=False)
+            for key, value in (("core.bare", "false"), ("gc.auto", "0"), ("core.autocrlf", "false")):
+                self.git("config", key, value)
+            info = self.directory / "info"
+            info.mkdir(exist_ok=True)
+            (info / "attributes").write_text("* -text -filter -diff\n")
+            (self.directory / "project").write_text(f"{self.root}\n")
+            (self.directory / "HEAD").write_text("ref: refs/heads/snapshots\n")
+
+    @contextlib.contextmanager
+    def lock(self) -> Generator[None]:
+        """Hold the repository for a snapshot or a rewind: against other threads, and (flock) other processes.
+
+        Raises:
+            CheckpointError: Another process held it for `LOCK_WAIT` seconds.
+        """
+        with self._thread_lock:
+            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            descriptor = os.open(self.directory / "lock", os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                deadline = time.monotonic() + LOCK_WAIT
+                while True:
+                    try:
+                        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                        break
+                    except BlockingIOError:
+                        if time.monotonic() > deadline:
+                            raise CheckpointError(
+                                f"another code-puppy process has held the checkpoints of {self.root} for "
+                                f"{LOCK_WAIT:g} s; try again"
+                            ) from None
+                        time.sleep(0.05)
+                yield
+            finally:
+                os.close(descriptor)  # releases the flock
+
+    def git(self, *args: str, input: bytes | None = None, worktree: bool = True) -> bytes:
+        """Run git on the shadow repository; its stdout.
+
+        Raises:
+            CheckpointError: git failed (its first line of stderr).
+        """
+        env = self._env if worktree else {k: v for k, v in self._env.items() if k not in ("GIT_DIR", "GIT_WORK_TREE")}
+        done = subprocess.run(
+            [self._git, *args], input=input, capture_output=True, env=env, cwd=self.root if worktree else None
+        )
+        if done.returncode != 0:
+            reason = (done.stderr.decode(errors="replace").strip().splitlines() or ["no message"])[0]
+            raise CheckpointError(f"git {args[0]} failed in the checkpoints of {self.root}: {reason}")
+        return done.stdout
+
+    def snapshot(self) -> str:
+        """Record the project's files as they are now; the id of the tree that holds them."""
+        with self.lock():
+            return self.snapshot_held()
+
+    def snapshot_held(self) -> str:
+        """`snapshot`, by a caller that holds `lock()` already."""
+        # Whoever held the lock before died mid-snapshot (kill -9): git's own lock file of the index is left behind,
+        # and would fail every snapshot from now on. Under our lock, no other git of ours can be using it.
+        (self.directory / "code-puppy-index.lock").unlink(missing_ok=True)
+        self._write_excludes()
+        status = self.git(
+            "status", "--porcelain=v2", "-z", "--untracked-files=all", "--ignored=matching", "--no-renames",
+            "--ignore-submodules=all",
+        )  # fmt: skip
+        changed: list[str] = []
+        ignored: list[str] = []
+        for record in status.split(b"\0"):
+            if not record:
+                continue
+            kind = record[:1]
+            if kind == b"1":
+                changed.append(record.split(b" ", 8)[8].decode("utf-8", "surrogateescape"))
+            elif kind == b"?":
+                changed.append(record[2:].decode("utf-8", "surrogateescape"))
+            elif kind == b"!" and not record.endswith(b"/"):
+                ignored.append(record[2:].decode("utf-8", "surrogateescape"))
+        if ignored and (self.root / CHECKPOINT_IGNORE).is_file():
+            excluded = self._checkpoint_ignored()
+            ignored = [path for path in ignored if not _covered(path, excluded)]
+        self.skipped = {path for path in self.skipped if (self.root / path).is_file()}
+        paths: list[str] = []
+        for path in [*changed, *ignored]:
+            try:
+                stat = os.lstat(self.root / path)
+            except OSError:
+                paths.append(path)  # gone: the index drops it
+                continue
+            if stat.st_size > self.max_file_bytes and not os.path.islink(self.root / path):
+                self.skipped.add(path)
+                continue
+            self.skipped.discard(path)
+            paths.append(path)
+        head = self._head()
+        if not paths and head is not None:
+            return head[1]
+        if paths:
+            listing = b"".join(os.fsencode(path) + b"\0" for path in paths)
+            self.git("update-index", "--add", "--remove", "-z", "--stdin", input=listing)
+        tree = self.git("write-tree").decode().strip()
+        if head is not None and head[1] == tree:
+            return tree
+        parent = ("-p", head[0]) if head is not None else ()
+        commit = self.git("commit-tree", tree, *parent, "-m", "snapshot").decode().strip()
+        # What `git update-ref HEAD` does, without its process: under the lock, a ref is one file replaced whole.
+        ref = self.directory / "refs" / "heads" / "snapshots"
+        ref.parent.mkdir(parents=True, exist_ok=True)
+        temporary = ref.with_name(".snapshots.new")
+        temporary.write_text(commit + "\n")
+        os.replace(temporary, ref)
+        self._trees[commit] = tree
+        return tree
+
+    def maintain(self) -> None:
+        """Pack the loose objects once there are many: a tree per folder per snapshot adds up, and packed they are
+        stored as deltas. Nothing is pruned: every snapshot stays reachable, so nothing is ever lost."""
+        with self.lock():
+            counted = self.git("count-objects").decode().split()
+            if counted and int(counted[0]) >= PACK_AFTER:
+                self.git("repack", "-d", "-q")
+                packs = list((self.directory / "objects" / "pack").glob("*.pack"))
+                if len(packs) > 10:
+                    self.git("repack", "-a", "-d", "-q")
+
+    def _head(self) -> tuple[str, str] | None:
+        """The latest snapshot's commit and tree, or None before the first (the ref file read directly: gc is off, so
+        refs are never packed)."""
+        ref = self.directory / "refs" / "heads" / "snapshots"
+        commit = ref.read_text().strip() if ref.is_file() else None
+        if commit is None:
+            return None
+        if commit not in self._trees:
+            self._trees[commit] = self.git("rev-parse", f"{commit}^{{tree}}").decode().strip()
+        return commit, self._trees[commit]
+
+    def _write_excludes(self) -> None:
+        """`info/exclude`: what `.code-puppy/checkpointignore` says, kept in step with it."""
+        source = self.root / CHECKPOINT_IGNORE
+        wanted = source.read_text(errors="replace") if source.is_file() else ""
+        exclude = self.directory / "info" / "exclude"
+        current = exclude.read_text(errors="replace") if exclude.is_file() else ""
+        if current != wanted:
+            exclude.parent.mkdir(exist_ok=True)
+            exclude.write_text(wanted)
+
+    def _checkpoint_ignored(self) -> list[str]:
+        """The untracked paths `.code-puppy/checkpointignore` names (directories with a trailing `/`)."""
+        listed = self.git(
+            "ls-files", "-z", "--others", "--ignored", "--directory", f"--exclude-from={self.root / CHECKPOINT_IGNORE}"
+        )
+        return [item.decode("utf-8", "surrogateescape") for item in listed.split(b"\0") if item]
+
+    def changes(self, before: str, after: str) -> dict[str, Change]:
+        """The files that differ between two snapshots, each with its entry in both."""
+        if before == after:
+            return {}
+        diff = self.git("diff-tree", "-r", "-z", "--no-renames", before, after)
+        fields = diff.split(b"\0")
+        found: dict[str, Change] = {}
+        for header, path in zip(fields[0::2], fields[1::2], strict=False):
+            if not header.startswith(b":"):
+                continue
+            old_mode, new_mode, old_blob, new_blob, _ = header[1:].decode().split(" ")
+            old = (old_mode, old_blob) if old_mode in _FILE_MODES else None
+            new = (new_mode, new_blob) if new_mode in _FILE_MODES else None
+            if old != new:
+                found[path.decode("utf-8", "surrogateescape")] = (old, new)
+        return found
+
+    def entries(self, tree: str, paths: Iterable[str]) -> dict[str, Entry | None]:
+        """Each path's entry in `tree` (None where it has none)."""
+        wanted = list(paths)
+        found: dict[str, Entry | None] = dict.fromkeys(wanted)
+        if not wanted:
+            return found
+        listing = self.git("ls-tree", "-z", "--full-tree", tree, "--", *[f":(literal){path}" for path in wanted])
+        for item in listing.split(b"\0"):
+            if not item:
+                continue
+            header, _, path = item.partition(b"\t")
+            mode, _, blob = header.decode().split(" ")
+            if mode in _FILE_MODES:
+                found[path.decode("utf-8", "surrogateescape")] = (mode, blob)
+        return found
+
+    def read_blobs(self, blobs: Iterable[str]) -> dict[str, bytes]:
+        """The content of each blob, all read before the caller changes anything."""
+        wanted = sorted(set(blobs))
+        if not wanted:
+            return {}
+        output = self.git("cat-file", "--batch", input="".join(f"{blob}\n" for blob in wanted).encode())
+        contents: dict[str, bytes] = {}
+        position = 0
+        for blob in wanted:
+            newline = output.index(b"\n", position)
+            header = output[position:newline].decode().split(" ")
+            if len(header) != 3:
+                raise CheckpointError(f"the checkpoints of {self.root} lack the content {blob} (missing object)")
+            size = int(header[2])
+            contents[blob] = output[newline + 1 : newline + 1 + size]
+            position = newline + 1 + size + 1
+        return contents
+
+    def size(self) -> int:
+        """Bytes the repository takes on disk."""
+        return sum(file.stat().st_size for file in self.directory.rglob("*") if file.is_file())
+
+
+def _covered(path: str, excluded: Iterable[str]) -> bool:
+    return any(path == item or (item.endswith("/") and path.startswith(item)) for item in excluded)
+
+
+def write_file(root: Path, path: str, entry: Entry | None, content: bytes | None) -> None:
+    """Put `path` (project-relative) back as `entry` with `content`, or delete it (None); atomic for each file.
+
+    A parent that would lead outside `root` through a symlink, or into a `.git` folder, is refused. Folders a deleted
+    file leaves empty are removed up to the root, as git does.
+    """
+    target = root / path
+    parts = Path(path).parts
+    if not parts or ".." in parts or any(part.casefold() == ".git" for part in parts):
+        raise CheckpointError(f"refusing to write {path}: outside the project's files")
+    parent = target.parent
+    if parent.exists() and root.resolve() not in (parent.resolve(), *parent.resolve().parents):
+        raise CheckpointError(f"refusing to write {path}: its folder leads outside the project")
+    if entry is None:
+        if target.is_symlink() or target.is_file():
+            target.unlink()
+        directory = target.parent
+        while directory != root and directory.is_dir() and not any(directory.iterdir()):
+            directory.rmdir()
+            directory = directory.parent
+        return
+    assert content is not None
+    if parent.exists() and not parent.is_dir():
+        parent.unlink()  # a file where the folder was: the folder is what the checkpoint had
+    parent.mkdir(parents=True, exist_ok=True)
+    if target.is_dir() and not target.is_symlink():
+        shutil.rmtree(target)
+    temporary = parent / f".{target.name}.code-puppy-rewind"
+    temporary.unlink(missing_ok=True)
+    mode, _ = entry
+    if mode == "120000":
+        os.symlink(os.fsdecode(content), temporary)
+    else:
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o755 if mode == "100755" else 0o644)
+        with os.fdopen(descriptor, "wb") as file:
+            file.write(content)
+            file.flush()
+            os.fsync(file.fileno())
+    os.replace(temporary, target)
+
+
+def describe(changes: Mapping[str, Change]) -> str:
+    """`3 files: a.py, b.py (new), c.py (deleted)` for a set of changes."""
+    names = [
+        f"{path} (new)" if before is None else f"{path} (deleted)" if after is None else path
+        for path, (before, after) in sorted(changes.items())
+    ]
+    shown = ", ".join(names[:6]) + (f", … {len(names) - 6} more" if len(names) > 6 else "")
+    return f"{len(names)} file{'' if len(names) == 1 else 's'}: {shown}"

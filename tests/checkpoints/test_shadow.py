@@ -1,0 +1,130 @@
+"""The shadow repository against real git: what a snapshot keeps and leaves out, byte for byte, and its lock."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from code_puppy.checkpoints.shadow import ShadowRepo, write_file
+
+
+@pytest.fixture
+def shadow(project: Path, code_puppy_home: Path) -> ShadowRepo:
+    return ShadowRepo.open(project, code_puppy_home, max_file_mb=1)
+
+
+def files_in(shadow: ShadowRepo, tree: str) -> list[str]:
+    return shadow.git("ls-tree", "-r", "--name-only", "-z", tree).decode().split("\0")[:-1]
+
+
+def test_whole_ignored_folders_are_left_out_small_ignored_files_kept(project: Path, shadow: ShadowRepo) -> None:
+    (project / ".gitignore").write_text("node_modules/\n.env\n*.log\n")
+    (project / "node_modules" / "left-pad").mkdir(parents=True)
+    (project / "node_modules" / "left-pad" / "index.js").write_text("module.exports = 1\n")
+    (project / ".env").write_text("SECRET=1\n")
+    (project / "debug.log").write_text("log\n")
+    (project / "src").mkdir()
+    (project / "src" / "app.py").write_text("x = 1\n")
+
+    tree = shadow.snapshot()
+
+    assert files_in(shadow, tree) == [".env", ".gitignore", "README.md", "debug.log", "src/app.py"]
+
+
+def test_checkpointignore_and_the_size_limit_leave_files_out_and_list_the_big_ones(
+    project: Path, shadow: ShadowRepo
+) -> None:
+    (project / ".gitignore").write_text("*.secret\n")
+    (project / ".code-puppy").mkdir()
+    (project / ".code-puppy" / "checkpointignore").write_text("data/\n*.secret\n")
+    (project / "data").mkdir()
+    (project / "data" / "set.csv").write_text("1,2\n")
+    (project / "key.secret").write_text("k\n")
+    (project / "big.bin").write_bytes(b"x" * (1024 * 1024 + 1))
+
+    tree = shadow.snapshot()
+
+    assert files_in(shadow, tree) == [".code-puppy/checkpointignore", ".gitignore", "README.md"]
+    assert shadow.skipped == {"big.bin"}
+
+
+def test_the_projects_own_git_state_is_never_touched(repo: Path, shadow: ShadowRepo) -> None:
+    subprocess.run(["git", "-C", str(repo), "add", "README.md"], check=True)
+    index = (repo / ".git" / "index").read_bytes()
+    before = sorted(str(path.relative_to(repo)) for path in (repo / ".git").rglob("*"))
+    (repo / "new.txt").write_text("n\n")
+
+    first = shadow.snapshot()
+    (repo / "README.md").write_text("changed\n")
+    changes = shadow.changes(first, shadow.snapshot())
+
+    assert list(changes) == ["README.md"]
+    assert ".git/HEAD" not in files_in(shadow, first)
+    assert (repo / ".git" / "index").read_bytes() == index
+    assert sorted(str(path.relative_to(repo)) for path in (repo / ".git").rglob("*")) == before
+
+
+def test_crlf_executable_and_symlink_come_back_exactly(project: Path, shadow: ShadowRepo, outside: Path) -> None:
+    # The project's attributes would make git normalise line endings; the shadow repository's own override them.
+    (project / ".gitattributes").write_text("* text=auto eol=lf\n")
+    (project / "win.txt").write_bytes(b"one\r\ntwo\r\n")
+    (project / "run.sh").write_text("#!/bin/sh\n")
+    (project / "run.sh").chmod(0o755)
+    (outside / "target.txt").write_text("outside\n")
+    (project / "link").symlink_to(outside / "target.txt")
+    before = shadow.snapshot()
+    for name in ("win.txt", "run.sh", "link"):
+        (project / name).unlink()
+    changes = shadow.changes(before, shadow.snapshot())
+    blobs = shadow.read_blobs(old[1] for old, _ in changes.values() if old is not None)
+
+    for path, (old, _) in changes.items():
+        assert old is not None
+        write_file(project, path, old, blobs[old[1]])
+
+    assert (project / "win.txt").read_bytes() == b"one\r\ntwo\r\n"
+    assert os.access(project / "run.sh", os.X_OK)
+    assert os.readlink(project / "link") == str(outside / "target.txt")
+    assert changes["link"][0] is not None and changes["link"][0][0] == "120000"  # the link, not its target's text
+
+
+def test_a_write_through_a_symlinked_folder_out_of_the_project_is_refused(project: Path, outside: Path) -> None:
+    (project / "escape").symlink_to(outside)
+    with pytest.raises(Exception, match="leads outside the project"):
+        write_file(project, "escape/x.txt", ("100644", "0" * 40), b"x")
+    assert not (outside / "x.txt").exists()
+
+
+def test_a_second_process_waits_for_the_lock(project: Path, shadow: ShadowRepo) -> None:
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from pathlib import Path; from code_puppy.checkpoints.shadow import ShadowRepo\n"
+            "repo = ShadowRepo.open(Path(sys.argv[1]), Path(sys.argv[2]), max_file_mb=1)\n"
+            "with repo.lock():\n    print('held', flush=True); time.sleep(1.5)\n",
+            str(project),
+            str(shadow.directory.parents[1]),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    started = time.monotonic()
+    shadow.snapshot()
+    waited = time.monotonic() - started
+    holder.communicate()
+    assert waited > 0.5 and holder.returncode == 0
+
+
+def test_a_snapshot_after_one_killed_midway_still_works(project: Path, shadow: ShadowRepo) -> None:
+    first = shadow.snapshot()
+    (shadow.directory / "code-puppy-index.lock").write_text("")  # what git leaves when killed while it writes
+    (project / "README.md").write_text("changed\n")
+
+    assert list(shadow.changes(first, shadow.snapshot())) == ["README.md"]
