@@ -220,6 +220,7 @@ async def test_the_model_can_stop_a_background_command_it_started(project: Path,
         (started,) = [content for _, _, content in tool_returns(messages)]
         pid = re.search(r"PID: (\d+)", started)
         assert pid is not None, started
+        wait_for(lambda: sleeping(tag) != [], timeout=15, what="the background sleep to start")
         # Anything more than `kill [SIGNAL] [--] PIDS` of its own commands runs in the sandbox like any command.
         hostile = [f'kill -s "$(touch {pwned}; echo TERM)" -- -{pid[1]}', f"kill -- -{pid[1]}; touch {pwned}"]
         return [
@@ -244,7 +245,7 @@ async def test_the_model_can_stop_a_background_command_it_started(project: Path,
             try:
                 await agent.run("start and stop", deps=RunDeps(session))
                 # Stopped by the model (the sandbox goes with its bwrap), before the process ends its commands.
-                wait_for(lambda: sleeping(tag) == [], timeout=5, what=f"the background sleep to stop ({mechanism})")
+                wait_for(lambda: sleeping(tag) == [], timeout=15, what=f"the background sleep to stop ({mechanism})")
             finally:
                 shell.end_commands()
             *hostile, stopped, other = [content for _, _, content in tool_returns(session.messages)][1:]
