@@ -30,9 +30,9 @@ SHELL_TOOL_NAMES = frozenset({"shell", "run_command", "start_command"})
 """Tools that run a command string."""
 READ_ONLY_TOOLS = frozenset({*READ_ONLY_TOOL_NAMES, "check_command"})
 """Built-in tools that change nothing, whatever their arguments."""
-ALWAYS_ALLOWED_TOOL_NAMES = frozenset({*READ_ONLY_TOOLS, "stop_command", "delegate_task"})
+ALWAYS_ALLOWED_TOOL_NAMES = frozenset({*READ_ONLY_TOOLS, "stop_command", "delegate_task", "load_capability"})
 """Tools that run without asking: they change nothing by themselves (a delegate's own calls pass through this policy
-too, and `stop_command` only stops what the run itself started)."""
+too, `stop_command` only stops what the run itself started, and `load_capability` loads a skill's instructions)."""
 POLICY_TOOL_NAMES = ALWAYS_ALLOWED_TOOL_NAMES | EDIT_TOOL_NAMES | SHELL_TOOL_NAMES
 """Every name the policy treats by name; an MCP tool never takes one of them."""
 MCP_PERMISSION_KEY = "code_puppy.mcp_permission"

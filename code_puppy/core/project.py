@@ -8,21 +8,28 @@ starting a new session or resuming one keeps its MCP servers, plugin state and "
 from __future__ import annotations
 
 import os
+import sys
 import threading
+from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from pydantic_ai import Agent
+from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.models import Model
 
+from code_puppy.agents.agent_scope import AgentScope
 from code_puppy.agents.builder import build_pydantic_agent, capability, without_secrets
+from code_puppy.agents.definitions import AgentDefinition, Loaded, load_agents
 from code_puppy.agents.deps import RunDeps
+from code_puppy.agents.file_commands import FileCommand
 from code_puppy.agents.history_persistence import recover_interrupted_turn
 from code_puppy.agents.permissions import PermissionPolicy
 from code_puppy.agents.sandboxed_shell import SandboxedShell
 from code_puppy.agents.spending import Budgets, Spending, configured_prices, unpriced_model_message
 from code_puppy.config import PermissionMode, Settings, load_settings
 from code_puppy.errors import ConfigError
-from code_puppy.models import choose_model_name, resolve_model
+from code_puppy.models import choose_model_name, definition_model_name, resolve_model
 from code_puppy.options import RunOptions
 from code_puppy.plugins import RegisterCommand
 from code_puppy.plugins.discovery import load_plugins
@@ -48,6 +55,18 @@ class Project:
         self.settings: Settings = settings.model_copy(update={"mcp_servers": {}}) if options.no_mcp else settings
         self.model_name = choose_model_name(self.settings, options.model)
         self._models: dict[str, Model] = {self.model_name: resolve_model(self.settings, self.model_name)}
+        self.user_model_name = self.model_name
+        """The model the user chose (`-m`, config), which `inherit` and a switch back to code-puppy go back to."""
+        # Prompts, so they load whether the project is trusted or not: they can only narrow the user's mode.
+        self.agent_definitions = load_agents(self.root, model_known=self._model_problem)
+        """The file-defined agents (`.code-puppy/agents`, `.agents/agents`, `.claude/agents`, the user's)."""
+        report(self.agent_definitions)
+        self.active_agent: AgentDefinition | None = None
+        """The file-defined agent in charge (`--agent`, `/agent`), or None for code-puppy itself."""
+        if options.agent is not None:
+            self.active_agent = self.find_agent(options.agent)
+            if options.model is None:
+                self.model_name = self.agent_model_name(self.active_agent)
         self.plugins = (
             PluginHost(project_dir=self.root, debug=options.debug)
             if options.no_plugins
@@ -82,6 +101,55 @@ class Project:
         policy = capability(self.agent, PermissionPolicy)
         assert policy is not None  # build_pydantic_agent always has one
         return policy
+
+    def find_agent(self, name: str) -> AgentDefinition:
+        """The file-defined agent `name`.
+
+        Raises:
+            ConfigError: There is none, in one line naming the ones there are.
+        """
+        for definition in self.agent_definitions.items:
+            if definition.name == name:
+                return definition
+        known = ", ".join(sorted(d.name for d in self.agent_definitions.items)) or "none defined"
+        raise ConfigError(f"unknown agent '{name}' (agents: {known}; see `code-puppy agents list`)")
+
+    def agent_model_name(self, definition: AgentDefinition | None) -> str:
+        """The model `definition` runs on (the user's for code-puppy itself), named as `-m` names one."""
+        written = definition.model if definition is not None else None
+        return definition_model_name(self.settings, written, self.user_model_name)
+
+    def use_agent(self, definition: AgentDefinition | None) -> None:
+        """Put `definition` (None: code-puppy itself) in charge of the following runs: its instructions, its tools
+        and, unless `-m` chose one, its model."""
+        self.active_agent = definition
+        scope = capability(self.agent, AgentScope)
+        assert scope is not None  # build_pydantic_agent always has one
+        scope.definition = definition
+        if self.options.model is None:
+            self.model_name = self.agent_model_name(definition)
+
+    def start_command(self, command: FileCommand) -> Model:
+        """Narrow the following runs to `command`'s `allowed-tools`; the model it runs on (its `model`, unless `-m`
+        chose one)."""
+        scope = capability(self.agent, AgentScope)
+        assert scope is not None  # build_pydantic_agent always has one
+        scope.command_grant = command.grant if command.grant.tools is not None else None
+        if command.model is None or self.options.model is not None:
+            return self.model()
+        return self.model(definition_model_name(self.settings, command.model, self.model_name))
+
+    def end_command(self) -> None:
+        """The runs after a command's are not narrowed by it."""
+        if (scope := capability(self.agent, AgentScope)) is not None:
+            scope.command_grant = None
+
+    def _model_problem(self, written: str) -> str | None:
+        try:
+            self.model(definition_model_name(self.settings, written, self.user_model_name))
+        except ConfigError as exc:
+            return f"model '{written}': {exc}"
+        return None
 
     def require_sandbox(self, mode: PermissionMode) -> None:
         """Make sure `mode` has the sandbox when it runs commands in one (`auto`, and those in `[sandbox] modes`).
@@ -142,6 +210,12 @@ class Project:
         await self.plugins.startup(self.settings)
         if register_command is not None:
             await self.plugins.register_commands(register_command)
+        agent_models = {
+            definition.name: self.model(name)
+            for definition in self.agent_definitions.items
+            if (name := self.agent_model_name(definition)) != self.user_model_name
+        }
+        skills = _skills(self.root)
         self._agent = build_pydantic_agent(
             self.settings,
             project_root=self.root,
@@ -151,7 +225,12 @@ class Project:
             plugins=self.plugins,
             sandbox=self.sandbox,
             spending=self.spending,
+            agents=self.agent_definitions.items,
+            agent_models=agent_models,
+            skills=skills,
         )
+        if self.active_agent is not None:
+            self.use_agent(self.active_agent)
         self.plugins.agent_command = self.agent_command
         # Built while the first model request is out, rather than when its answer is first journaled. Not a daemon:
         # an exit waits for it (a tenth of a second at most) instead of tearing the interpreter down under it.
@@ -195,3 +274,24 @@ class Project:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
     ) -> None:
         await self.close()
+
+
+def report(loaded: Loaded[Any]) -> None:
+    """One line on stderr for each definition skipped or cut, and for each shadowed one."""
+    for problem in loaded.problems:
+        print(f"code-puppy: warning: {problem}", file=sys.stderr, flush=True)
+    for note in loaded.notes:
+        print(f"code-puppy: note: {note}", file=sys.stderr, flush=True)
+
+
+def _skills(root: Path) -> list[AbstractCapability[Any]]:
+    """The skills folders' skills for the agent (the harness parses them only when there is a `SKILL.md`)."""
+    from code_puppy.agents.definitions import folders, skill_files
+
+    if not any(next(skill_files(folder), None) for folder, _ in folders(root, "skills")):
+        return []
+    from code_puppy.agents.skill_library import skill_capabilities
+
+    loaded = skill_capabilities(root)
+    report(loaded)
+    return loaded.items
