@@ -45,6 +45,11 @@ def skill_capabilities(project_root: Path) -> Loaded[AbstractCapability[Any]]:
     return loaded
 
 
+def skill_names(capabilities: list[AbstractCapability[Any]]) -> set[str]:
+    """The names of the skills `skill_capabilities` loaded."""
+    return {name for skills in capabilities if isinstance(skills, Skills) for name in skills.include or ()}
+
+
 def _first_line(exc: Exception, skill_file: Path) -> str:
     text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
     return text.replace(f"{skill_file} ", "").replace(f" in {skill_file}", "").replace(str(skill_file), "SKILL.md")
