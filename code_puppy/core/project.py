@@ -20,12 +20,13 @@ from pydantic_ai.models import Model
 
 from code_puppy.agents.agent_scope import AgentScope
 from code_puppy.agents.builder import build_pydantic_agent, capability, without_secrets
-from code_puppy.agents.definitions import AgentDefinition, Loaded, load_agents
+from code_puppy.agents.definitions import AgentDefinition, Loaded, folders, load_agents, skill_files
 from code_puppy.agents.deps import RunDeps
 from code_puppy.agents.file_commands import FileCommand
 from code_puppy.agents.history_persistence import recover_interrupted_turn
 from code_puppy.agents.permissions import PermissionPolicy
 from code_puppy.agents.sandboxed_shell import SandboxedShell
+from code_puppy.agents.skill_library import skill_capabilities, skill_names
 from code_puppy.agents.spending import Budgets, Spending, configured_prices, unpriced_model_message
 from code_puppy.config import PermissionMode, Settings, load_settings
 from code_puppy.errors import ConfigError
@@ -89,6 +90,8 @@ class Project:
             raise
         self._agent: Agent[RunDeps, str] | None = None
         self._stopped = False
+        self.skill_names: set[str] = set()
+        """The skills the model can load, once started."""
 
     @property
     def agent(self) -> Agent[RunDeps, str]:
@@ -216,6 +219,7 @@ class Project:
             if (name := self.agent_model_name(definition)) != self.user_model_name
         }
         skills = _skills(self.root)
+        self.skill_names = skill_names(skills)
         self._agent = build_pydantic_agent(
             self.settings,
             project_root=self.root,
@@ -286,11 +290,8 @@ def report(loaded: Loaded[Any]) -> None:
 
 def _skills(root: Path) -> list[AbstractCapability[Any]]:
     """The skills folders' skills for the agent (the harness parses them only when there is a `SKILL.md`)."""
-    from code_puppy.agents.definitions import folders, skill_files
-
     if not any(next(skill_files(folder), None) for folder, _ in folders(root, "skills")):
         return []
-    from code_puppy.agents.skill_library import skill_capabilities
 
     loaded = skill_capabilities(root)
     report(loaded)

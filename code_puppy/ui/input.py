@@ -61,16 +61,24 @@ class ProjectFiles:
 class ChatCompleter(Completer):
     """Slash commands at the start of the line, project paths after `@`."""
 
-    def __init__(self, files: ProjectFiles, command_names: Callable[[], Iterable[str]]) -> None:
+    def __init__(
+        self,
+        files: ProjectFiles,
+        command_names: Callable[[], Iterable[str]],
+        describe: Callable[[str], str] | None = None,
+    ) -> None:
         self._files = files
         self._command_names = command_names
+        self._describe = describe
+        """A command's one-line help, shown beside it in the menu."""
 
     def get_completions(self, document: Document, complete_event: CompleteEvent) -> Iterator[Completion]:
         before = document.text_before_cursor
         if before.startswith("/") and " " not in before and "\n" not in before:
             for name in self._command_names():
                 if name.startswith(before[1:]):
-                    yield Completion("/" + name, start_position=-len(before))
+                    meta = self._describe(name) if self._describe is not None else None
+                    yield Completion("/" + name, start_position=-len(before), display_meta=meta)
             return
         match = _AT_WORD.search(before)
         if match is None:
