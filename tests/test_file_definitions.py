@@ -209,3 +209,67 @@ def test_skills_list(claude_project: Path, code_puppy_home: Path) -> None:
         f"notes  (user: {code_puppy_home / 'skills' / 'notes' / 'SKILL.md'})\n"
         "  Take notes\n"
     )
+
+
+GUARD = """\
+import json, sys
+event = json.load(sys.stdin)
+if "rm -rf" in event["tool_input"]["command"]:
+    print("rm -rf is not allowed here", file=sys.stderr)
+    sys.exit(2)
+"""
+AFTER_EDIT = """\
+import json, sys
+event = json.load(sys.stdin)
+transcript = [json.loads(line) for line in open(event["transcript_path"])]
+with open("edited.log", "a") as log:
+    log.write(f"{event['hook_event_name']} {event['tool_name']} {event['tool_input']['file_path']} "
+              f"{event['tool_input']['content']!r} transcript={len(transcript)}\\n")
+"""
+CLAUDE_SETTINGS = {
+    "permissions": {"allow": ["Bash(npm run lint)"]},
+    "hooks": {
+        "PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "python3 .claude/guard.py"}]}],
+        "PostToolUse": [
+            {"matcher": "Edit|Write", "hooks": [{"type": "command", "command": "python3 .claude/after_edit.py"}]}
+        ],
+        "Notification": [{"hooks": [{"type": "command", "command": "true"}]}],
+    },
+}
+
+
+def with_claude_hooks(root: Path) -> None:
+    (root / ".claude" / "guard.py").write_text(GUARD)
+    (root / ".claude" / "after_edit.py").write_text(AFTER_EDIT)
+    (root / ".claude" / "settings.json").write_text(json.dumps(CLAUDE_SETTINGS))
+
+
+def test_claude_code_hooks_run_unchanged_in_a_trusted_project(server: FakeLLMServer, claude_project: Path) -> None:
+    with_claude_hooks(claude_project)
+    assert run_cli("trust", cwd=claude_project).returncode == 0
+    server.script(text("Ready."))
+    assert run_cli("-p", "hello", cwd=claude_project).returncode == 0
+    server.script(
+        tool_calls(call("shell", {"command": "rm -rf build"})),
+        tool_calls(call("write_file", {"path": "notes.txt", "content": "hi"})),
+        text("Done."),
+    )
+    completed = run_cli("-p", "clean up", "-c", "--permission-mode", "yolo", cwd=claude_project)
+    assert completed.returncode == 0, completed.stderr
+    assert tool_results(server.requests[2].body)[-1:] == ["Blocked by plugin shell_hooks: rm -rf is not allowed here"]
+    assert (claude_project / "notes.txt").read_text() == "hi"
+    log = (claude_project / "edited.log").read_text()
+    # The session's stored history (the first turn: prompt and answer), one JSON message per line.
+    assert log == "PostToolUse Write notes.txt 'hi' transcript=2\n"
+
+
+def test_an_untrusted_projects_claude_hooks_do_not_run(server: FakeLLMServer, claude_project: Path) -> None:
+    with_claude_hooks(claude_project)
+    server.script(tool_calls(call("write_file", {"path": "notes.txt", "content": "hi"})), text("Done."))
+    completed = run_cli("-p", "write", "--permission-mode", "yolo", cwd=claude_project)
+    assert completed.returncode == 0
+    assert not (claude_project / "edited.log").exists()
+    assert (
+        "code-puppy: note: .claude/settings.json: its hooks do not run: this project is not trusted (`code-puppy trust`)"
+        in completed.stderr.splitlines()
+    )
