@@ -270,6 +270,6 @@ def test_an_untrusted_projects_claude_hooks_do_not_run(server: FakeLLMServer, cl
     assert completed.returncode == 0
     assert not (claude_project / "edited.log").exists()
     assert (
-        "code-puppy: note: .claude/settings.json: its hooks do not run: this project is not trusted (`code-puppy trust`)"
-        in completed.stderr.splitlines()
+        "code-puppy: note: .claude/settings.json: its hooks do not run: this project is not trusted "
+        "(`code-puppy trust`)" in completed.stderr.splitlines()
     )
