@@ -242,7 +242,7 @@ class Builtins:
             try:
                 definition = None if args == "default" else project.find_agent(args)
                 model_name = project.agent_model_name(definition)
-                if model_name != runtime.model_name:
+                if project.options.model is None and model_name != runtime.model_name:
                     runtime.switch_model(model_name)
             except ConfigError as exc:
                 return str(exc)
