@@ -301,6 +301,11 @@ class _Sources:
         return 0
 
 
+class ToolsConfig(_Section):
+    planning: bool = True
+    """Offer the model a task list (pydantic-ai-harness `Planning`), shown while the turn runs."""
+
+
 class Settings(_Section):
     """Everything config.toml can say, merged from the user and project files."""
 
@@ -314,6 +319,7 @@ class Settings(_Section):
     plugins: PluginsConfig = PluginsConfig()
     sandbox: SandboxConfig = SandboxConfig()
     budget: BudgetConfig = BudgetConfig()
+    tools: ToolsConfig = ToolsConfig()
     mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict[str, McpServerConfig])
     """MCP servers by name; a project's are read only when the project is trusted."""
     _sources: _Sources = PrivateAttr(default_factory=lambda: _Sources(()))

@@ -15,6 +15,7 @@ from tests.fake_llm import FakeLLMServer, call, text, tool_calls
 
 FIXTURE = Path(__file__).parent / "fixtures" / "claude_project"
 READ_TOOLS_AND_GIT = ["read_file", "list_files", "grep", "shell"]
+PLAN_TOOLS = ["write_plan", "read_plan", "add_task", "update_task_status", "update_task_statuses", "remove_task"]
 
 
 @pytest.fixture
@@ -179,7 +180,14 @@ def test_an_agents_stricter_mode_applies(server: FakeLLMServer, claude_project: 
     server.script(text("ok"))
     completed = run_cli("-p", "hi", "--agent", "reviewer", "--permission-mode", "accept-edits", cwd=claude_project)
     assert completed.returncode == 0
-    assert tools(server.requests[0].body) == ["load_capability", "read_file", "list_files", "grep", "delegate_task"]
+    assert tools(server.requests[0].body) == [
+        "load_capability",
+        "read_file",
+        "list_files",
+        "grep",
+        "delegate_task",
+        *PLAN_TOOLS,  # read-only keeps what changes nothing
+    ]
     assert "You only read." in system(server.requests[0].body)
     assert "code-puppy: note: agent 'reviewer' in .claude/agents/reviewer.md is shadowed by " in completed.stderr
 
@@ -273,3 +281,39 @@ def test_an_untrusted_projects_claude_hooks_do_not_run(server: FakeLLMServer, cl
         "code-puppy: note: .claude/settings.json: its hooks do not run: this project is not trusted "
         "(`code-puppy trust`)" in completed.stderr.splitlines()
     )
+
+
+PLAN = [
+    {"id": "read", "content": "Read the code"},
+    {"id": "fix", "content": "Fix the bug", "status": "in_progress", "active_form": "Fixing the bug"},
+]
+
+
+def test_plan_events_in_stream_json(server: FakeLLMServer, project: Path) -> None:
+    server.script(
+        tool_calls(call("write_plan", {"items": PLAN})),
+        tool_calls(call("update_task_statuses", {"updates": [{"task_id": "read", "status": "completed"}]})),
+        text("Done."),
+    )
+    completed = run_cli("-p", "fix it", "--output-format", "stream-json", cwd=project)  # ask mode: always allowed
+    assert completed.returncode == 0, completed.stderr
+    events = [json.loads(line) for line in completed.stdout.splitlines()]
+    plans = [
+        [(item["content"], item["status"]) for item in event["items"]] for event in events if event["type"] == "plan"
+    ]
+    assert plans == [
+        [("Read the code", "pending"), ("Fix the bug", "in_progress")],
+        [("Read the code", "completed"), ("Fix the bug", "in_progress")],
+    ]
+    kinds = [event["type"] for event in events]
+    assert kinds.index("plan") == kinds.index("tool_result") + 1  # after the call that changed it
+
+
+def test_planning_can_be_switched_off(server: FakeLLMServer, project: Path, code_puppy_home: Path) -> None:
+    config = code_puppy_home / "config.toml"
+    server.script(text("ok"), text("ok"))
+    assert run_cli("-p", "hi", cwd=project).returncode == 0
+    config.write_text(config.read_text() + "[tools]\nplanning = false\n")
+    assert run_cli("-p", "hi", cwd=project).returncode == 0
+    assert "write_plan" in tools(server.requests[0].body)
+    assert not set(PLAN_TOOLS) & set(tools(server.requests[1].body))

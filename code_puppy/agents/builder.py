@@ -12,6 +12,7 @@ from pydantic_ai import Agent
 from pydantic_ai.capabilities import AbstractCapability, LocalWorkspace, RequestInput
 from pydantic_ai.models import Model
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, RunContext, ToolDenied
+from pydantic_ai_harness.planning import Planning
 from pydantic_ai_harness.repo_context import RepoContext
 from pydantic_ai_harness.shell import LLM_API_KEY_ENV_PATTERNS, MAX_FOREGROUND_WAIT, Shell
 from pydantic_ai_harness.subagents import SubAgent, SubAgents
@@ -205,6 +206,8 @@ def build_pydantic_agent(
                 expose_inventory_tool=False,
             ),
             SubAgents(agents=delegates, include_self=True, agent_folders=None),
+            # The model's task list, one per run; its changes are events the chat and stream-json show.
+            *([Planning()] if settings.tools.planning else []),
             *skills,
             *mcp_servers,
             limits,

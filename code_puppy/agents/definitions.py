@@ -45,13 +45,14 @@ FILE_TOOLS: dict[str, tuple[str, ...]] = {
     "bash": ("shell",),
     "task": ("delegate_task",),
     "agent": ("delegate_task",),
+    "todowrite": ("write_plan", "read_plan", "add_task", "update_task_status", "update_task_statuses", "remove_task"),
 }
 """Claude Code's tool names (case-insensitive) as code-puppy's tools."""
 OWN_TOOLS = frozenset(
     {"read_file", "write_file", "edit_file", "create_directory", "list_files", "grep", "shell", "delegate_task"}
 )
 """code-puppy's own tool names, accepted as they are."""
-UNAVAILABLE_TOOLS = frozenset({"webfetch", "websearch", "todowrite", "todoread", "bashoutput", "killshell", "skill"})
+UNAVAILABLE_TOOLS = frozenset({"webfetch", "websearch", "todoread", "bashoutput", "killshell", "skill"})
 """Claude Code tools code-puppy has no counterpart for (or always offers), dropped without a note."""
 _BASH_PATTERN = re.compile(r"^bash\((.*)\)$", re.IGNORECASE | re.DOTALL)
 _KEY = re.compile(r"^([A-Za-z0-9_][A-Za-z0-9_.-]*)\s*:(.*)$")

@@ -42,7 +42,14 @@ if TYPE_CHECKING:
 STARTUP_TRACE = "CODE_PUPPY_STARTUP_TRACE"
 """A file the chat appends one line to when its prompt is first drawn, saying whether pydantic-ai was imported yet."""
 STYLE = Style.from_dict(
-    {"prompt": "bold ansicyan", "spinner": "ansicyan", "partial": "", "approval": "bold ansiyellow", "hint": "ansigray"}
+    {
+        "prompt": "bold ansicyan",
+        "spinner": "ansicyan",
+        "plan": "ansigray",
+        "partial": "",
+        "approval": "bold ansiyellow",
+        "hint": "ansigray",
+    }
 )
 _BUSY_COMMANDS = frozenset({"help", "queue", "steer", "usage", "budget", "permissions", "exit"})
 """Slash commands that make sense while a turn runs; the others wait for the prompt."""
@@ -358,6 +365,7 @@ class Chat:
         lines: StyleAndTextTuples = []
         live = self._live
         if live.started is not None:
+            lines.extend(("class:plan", f"  {line}\n") for line in live.plan)
             if live.partial:
                 lines.append(("class:partial", live.partial[-(self.screen.width - 3) :] + "\n"))
             waiting = self._runtime.inbox.waiting if self._runtime is not None else 0

@@ -42,6 +42,7 @@ async def turn_job(chat: ChatControl, text: str, *, command: FileCommand | None 
     finally:
         runtime.project.end_command()
     sink.flush_text()
+    sink.flush_plan()
     cost = runtime.project.spending.turn.describe()
     chat.screen.print(Text(_ending(outcome, time.monotonic() - started, cost), style="dim"), "")
     if outcome.unrun_follow_up:

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from tests.fake_llm import FakeLLMServer, text
+from tests.fake_llm import FakeLLMServer, call, text, tool_calls
 from tests.pty_chat import PtyChat
-from tests.test_file_definitions import FIXTURE, READ_TOOLS_AND_GIT, system, tools, user
+from tests.test_file_definitions import FIXTURE, PLAN, READ_TOOLS_AND_GIT, system, tools, user
 
 
 @pytest.fixture
@@ -85,3 +85,16 @@ def test_init_asks_for_an_agents_md(server: FakeLLMServer, chat: PtyChat) -> Non
     chat.type("/init\r")
     chat.wait_turn("Wrote AGENTS.md.")
     assert user(server.requests[0].body)[0].startswith("Write a starting AGENTS.md at the root of this project")
+
+
+def test_the_plan_shows_live_and_stays_after_the_turn(server: FakeLLMServer, chat: PtyChat) -> None:
+    server.script(
+        tool_calls(call("write_plan", {"items": PLAN})),
+        tool_calls(call("update_task_statuses", {"updates": [{"task_id": "read", "status": "completed"}]})),
+        text("All done.", delay=1.5),
+    )
+    chat.type("fix it\r")
+    live = chat.wait_for(lambda screen: "☑ Read the code" in screen and "steer›" in screen)
+    assert "◐ Fixing the bug" in live and "(1/2 done)" in live
+    screen = chat.wait_turn("All done.")
+    assert "☑ Read the code\n  ◐ Fixing the bug\n  (1/2 done)" in screen  # kept once the turn is over
