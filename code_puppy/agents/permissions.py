@@ -307,7 +307,8 @@ class PermissionPolicy(AbstractCapability[Any]):
             return None
         target = (self.project_root / Path(path).expanduser()).resolve()
         home = config_dir().resolve()
-        for own in (home / "config.toml", home / "plugins", home / TRUSTED_PROJECTS_FILE):
+        owned = ("config.toml", "plugins", TRUSTED_PROJECTS_FILE, "agents", "commands", "skills")
+        for own in (home / name for name in owned):
             if target == own or own in target.parents:
                 return str(target)
         try:

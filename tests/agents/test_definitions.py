@@ -23,6 +23,7 @@ from code_puppy.agents.definitions import (
 )
 from code_puppy.agents.deps import RunDeps
 from code_puppy.agents.file_commands import BUILT_IN_COMMANDS, load_commands
+from code_puppy.agents.permissions import PermissionPolicy
 from code_puppy.config import Settings
 from code_puppy.models import definition_model_name
 from code_puppy.sessions.session import Session
@@ -132,3 +133,12 @@ async def test_an_agent_in_charge_refuses_a_compound_command_outside_its_pattern
     assert results == [
         "`git status && rm -rf src` is outside the commands agent 'git-only' may run (git, git *). Do not retry it."
     ]
+
+
+def test_the_users_definition_folders_are_protected(tmp_path: Path, code_puppy_home: Path) -> None:
+    policy = PermissionPolicy(tmp_path, mode="accept-edits")
+    for folder in ("agents", "commands", "skills"):
+        target = code_puppy_home / folder / "x.md"
+        assert policy.agent_config(str(target)) == str(target.resolve())
+        assert policy.decide("write_file", {"path": str(target)})[0] != "allow"
+    assert policy.agent_config(str(code_puppy_home / "notes.md")) is None
