@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import KW_ONLY, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from pydantic_ai import RunContext, ToolDefinition
 from pydantic_ai.capabilities import AbstractCapability
@@ -70,7 +70,8 @@ class AgentScope(AbstractCapability[Any]):
     def mode(self) -> PermissionMode:
         """The mode calls are decided in: the user's, or the definition's when it is stricter."""
         definition = self.definition
-        return stricter_mode(self.policy.mode, definition.permission_mode if definition else None)  # type: ignore[return-value]
+        mode = stricter_mode(self.policy.mode, definition.permission_mode if definition else None)
+        return cast(PermissionMode, mode)  # one of the policy's or the definition's, both checked modes
 
     def _grants(self) -> list[ToolGrant]:
         grants = [self.definition.grant] if self.definition is not None else []
