@@ -1,6 +1,6 @@
 """Interactive start-up (DESIGN §4: the prompt within 0.3 s), measured in a pseudo-terminal.
 
-    python benchmarks/interactive_start.py [--runs 10]
+    python benchmarks/interactive_start.py [--runs 10] [--project DIR]
 
 Starts the installed `code-puppy` chat in a 120x40 pty (pexpect; pyte plays the terminal and answers its cursor
 position requests) and reports, as medians: launch → the prompt is drawn and accepts input, and launch → the model,
@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -75,11 +76,16 @@ def one_start(home: Path, project: Path, command: list[str]) -> tuple[float, flo
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=10)
-    runs = parser.parse_args().runs
+    parser.add_argument("--project", type=Path, help="start the chat in a copy of this project")
+    arguments = parser.parse_args()
+    runs = arguments.runs
     with tempfile.TemporaryDirectory() as tmp:
         home, project = Path(tmp, "home"), Path(tmp, "project")
         home.mkdir()
-        project.mkdir()
+        if arguments.project is not None:
+            shutil.copytree(arguments.project, project)
+        else:
+            project.mkdir()
         # Nothing is sent to it: start-up only needs a model that resolves.
         (home / "config.toml").write_text(
             'model = "fake"\n[models.fake]\nname = "fake-model"\nbase_url = "http://127.0.0.1:9/v1"\n'

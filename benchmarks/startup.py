@@ -1,10 +1,11 @@
 """Start-up and headless-run budgets (DESIGN §4), measured as medians over repeated subprocess runs.
 
-    python benchmarks/startup.py [--runs 10]
+    python benchmarks/startup.py [--runs 10] [--project DIR]
 
 Prints `--version`/`--help` times, the time Python needs to import pydantic-ai and the OpenAI client, and a
 headless run of 3 model requests with 2 tool calls against the fake server, with its ratio to that import and its
-peak memory (max RSS of the child).
+peak memory (max RSS of the child). `--project DIR` runs it in a copy of DIR (e.g. tests/fixtures/claude_project, to
+measure what reading agents, commands and skills adds).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -54,7 +56,9 @@ def median_of(runs: int, command: list[str], **kwargs: object) -> tuple[float, i
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=10)
-    runs = parser.parse_args().runs
+    parser.add_argument("--project", type=Path, help="run the headless run in a copy of this project")
+    arguments = parser.parse_args()
+    runs = arguments.runs
     code_puppy = str(BIN / "code-puppy")
 
     version, _ = median_of(runs, [code_puppy, "--version"])
@@ -66,7 +70,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         home, project = Path(tmp, "home"), Path(tmp, "project")
         home.mkdir()
-        project.mkdir()
+        if arguments.project is not None:
+            shutil.copytree(arguments.project, project)
+        else:
+            project.mkdir()
         (project / "README.md").write_text("# demo project\n")
         script = Path(tmp, "script.json")
         script.write_text(json.dumps(SCRIPT))

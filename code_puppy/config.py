@@ -310,6 +310,11 @@ class _Sources:
         return 0
 
 
+class ToolsConfig(_Section):
+    planning: bool = True
+    """Offer the model a task list (pydantic-ai-harness `Planning`), shown while the turn runs."""
+
+
 class Settings(_Section):
     """Everything config.toml can say, merged from the user and project files."""
 
@@ -324,6 +329,7 @@ class Settings(_Section):
     sandbox: SandboxConfig = SandboxConfig()
     budget: BudgetConfig = BudgetConfig()
     checkpoints: CheckpointsConfig = CheckpointsConfig()
+    tools: ToolsConfig = ToolsConfig()
     mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict[str, McpServerConfig])
     """MCP servers by name; a project's are read only when the project is trusted."""
     _sources: _Sources = PrivateAttr(default_factory=lambda: _Sources(()))

@@ -153,6 +153,7 @@ def ensure_own_scripts_on_path() -> None:
 )
 @click.option("-c", "--continue", "continue_last", is_flag=True, help="Continue the latest session of this project.")
 @click.option("-r", "--resume", metavar="ID", help="Resume a session by id or unique prefix.")
+@click.option("--agent", metavar="NAME", help="Put a file-defined agent in charge (`code-puppy agents list`).")
 @click.option("--no-mcp", is_flag=True, help="Run without the configured MCP servers.")
 @click.option("--no-plugins", is_flag=True, help="Run without plugins.")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
@@ -173,6 +174,7 @@ def cli(
     usage_file: Path | None,
     continue_last: bool,
     resume: str | None,
+    agent: str | None,
     no_mcp: bool,
     no_plugins: bool,
     debug: bool,
@@ -205,6 +207,7 @@ def cli(
         no_mcp=no_mcp,
         no_plugins=no_plugins,
         debug=_debug_requested(),
+        agent=agent,
     )
     if text is None:
         if timeout is not None:
@@ -442,6 +445,42 @@ def plugins_list() -> None:
 def plugins_trust() -> None:
     """Trust this project as it is now, and run its .code-puppy/plugins (a later change needs trusting again)."""
     _trust()
+
+
+@cli.group("agents")
+def agents_group() -> None:
+    """Agents defined in files: .code-puppy/agents, .agents/agents, .claude/agents (project and user)."""
+
+
+@agents_group.command("list")
+def agents_list() -> None:
+    """Every file-defined agent: name, description, model, tools, and the file it comes from."""
+
+    def run() -> None:
+        from code_puppy.definition_commands import list_agents
+        from code_puppy.paths import find_project_root
+
+        list_agents(find_project_root(Path.cwd()), sys.stdout, sys.stderr)
+
+    sys.exit(guarded(run))
+
+
+@cli.group("skills")
+def skills_group() -> None:
+    """Agent Skills: .code-puppy/skills, .agents/skills, .claude/skills (project and user)."""
+
+
+@skills_group.command("list")
+def skills_list() -> None:
+    """Every skill: name, description, and the SKILL.md it comes from."""
+
+    def run() -> None:
+        from code_puppy.definition_commands import list_skills
+        from code_puppy.paths import find_project_root
+
+        list_skills(find_project_root(Path.cwd()), sys.stdout, sys.stderr)
+
+    sys.exit(guarded(run))
 
 
 @cli.command("trust")

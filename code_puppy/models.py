@@ -91,6 +91,30 @@ def resolve_model(settings: Settings, name: str) -> Model:
         raise ConfigError(f"model '{name}' could not be set up: {type(exc).__name__}: {first_line}") from None
 
 
+CLAUDE_MODEL_ALIASES = {
+    "sonnet": "anthropic:claude-sonnet-4-5",
+    "opus": "anthropic:claude-opus-4-1",
+    "haiku": "anthropic:claude-haiku-4-5",
+}
+"""Claude Code's `model:` aliases in agent and command files, as Anthropic models."""
+
+
+def definition_model_name(settings: Settings, written: str | None, current: str) -> str:
+    """The model a file-defined agent or command runs on, named as `-m` names one.
+
+    Unset or `inherit`: the current model. `sonnet`, `opus`, `haiku`: a `[models]` entry of that name when there is
+    one, else Claude's model of that family when the current model is Anthropic's, else the current model (a Claude
+    Code file then still works on the model the user chose). Anything else is resolved like `-m`.
+    """
+    if written is None or written == "inherit":
+        return current
+    if written in settings.models or written not in CLAUDE_MODEL_ALIASES:
+        return written
+    endpoint = settings.models.get(current)
+    anthropic = current.startswith("anthropic:") or (endpoint is not None and endpoint.provider == "anthropic")
+    return CLAUDE_MODEL_ALIASES[written] if anthropic else current
+
+
 def model_resolver(settings: Settings) -> Callable[[str], Model]:
     """`resolve_model` for these settings, each name made once (history processors name their summary models)."""
     made: dict[str, Model] = {}

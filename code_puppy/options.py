@@ -23,3 +23,5 @@ class RunOptions:
     no_mcp: bool = False
     no_plugins: bool = False
     debug: bool = False
+    agent: str | None = None
+    """A file-defined agent in charge from the start (`--agent NAME`)."""

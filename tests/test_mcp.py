@@ -79,7 +79,20 @@ def tool_results(body: dict[str, Any]) -> list[str]:
     return [message["content"] for message in body["messages"] if message["role"] == "tool"]
 
 
-BUILT_IN = ["create_directory", "delegate_task", "edit_file", "grep", "list_files", "read_file", "shell", "write_file"]
+PLAN_TOOLS = ["add_task", "read_plan", "remove_task", "update_task_status", "update_task_statuses", "write_plan"]
+BUILT_IN = sorted(
+    [
+        "create_directory",
+        "delegate_task",
+        "edit_file",
+        "grep",
+        "list_files",
+        "read_file",
+        "shell",
+        "write_file",
+        *PLAN_TOOLS,
+    ]
+)
 ECHO_TOOLS = ["echo_add", "echo_crash", "echo_echo", "echo_env", "echo_grep", "echo_sleep", "echo_write_note"]
 
 
@@ -386,12 +399,9 @@ async def test_read_only_does_not_offer_mcp_tools(project: Path, tag: str) -> No
     script = scripted("ok")
     agent = build_pydantic_agent(settings, model=script.model, project_root=project, permission_mode="read-only")
     await agent.run("look")
-    assert sorted(tool.name for tool in script.infos[0].function_tools) == [
-        "delegate_task",
-        "grep",
-        "list_files",
-        "read_file",
-    ]
+    assert sorted(tool.name for tool in script.infos[0].function_tools) == sorted(
+        ["delegate_task", "grep", "list_files", "read_file", *PLAN_TOOLS]
+    )
 
 
 async def test_servers_stay_up_across_runs_while_the_agent_is_entered(project: Path, tag: str) -> None:

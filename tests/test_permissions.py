@@ -123,21 +123,31 @@ async def test_yolo_runs_commands(project: Path) -> None:
 async def test_read_only_offers_no_editing_or_shell_tools(project: Path) -> None:
     script = scripted("ok")
     await agent_for(project, script.model, "read-only").run("look around")
-    assert sorted(tool.name for tool in script.infos[0].function_tools) == [
-        "delegate_task",
-        "grep",
-        "list_files",
-        "read_file",
-    ]
+    assert sorted(tool.name for tool in script.infos[0].function_tools) == sorted(
+        ["delegate_task", "grep", "list_files", "read_file", *PLAN_TOOLS]  # the plan changes nothing
+    )
 
 
 async def test_default_tools_are_the_file_tools_shell_and_delegation(project: Path) -> None:
     script = scripted("ok")
     await agent_for(project, script.model, "ask").run("hi")
     assert sorted(tool.name for tool in script.infos[0].function_tools) == sorted(
-        ["create_directory", "delegate_task", "edit_file", "grep", "list_files", "read_file", "shell", "write_file"]
+        [
+            "create_directory",
+            "delegate_task",
+            "edit_file",
+            "grep",
+            "list_files",
+            "read_file",
+            "shell",
+            "write_file",
+            *PLAN_TOOLS,
+        ]
     )
 
+
+PLAN_TOOLS = ["add_task", "read_plan", "remove_task", "update_task_status", "update_task_statuses", "write_plan"]
+"""The harness Planning tools, offered in every mode."""
 
 SECRETS = {
     "OPENAI_API_KEY": "sk-openai",

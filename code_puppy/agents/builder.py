@@ -12,17 +12,19 @@ from pydantic_ai import Agent
 from pydantic_ai.capabilities import AbstractCapability, LocalWorkspace, RequestInput
 from pydantic_ai.models import Model
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, RunContext, ToolDenied
+from pydantic_ai_harness.planning import Planning
 from pydantic_ai_harness.repo_context import RepoContext
 from pydantic_ai_harness.shell import LLM_API_KEY_ENV_PATTERNS, MAX_FOREGROUND_WAIT, Shell
-from pydantic_ai_harness.subagents import SubAgents
+from pydantic_ai_harness.subagents import SubAgent, SubAgents
 from pydantic_ai_harness.tool_output_limits import Band, ToolOutputLimits, Truncate
 
+from code_puppy.agents.agent_scope import AgentScope
 from code_puppy.agents.checkpoints import Checkpoints
 from code_puppy.agents.compaction import PersistentCompaction, compaction_strategy
 from code_puppy.agents.cut_off_calls import CutOffCalls
+from code_puppy.agents.definitions import AgentDefinition
 from code_puppy.agents.deps import RunDeps, deps_of
 from code_puppy.agents.history_persistence import HistoryPersistence
-from code_puppy.agents.instructions import build_instructions
 from code_puppy.agents.permissions import PermissionPolicy
 from code_puppy.agents.project_files import ProjectFileSystem
 from code_puppy.agents.provider_retries import ProviderRetries
@@ -76,6 +78,9 @@ def build_pydantic_agent(
     sandbox: ProjectSandbox | None = None,
     spending: Spending | None = None,
     checkpoints: ShadowRepo | None = None,
+    agents: Sequence[AgentDefinition] = (),
+    agent_models: Mapping[str, Model] | None = None,
+    skills: Sequence[AbstractCapability[Any]] = (),
 ) -> Agent[RunDeps, str]:
     """Assemble the agent of a project: one capabilities list, outermost first; built once per process and project.
 
@@ -87,6 +92,9 @@ def build_pydantic_agent(
     `sandbox` is where `auto` mode runs the shell tool's commands (default: one made from `[sandbox]` when needed).
     `spending` prices and records every model request and holds the budgets (default: counted in memory, no budget).
     `checkpoints`, when given, is where the project is snapshotted around each call that can change it.
+    `agents` are the file-defined agents the model may delegate to by name, each on its model in `agent_models`
+    (the run's model when absent), with only its tools, under the same policy, plugins and sandbox; `skills` are
+    the harness `Skills` the model loads on demand.
 
     Raises:
         ConfigError: A history processor or condition that cannot be imported or used.
@@ -137,43 +145,88 @@ def build_pydantic_agent(
         sandbox_modes=settings.sandbox.modes,
         unsandboxed=settings.permissions.unsandboxed,
     )
+    scope = AgentScope(policy, root)
+    # One instance of each tool capability serves the main agent and every delegate: the same policy decisions,
+    # "always allow" scopes, sandbox and background commands.
+    tools: list[AbstractCapability[Any]] = [
+        policy,
+        # Outside the output limits, so plugins' post_tool_call gets the result the model gets.
+        *([plugins.post_tool_call_hook()] if plugins is not None else []),
+        # Inside the policy (only the calls it let through are wrapped, after it decided on the command as
+        # written) and the plugins' hooks (their post_tool_call sees the command as written too).
+        SandboxedShell(policy, sandbox),
+        ProjectFileSystem(root_dir=root, content_hashes=False, max_read_chars=MAX_READ_CHARS, tools=FILE_TOOLS),
+        Shell(
+            cwd=root,
+            denied_commands=[],
+            default_timeout=MAX_FOREGROUND_WAIT,
+            allow_interactive=True,
+            env=without_secrets(shell_env if shell_env is not None else os.environ, settings),
+            tools=["shell"],
+        ),
+        ShellOutputs(),
+    ]
+    limits = TruncatedToolOutputs(bands=[Band(over=MAX_OUTPUT_CHARS, action=Truncate(max_chars=MAX_OUTPUT_CHARS))])
+    approvals = RequestInput(_ask_or_deny)
+    meter = CostMeter(spending)
+    # One instance for the main agent and its delegates: a delegate's changes are the turn's too.
+    checkpointing = [Checkpoints(checkpoints)] if checkpoints is not None else []
+    delegates = [
+        SubAgent(
+            Agent(
+                (agent_models or {}).get(definition.name),
+                deps_type=RunDeps,
+                name=definition.name,
+                description=definition.description,
+                capabilities=[
+                    *checkpointing,
+                    LocalWorkspace(root),
+                    ProviderRetries(settings.run),
+                    AgentScope(policy, root, definition=definition),
+                    *tools,
+                    limits,
+                    CutOffCalls(),
+                    approvals,
+                    meter,
+                ],
+                retries={"tools": 3},
+                defer_model_check=True,
+            )
+        )
+        for definition in agents
+    ]
     return Agent(
         model,
         deps_type=RunDeps,
-        instructions=build_instructions(root),
         capabilities=[
             # Outermost around tool execution: its snapshots enclose everything the other capabilities do to a call.
-            *([Checkpoints(checkpoints)] if checkpoints is not None else []),
+            *checkpointing,
             LocalWorkspace(root),
             ProviderRetries(settings.run),
             Steering(),
-            policy,
-            # Outside the output limits, so plugins' post_tool_call gets the result the model gets.
-            *([plugins.post_tool_call_hook()] if plugins is not None else []),
-            # Inside the policy (only the calls it let through are wrapped, after it decided on the command as
-            # written) and the plugins' hooks (their post_tool_call sees the command as written too).
-            SandboxedShell(policy, sandbox),
-            ProjectFileSystem(root_dir=root, content_hashes=False, max_read_chars=MAX_READ_CHARS, tools=FILE_TOOLS),
-            Shell(
-                cwd=root,
-                denied_commands=[],
-                default_timeout=MAX_FOREGROUND_WAIT,
-                allow_interactive=True,
-                env=without_secrets(shell_env if shell_env is not None else os.environ, settings),
-                tools=["shell"],
+            # The instructions, and what a file-defined agent or command in charge may use (before the policy,
+            # which every call it lets through still passes).
+            scope,
+            *tools,
+            RepoContext(
+                workspace_dir=root,
+                home_dir=Path.home() if Path.home() in root.parents else None,
+                filenames=("AGENTS.md", "CLAUDE.md", ".code-puppy/instructions.md"),
+                expose_inventory_tool=False,
             ),
-            ShellOutputs(),
-            RepoContext(workspace_dir=root, expose_inventory_tool=False),
-            SubAgents(include_self=True, agent_folders=None),
+            SubAgents(agents=delegates, include_self=True, agent_folders=None),
+            # The model's task list, one per run; its changes are events the chat and stream-json show.
+            *([Planning()] if settings.tools.planning else []),
+            *skills,
             *mcp_servers,
-            TruncatedToolOutputs(bands=[Band(over=MAX_OUTPUT_CHARS, action=Truncate(max_chars=MAX_OUTPUT_CHARS))]),
+            limits,
             CutOffCalls(),
             *(plugins.capabilities if plugins is not None else []),
             # Approvals: the run's `ask` answers while the run waits; with nobody to ask, calls are denied with a
             # reason instead of ending the run with DeferredToolRequests output.
-            RequestInput(_ask_or_deny),
+            approvals,
             # Before compaction, so a spent budget stops a step before its summary is paid for too.
-            CostMeter(spending),
+            meter,
             # User policy first, compaction as the safety net on what remains (agents/compaction.py): both see the
             # request as every capability above left it, and what they accept becomes the run's history.
             *user_processing,

@@ -23,8 +23,14 @@ stop it when it is no longer needed.
 Answer in Markdown, briefly: what you did, what you verified and how, and what is left or uncertain."""
 
 
-def build_instructions(project_root: Path) -> str:
-    """The instructions for one agent; the date is day-precise so the prompt-cache prefix stays stable all day."""
+def build_instructions(project_root: Path, *, persona: str | None = None, name: str | None = None) -> str:
+    """The instructions for one agent; the date is day-precise so the prompt-cache prefix stays stable all day.
+
+    A file-defined agent (`name`) brings its own `persona` in place of code-puppy's; the environment stays.
+    """
     today = datetime.date.today().isoformat()
     environment = f"Project root: {project_root}\nPlatform: {platform.system()}\nToday's date: {today}"
+    if name is not None:
+        role = f"You are the agent '{name}', working in the user's terminal on the project below."
+        return f"{role}\n\n{persona or ''}\n\n{environment}"
     return f"{INSTRUCTIONS}\n\n{environment}"

@@ -30,9 +30,16 @@ SHELL_TOOL_NAMES = frozenset({"shell", "run_command", "start_command"})
 """Tools that run a command string."""
 READ_ONLY_TOOLS = frozenset({*READ_ONLY_TOOL_NAMES, "check_command"})
 """Built-in tools that change nothing, whatever their arguments."""
-ALWAYS_ALLOWED_TOOL_NAMES = frozenset({*READ_ONLY_TOOLS, "stop_command", "delegate_task"})
+PLAN_TOOL_NAMES = frozenset(
+    {"write_plan", "read_plan", "add_task", "update_task_status", "update_task_statuses", "remove_task"}
+)
+"""The harness `Planning` tools: they keep the run's task list and touch nothing else."""
+ALWAYS_ALLOWED_TOOL_NAMES = frozenset(
+    {*READ_ONLY_TOOLS, *PLAN_TOOL_NAMES, "stop_command", "delegate_task", "load_capability"}
+)
 """Tools that run without asking: they change nothing by themselves (a delegate's own calls pass through this policy
-too, and `stop_command` only stops what the run itself started)."""
+too, `stop_command` only stops what the run itself started, `load_capability` loads a skill's instructions, the plan
+tools keep the task list)."""
 POLICY_TOOL_NAMES = ALWAYS_ALLOWED_TOOL_NAMES | EDIT_TOOL_NAMES | SHELL_TOOL_NAMES
 """Every name the policy treats by name; an MCP tool never takes one of them."""
 MCP_PERMISSION_KEY = "code_puppy.mcp_permission"
@@ -300,7 +307,8 @@ class PermissionPolicy(AbstractCapability[Any]):
             return None
         target = (self.project_root / Path(path).expanduser()).resolve()
         home = config_dir().resolve()
-        for own in (home / "config.toml", home / "plugins", home / TRUSTED_PROJECTS_FILE):
+        owned = ("config.toml", "plugins", TRUSTED_PROJECTS_FILE, "agents", "commands", "skills")
+        for own in (home / name for name in owned):
             if target == own or own in target.parents:
                 return str(target)
         try:

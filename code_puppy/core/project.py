@@ -8,24 +8,32 @@ starting a new session or resuming one keeps its MCP servers, plugin state and "
 from __future__ import annotations
 
 import os
+import sys
 import threading
+from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from pydantic_ai import Agent
+from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.models import Model
 
+from code_puppy.agents.agent_scope import AgentScope
 from code_puppy.agents.builder import build_pydantic_agent, capability, without_secrets
 from code_puppy.agents.checkpoints import Checkpoints
+from code_puppy.agents.definitions import AgentDefinition, Loaded, folders, load_agents, skill_files
 from code_puppy.agents.deps import RunDeps
+from code_puppy.agents.file_commands import FileCommand
 from code_puppy.agents.history_persistence import recover_interrupted_turn
 from code_puppy.agents.permissions import PermissionPolicy
 from code_puppy.agents.sandboxed_shell import SandboxedShell
+from code_puppy.agents.skill_library import skill_capabilities, skill_names
 from code_puppy.agents.spending import Budgets, Spending, configured_prices, unpriced_model_message
 from code_puppy.checkpoints.shadow import ShadowRepo
 from code_puppy.config import PermissionMode, Settings, load_settings
 from code_puppy.core.rewind import Rewinder, finish_interrupted_rewind, open_shadow
 from code_puppy.errors import ConfigError
-from code_puppy.models import choose_model_name, resolve_model
+from code_puppy.models import choose_model_name, definition_model_name, resolve_model
 from code_puppy.options import RunOptions
 from code_puppy.plugins import RegisterCommand
 from code_puppy.plugins.discovery import load_plugins
@@ -51,6 +59,18 @@ class Project:
         self.settings: Settings = settings.model_copy(update={"mcp_servers": {}}) if options.no_mcp else settings
         self.model_name = choose_model_name(self.settings, options.model)
         self._models: dict[str, Model] = {self.model_name: resolve_model(self.settings, self.model_name)}
+        self.user_model_name = self.model_name
+        """The model the user chose (`-m`, config), which `inherit` and a switch back to code-puppy go back to."""
+        # Prompts, so they load whether the project is trusted or not: they can only narrow the user's mode.
+        self.agent_definitions = load_agents(self.root, model_known=self._model_problem)
+        """The file-defined agents (`.code-puppy/agents`, `.agents/agents`, `.claude/agents`, the user's)."""
+        report(self.agent_definitions)
+        self.active_agent: AgentDefinition | None = None
+        """The file-defined agent in charge (`--agent`, `/agent`), or None for code-puppy itself."""
+        if options.agent is not None:
+            self.active_agent = self.find_agent(options.agent)
+            if options.model is None:
+                self.model_name = self.agent_model_name(self.active_agent)
         self.plugins = (
             PluginHost(project_dir=self.root, debug=options.debug)
             if options.no_plugins
@@ -81,6 +101,8 @@ class Project:
             )
         self._agent: Agent[RunDeps, str] | None = None
         self._stopped = False
+        self.skill_names: set[str] = set()
+        """The skills the model can load, once started."""
 
     @property
     def agent(self) -> Agent[RunDeps, str]:
@@ -93,6 +115,55 @@ class Project:
         policy = capability(self.agent, PermissionPolicy)
         assert policy is not None  # build_pydantic_agent always has one
         return policy
+
+    def find_agent(self, name: str) -> AgentDefinition:
+        """The file-defined agent `name`.
+
+        Raises:
+            ConfigError: There is none, in one line naming the ones there are.
+        """
+        for definition in self.agent_definitions.items:
+            if definition.name == name:
+                return definition
+        known = ", ".join(sorted(d.name for d in self.agent_definitions.items)) or "none defined"
+        raise ConfigError(f"unknown agent '{name}' (agents: {known}; see `code-puppy agents list`)")
+
+    def agent_model_name(self, definition: AgentDefinition | None) -> str:
+        """The model `definition` runs on (the user's for code-puppy itself), named as `-m` names one."""
+        written = definition.model if definition is not None else None
+        return definition_model_name(self.settings, written, self.user_model_name)
+
+    def use_agent(self, definition: AgentDefinition | None) -> None:
+        """Put `definition` (None: code-puppy itself) in charge of the following runs: its instructions, its tools
+        and, unless `-m` chose one, its model."""
+        self.active_agent = definition
+        scope = capability(self.agent, AgentScope)
+        assert scope is not None  # build_pydantic_agent always has one
+        scope.definition = definition
+        if self.options.model is None:
+            self.model_name = self.agent_model_name(definition)
+
+    def start_command(self, command: FileCommand) -> Model:
+        """Narrow the following runs to `command`'s `allowed-tools`; the model it runs on (its `model`, unless `-m`
+        chose one)."""
+        scope = capability(self.agent, AgentScope)
+        assert scope is not None  # build_pydantic_agent always has one
+        scope.command_grant = command.grant if command.grant.tools is not None else None
+        if command.model is None or self.options.model is not None:
+            return self.model()
+        return self.model(definition_model_name(self.settings, command.model, self.model_name))
+
+    def end_command(self) -> None:
+        """The runs after a command's are not narrowed by it."""
+        if (scope := capability(self.agent, AgentScope)) is not None:
+            scope.command_grant = None
+
+    def _model_problem(self, written: str) -> str | None:
+        try:
+            self.model(definition_model_name(self.settings, written, self.user_model_name))
+        except ConfigError as exc:
+            return f"model '{written}': {exc}"
+        return None
 
     def require_sandbox(self, mode: PermissionMode) -> None:
         """Make sure `mode` has the sandbox when it runs commands in one (`auto`, and those in `[sandbox] modes`).
@@ -164,6 +235,13 @@ class Project:
         await self.plugins.startup(self.settings)
         if register_command is not None:
             await self.plugins.register_commands(register_command)
+        agent_models = {
+            definition.name: self.model(name)
+            for definition in self.agent_definitions.items
+            if (name := self.agent_model_name(definition)) != self.user_model_name
+        }
+        skills = _skills(self.root)
+        self.skill_names = skill_names(skills)
         self._agent = build_pydantic_agent(
             self.settings,
             project_root=self.root,
@@ -174,7 +252,12 @@ class Project:
             sandbox=self.sandbox,
             spending=self.spending,
             checkpoints=self.shadow,
+            agents=self.agent_definitions.items,
+            agent_models=agent_models,
+            skills=skills,
         )
+        if self.active_agent is not None:
+            self.use_agent(self.active_agent)
         self.plugins.agent_command = self.agent_command
         if (checkpoints := capability(self._agent, Checkpoints)) is not None:
             self.plugins.tracked = checkpoints.tracked
@@ -220,3 +303,21 @@ class Project:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
     ) -> None:
         await self.close()
+
+
+def report(loaded: Loaded[Any]) -> None:
+    """One line on stderr for each definition skipped or cut, and for each shadowed one."""
+    for problem in loaded.problems:
+        print(f"code-puppy: warning: {problem}", file=sys.stderr, flush=True)
+    for note in loaded.notes:
+        print(f"code-puppy: note: {note}", file=sys.stderr, flush=True)
+
+
+def _skills(root: Path) -> list[AbstractCapability[Any]]:
+    """The skills folders' skills for the agent (the harness parses them only when there is a `SKILL.md`)."""
+    if not any(next(skill_files(folder), None) for folder, _ in folders(root, "skills")):
+        return []
+
+    loaded = skill_capabilities(root)
+    report(loaded)
+    return loaded.items

@@ -17,6 +17,7 @@ from typing import Any
 from pydantic_ai.usage import RunUsage
 
 from code_puppy.agents.deps import RunDeps
+from code_puppy.agents.file_commands import find_command
 from code_puppy.agents.spending import Spending
 from code_puppy.agents.steering import SteeringInbox, accepting_steers, held_steers
 from code_puppy.config import ConfigError
@@ -25,6 +26,7 @@ from code_puppy.core.project import Project
 from code_puppy.core.run import TurnLimits, TurnOutcome, run_turn, unrun_follow_up_note
 from code_puppy.errors import one_line
 from code_puppy.headless.sinks import SINKS
+from code_puppy.mentions import expand_mentions
 from code_puppy.options import RunOptions
 from code_puppy.sessions.costs import CostTotals
 from code_puppy.sessions.runs import RunRegistry
@@ -166,12 +168,18 @@ async def _turn(project: Project, deps: RunDeps, prompt: str, sink: EventSink, l
     registry = RunRegistry(project.store.database)
     async with accepting_steers(registry, deps.session.id, project.root, deps.steering):
         await project.start()
+        model = project.model()
+        # A prompt that starts with a file command's `/name` runs it; any other `/word` is sent as it is.
+        if (found := find_command(project.root, prompt)) is not None:
+            command, arguments = found
+            prompt = expand_mentions(command.expand(arguments), project.root)[0]
+            model = project.start_command(command)
         outcome = await run_turn(
             project.agent,
             deps,
             prompt,
             sink,
-            model=project.model(),
+            model=model,
             limits=limits,
             follow_up=held_steers(deps.steering, sink.event),
             plugins=project.plugins,

@@ -22,6 +22,7 @@ from pydantic_ai.messages import (
 
 from code_puppy.agents.steering import steered_text
 from code_puppy.core.events import RunOutcome, tool_call_line, tool_result_line
+from code_puppy.core.plan import PlanView
 from code_puppy.sessions.costs import RequestCost
 
 
@@ -90,6 +91,8 @@ class StreamJsonSink:
     def __init__(self, out: TextIO | None = None) -> None:
         self._out = out or sys.stdout
         self._run = 0
+        self._plan = PlanView()
+        """The model's task list, sent whole as a `plan` event after each tool call that changed it."""
 
     def _emit(self, **fields: Any) -> None:
         print(json.dumps(fields, default=str), file=self._out, flush=True)
@@ -101,6 +104,13 @@ class StreamJsonSink:
         self._run = index
 
     def event(self, event: AgentStreamEvent) -> None:
+        if self._plan.update(event):
+            return
+        self._event(event)
+        if self._plan.settled(event):
+            self._emit(type="plan", run=self._run, items=self._plan.as_json())
+
+    def _event(self, event: AgentStreamEvent) -> None:
         if isinstance(event, PartStartEvent) and isinstance(event.part, TextPart) and event.part.content:
             self._emit(type="text_delta", run=self._run, text=event.part.content)
         elif isinstance(event, PartDeltaEvent) and isinstance(event.delta, TextPartDelta):

@@ -55,7 +55,12 @@ def load_plugins(
     for plugin in found:
         if plugin.status == "enabled" and plugin.name in settings.plugins.disabled:
             plugin.status = "disabled"
-        elif plugin.status == "enabled" and plugin.source == "bundled" and plugin.name not in settings.plugins.options:
+        elif (
+            plugin.status == "enabled"
+            and plugin.source == "bundled"
+            and plugin.name not in settings.plugins.options
+            and not (plugin.name == "shell_hooks" and claude_hooks_present(project_root))
+        ):
             plugin.status = "idle"  # a bundled plugin does nothing until its [plugins.NAME] table configures it
         elif plugin.status == "enabled":
             try:
@@ -67,6 +72,23 @@ def load_plugins(
                 continue
         host.add(plugin)
     return host
+
+
+def claude_hooks_present(project_root: Path) -> bool:
+    """Whether a Claude Code settings file (the project's, or the user's unless `CODE_PUPPY_HOME` relocates
+    everything) has hooks: the bundled shell_hooks plugin runs them, the project's only once trusted."""
+    from code_puppy.paths import code_puppy_home
+
+    files = [project_root / ".claude" / "settings.json", project_root / ".claude" / "settings.local.json"]
+    if code_puppy_home() is None:
+        files.append(Path.home() / ".claude" / "settings.json")
+    for path in files:
+        try:
+            if '"hooks"' in path.read_text(encoding="utf-8"):
+                return True
+        except (OSError, UnicodeDecodeError):
+            continue
+    return False
 
 
 def bundled_plugins_dir() -> Path | None:

@@ -32,16 +32,24 @@ from code_puppy.ui.input import ChatCompleter, ProjectFiles, expand_mentions, hi
 from code_puppy.ui.jobs import shell_job, show_resumed, turn_job
 from code_puppy.ui.keys import chat_key_bindings
 from code_puppy.ui.live import Live, Screen
-from code_puppy.ui.slash import register_builtins
+from code_puppy.ui.slash import register_builtins, register_file_commands
 
 if TYPE_CHECKING:
+    from code_puppy.agents.file_commands import FileCommand
     from code_puppy.ui.approvals import Answer
     from code_puppy.ui.runtime import ChatRuntime
 
 STARTUP_TRACE = "CODE_PUPPY_STARTUP_TRACE"
 """A file the chat appends one line to when its prompt is first drawn, saying whether pydantic-ai was imported yet."""
 STYLE = Style.from_dict(
-    {"prompt": "bold ansicyan", "spinner": "ansicyan", "partial": "", "approval": "bold ansiyellow", "hint": "ansigray"}
+    {
+        "prompt": "bold ansicyan",
+        "spinner": "ansicyan",
+        "plan": "ansigray",
+        "partial": "",
+        "approval": "bold ansiyellow",
+        "hint": "ansigray",
+    }
 )
 _BUSY_COMMANDS = frozenset({"help", "queue", "steer", "usage", "budget", "permissions", "exit"})
 """Slash commands that make sense while a turn runs; the others wait for the prompt."""
@@ -68,6 +76,7 @@ class Chat:
         self._options = options
         self._commands = CommandRegistry()
         register_builtins(self._commands, self)
+        self._notes = register_file_commands(self._commands, self)
         self._live = Live()
         self._queued: list[str] = []
         self._attached: list[str] = []
@@ -88,7 +97,7 @@ class Chat:
             history=FileHistory(str(history)),
             key_bindings=chat_key_bindings(self),
             bottom_toolbar=self._toolbar,
-            completer=ChatCompleter(files, self._commands.names),
+            completer=ChatCompleter(files, self._commands.names, self._command_help),
             complete_while_typing=True,
             prompt_continuation=lambda width, line_number, wrapped: " " * width,
             style=STYLE,
@@ -98,6 +107,10 @@ class Chat:
     @property
     def project_root(self) -> Path:
         return self._options.project_root
+
+    def _command_help(self, name: str) -> str:
+        command = self._commands.get(name)
+        return command.help if command is not None else ""
 
     @property
     def live(self) -> Live:
@@ -111,6 +124,8 @@ class Chat:
 
     async def run(self) -> int:
         print(f"\x1b[2mcode-puppy · {self.project_root} · /help for commands, Ctrl-D quits\x1b[0m")
+        for note in self._notes:
+            print(f"\x1b[33m{note}\x1b[0m")
         self._prompt.app.after_render += self._first_render
         ticker = asyncio.create_task(self._tick())
         try:
@@ -312,11 +327,11 @@ class Chat:
 
     # --- jobs -----------------------------------------------------------------------------------------------------
 
-    def start_turn(self, text: str) -> None:
+    def start_turn(self, text: str, *, command: FileCommand | None = None) -> None:
         if self._attached:
             text = "\n\n".join([*self._attached, text])
             self._attached.clear()
-        self._start_job(turn_job(self, text), turn=True)
+        self._start_job(turn_job(self, text, command=command), turn=True)
 
     def _start_job(self, job: Coroutine[Any, Any, bool], *, turn: bool) -> None:
         self._job_is_turn, self._cancelling = turn, False
@@ -360,6 +375,7 @@ class Chat:
         lines: StyleAndTextTuples = []
         live = self._live
         if live.started is not None:
+            lines.extend(("class:plan", f"  {line}\n") for line in live.plan)
             if live.partial:
                 lines.append(("class:partial", live.partial[-(self.screen.width - 3) :] + "\n"))
             waiting = self._runtime.inbox.waiting if self._runtime is not None else 0

@@ -26,6 +26,7 @@ from rich.text import Text
 
 from code_puppy.agents.steering import steered_text
 from code_puppy.core.events import RunOutcome, tool_call_line, tool_result_line
+from code_puppy.core.plan import PlanView
 from code_puppy.sessions.costs import RequestCost
 from code_puppy.ui.live import Live, Screen
 
@@ -130,6 +131,7 @@ class ChatSink:
         self.screen = screen
         self.live = live
         self.project_root = project_root
+        self._plan = PlanView()
         self.diff_shown: set[str] = set()
         self._markdown = MarkdownStream()
         self._printed_text = False
@@ -154,7 +156,9 @@ class ChatSink:
         self._printed_text = False
 
     def event(self, event: AgentStreamEvent) -> None:
-        if isinstance(event, PartStartEvent) and isinstance(event.part, TextPart):
+        if self._plan.update(event):
+            self.live.plan = self._plan.lines()
+        elif isinstance(event, PartStartEvent) and isinstance(event.part, TextPart):
             self._text(event.part.content)
         elif isinstance(event, PartDeltaEvent) and isinstance(event.delta, TextPartDelta):
             self._text(event.delta.content_delta)
@@ -182,6 +186,12 @@ class ChatSink:
             self._printed_text = False
             self.live.activity = "waiting for the model"
         self.screen.invalidate()
+
+    def flush_plan(self) -> None:
+        """Once the turn is over: its plan as it ended, kept above the prompt; the live checklist goes."""
+        if lines := self._plan.lines():
+            self.screen.print(Text("\n".join(f"  {line}" for line in lines), style="dim"))
+        self.live.plan = []
 
     def flush_text(self) -> None:
         self._print_blocks(self._markdown.flush())

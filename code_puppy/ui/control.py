@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from code_puppy.agents.file_commands import FileCommand
     from code_puppy.ui.approvals import Answer
     from code_puppy.ui.live import Live, Screen
     from code_puppy.ui.runtime import ChatRuntime
@@ -49,8 +50,9 @@ class ChatControl(Protocol):
         """Run `text` as a turn once the running job ends."""
         ...
 
-    def start_turn(self, text: str) -> None:
-        """Run `text` as a turn now; only when nothing is running."""
+    def start_turn(self, text: str, *, command: FileCommand | None = None) -> None:
+        """Run `text` as a turn now; only when nothing is running. `command`: the file command it expands, whose
+        `model` and `allowed-tools` hold for the turn."""
         ...
 
     def cancel_job(self) -> None: ...

@@ -12,15 +12,16 @@ from pathlib import Path
 from prompt_toolkit.completion import CompleteEvent, Completer, Completion
 from prompt_toolkit.document import Document
 
-MAX_ATTACHED_CHARS = 100_000
-"""The most characters of one `@file` put into a prompt."""
+from code_puppy.mentions import expand_mentions
+
+__all__ = ["ChatCompleter", "ProjectFiles", "expand_mentions", "history_path"]
+
 _SKIPPED_DIRS = frozenset(
     {".git", ".hg", ".svn", "node_modules", ".venv", "venv", "__pycache__", ".mypy_cache", ".pytest_cache"}
     | {".ruff_cache", ".tox", "dist", "build", ".idea", ".code-puppy"}
 )
 _MAX_LISTED = 20_000
 _AT_WORD = re.compile(r"(?:^|(?<=\s))@([^\s@]*)$")
-_AT_TOKEN = re.compile(r"(?:^|(?<=\s))@([^\s@]+)")
 
 
 def history_path(data_dir: Path, project_root: Path) -> Path:
@@ -60,16 +61,24 @@ class ProjectFiles:
 class ChatCompleter(Completer):
     """Slash commands at the start of the line, project paths after `@`."""
 
-    def __init__(self, files: ProjectFiles, command_names: Callable[[], Iterable[str]]) -> None:
+    def __init__(
+        self,
+        files: ProjectFiles,
+        command_names: Callable[[], Iterable[str]],
+        describe: Callable[[str], str] | None = None,
+    ) -> None:
         self._files = files
         self._command_names = command_names
+        self._describe = describe
+        """A command's one-line help, shown beside it in the menu."""
 
     def get_completions(self, document: Document, complete_event: CompleteEvent) -> Iterator[Completion]:
         before = document.text_before_cursor
         if before.startswith("/") and " " not in before and "\n" not in before:
             for name in self._command_names():
                 if name.startswith(before[1:]):
-                    yield Completion("/" + name, start_position=-len(before))
+                    meta = self._describe(name) if self._describe is not None else None
+                    yield Completion("/" + name, start_position=-len(before), display_meta=meta)
             return
         match = _AT_WORD.search(before)
         if match is None:
@@ -80,31 +89,3 @@ class ChatCompleter(Completer):
         contains = [path for path in paths if typed in path.lower() and not path.lower().startswith(typed)]
         for path in [*starts, *contains][:50]:
             yield Completion("@" + path, start_position=-len(match.group(0)), display=path)
-
-
-def expand_mentions(text: str, root: Path) -> tuple[str, list[str]]:
-    """`text` with each `@path` naming a file in the project attached after it; and the attached paths.
-
-    The text itself is kept as typed; files are appended as `<file path="…">` blocks (cut to
-    `MAX_ATTACHED_CHARS`), directories as their listing. Paths outside the project are left alone.
-    """
-    attachments: list[str] = []
-    attached: list[str] = []
-    for token in dict.fromkeys(match.group(1).rstrip(".,;:!?)") for match in _AT_TOKEN.finditer(text)):
-        target = (root / token).resolve()
-        if target != root and root not in target.parents:
-            continue
-        if target.is_file():
-            content = target.read_text(encoding="utf-8", errors="replace")
-            if len(content) > MAX_ATTACHED_CHARS:
-                content = content[:MAX_ATTACHED_CHARS] + f"\n… (cut at {MAX_ATTACHED_CHARS} characters)"
-            attachments.append(f'<file path="{token}">\n{content.rstrip()}\n</file>')
-        elif target.is_dir():
-            names = sorted(entry.name + ("/" if entry.is_dir() else "") for entry in target.iterdir())
-            attachments.append(f'<directory path="{token}">\n' + "\n".join(names[:500]) + "\n</directory>")
-        else:
-            continue
-        attached.append(token)
-    if not attachments:
-        return text, []
-    return text + "\n\n" + "\n\n".join(attachments), attached

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from code_puppy.ui.input import expand_mentions
 
 if TYPE_CHECKING:
+    from code_puppy.agents.file_commands import FileCommand
     from code_puppy.core.run import TurnOutcome
     from code_puppy.ui.control import ChatControl
 
@@ -20,8 +21,9 @@ MAX_SHELL_CONTEXT = 8_000
 """Characters of a `!cmd`'s output passed on to the model with the next message."""
 
 
-async def turn_job(chat: ChatControl, text: str) -> bool:
-    """One user turn on the shared run path, with `code-puppy steer` accepted while it runs; True if it succeeded."""
+async def turn_job(chat: ChatControl, text: str, *, command: FileCommand | None = None) -> bool:
+    """One user turn on the shared run path, with `code-puppy steer` accepted while it runs; True if it succeeded.
+    `command`: the file command `text` came from, whose `model` and `allowed-tools` hold for this turn only."""
     from rich.text import Text
 
     from code_puppy.core.run import unrun_follow_up_note
@@ -33,9 +35,14 @@ async def turn_job(chat: ChatControl, text: str) -> bool:
     runtime = await chat.ready()
     sink = ChatSink(chat.screen, chat.live, chat.project_root)
     started = time.monotonic()
-    async with runtime.steerable():
-        outcome = await runtime.turn(prompt, sink)
+    model = runtime.project.start_command(command) if command is not None else None
+    try:
+        async with runtime.steerable():
+            outcome = await runtime.turn(prompt, sink, model=model)
+    finally:
+        runtime.project.end_command()
     sink.flush_text()
+    sink.flush_plan()
     cost = runtime.project.spending.turn.describe()
     chat.screen.print(Text(_ending(outcome, time.monotonic() - started, cost), style="dim"), "")
     if outcome.checkpoint_note:

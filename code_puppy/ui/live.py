@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import io
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from prompt_toolkit import PromptSession
@@ -29,6 +29,8 @@ class Live:
     """What it is doing: `waiting for the model`, `writing`, `running shell(pytest)`…"""
     partial: str = ""
     """The line of the answer still being written."""
+    plan: list[str] = field(default_factory=list[str])
+    """The model's task list, one checklist line per step, while the turn runs."""
 
     def spinner_line(self, *notes: str) -> str:
         """`⠇ writing  1.9s · 1 queued`; empty when idle."""

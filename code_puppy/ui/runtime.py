@@ -97,8 +97,9 @@ class ChatRuntime:
         async with accepting_steers(self._registry, self.session.id, self.project.root, self.inbox):
             yield
 
-    async def turn(self, prompt: str, sink: ChatSink) -> TurnOutcome:
-        """One user turn through the shared run path; text held as a run ended runs as its follow-up."""
+    async def turn(self, prompt: str, sink: ChatSink, *, model: Model | None = None) -> TurnOutcome:
+        """One user turn through the shared run path (on `model`, the chat's by default); text held as a run ended
+        runs as its follow-up."""
         self.sink = sink
         settings = self.project.settings
         return await run_turn(
@@ -106,7 +107,7 @@ class ChatRuntime:
             RunDeps(self.session, steering=self.inbox, ask=self._ask),
             prompt,
             sink,
-            model=self.model,
+            model=model or self.model,
             limits=TurnLimits(
                 max_requests=self.project.options.max_requests,
                 max_continuations=settings.plugins.max_continuations,

@@ -12,9 +12,16 @@ from typing import TYPE_CHECKING, cast, get_args
 from code_puppy.ui.jobs import show_resumed
 
 if TYPE_CHECKING:
-    from code_puppy.ui.commands import CommandRegistry
+    from code_puppy.ui.commands import CommandHandler, CommandRegistry
     from code_puppy.ui.control import ChatControl
 
+INIT_PROMPT = """\
+Write a starting AGENTS.md at the root of this project for coding agents that will work on it. Look around first: \
+the layout, the languages and frameworks, how to install, build, run, test, lint and format (read the build files \
+and CI config, do not guess), the conventions the code follows, and anything surprising. Keep it short and \
+concrete: commands in code blocks, one line per convention. If an AGENTS.md or CLAUDE.md exists, improve it instead \
+of starting over."""
+"""What `/init` asks the model, as Claude Code's and Codex's `/init` do."""
 KEYS_HELP = (
     "\nWhile a turn runs: Enter steers it · Tab queues a next turn · Ctrl-C cancels it (your draft stays).\n"
     "@path attaches a file · !cmd runs a shell command · Esc-Enter or a trailing \\ adds a line · "
@@ -41,9 +48,30 @@ def register_builtins(commands: CommandRegistry, chat: ChatControl) -> None:
         ("rewind", builtins.rewind, "[N [both|code|conversation]] list the turns, or go back to before turn N"),
         ("compact", builtins.compact, "[FOCUS] summarize the older history now (the old history stays stored)"),
         ("mcp", builtins.mcp, "the MCP servers of this chat: status and tools"),
+        ("agent", builtins.agent, "[NAME|default] list the file-defined agents, or put one in charge"),
+        ("skills", builtins.skills, "list the skills the model can load"),
+        ("init", builtins.init, "ask the model to write a starting AGENTS.md for this project"),
         ("exit", builtins.exit, "quit (Ctrl-D does the same)"),
     ):
         commands.register(name, handler, help)
+
+
+def register_file_commands(commands: CommandRegistry, chat: ChatControl) -> list[str]:
+    """Add the commands defined in markdown files (`.code-puppy/commands`, `.claude/commands`, the user's); a
+    built-in's name is never shadowed. Returns the lines to show: the files skipped and the names changed."""
+    from code_puppy.agents.file_commands import FileCommand, load_commands
+
+    loaded = load_commands(chat.project_root, reserved=commands.names())
+
+    def runner(command: FileCommand) -> CommandHandler:
+        def run(args: str) -> None:
+            chat.start_turn(command.expand(args), command=command)
+
+        return run
+
+    for command in loaded.items:
+        commands.register(command.name, runner(command), command.help)
+    return [f"warning: {problem}" for problem in loaded.problems] + [f"note: {note}" for note in loaded.notes]
 
 
 class Builtins:
@@ -216,6 +244,43 @@ class Builtins:
                 tools = f" · {len(toolset.names[server.name])} tools"  # as the model was last offered them
             lines.append(f"{server.name} ({server.transport}) {server.state}{tools}{detail}")
         return "\n".join(lines) + "\n(servers start with the first turn that needs them)"
+
+    async def agent(self, args: str) -> str:
+        runtime = await self._chat.ready()
+        project = runtime.project
+        if args:
+            from code_puppy.errors import ConfigError
+
+            try:
+                definition = None if args == "default" else project.find_agent(args)
+                model_name = project.agent_model_name(definition)
+                if project.options.model is None and model_name != runtime.model_name:
+                    runtime.switch_model(model_name)
+            except ConfigError as exc:
+                return str(exc)
+            project.use_agent(definition)
+            who = f"agent {definition.name}" if definition is not None else "code-puppy itself"
+            return f"{who} is in charge from the next turn (model {runtime.model_name})"
+        active = project.active_agent
+        lines = [f"{'*' if active is None else ' '} default  code-puppy itself"]
+        for definition in project.agent_definitions.items:
+            mark = "*" if active is not None and active.name == definition.name else " "
+            lines.append(f"{mark} {definition.name}  {definition.description} ({definition.scope})")
+        return "\n".join(lines) + "\n/agent NAME puts one in charge; the model can also delegate to each by name"
+
+    async def skills(self, args: str) -> str:
+        from code_puppy.agents.definitions import load_skill_infos
+
+        runtime = await self._chat.ready()
+        loaded = load_skill_infos(self._chat.project_root)
+        skills = [skill for skill in loaded.items if skill.name in runtime.project.skill_names]
+        if not skills:
+            return "no skills (add .code-puppy/skills/NAME/SKILL.md or .claude/skills/NAME/SKILL.md)"
+        lines = [f"{skill.name}  {skill.description} ({skill.scope})" for skill in skills]
+        return "\n".join(lines) + "\n(the model loads one when it needs it)"
+
+    def init(self, args: str) -> None:
+        self._chat.start_turn(f"{INIT_PROMPT}\n\n{args}".strip())
 
     def exit(self, args: str) -> None:
         """Cancels the running job; the chat leaves when a command named `exit` returns."""

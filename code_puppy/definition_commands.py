@@ -1,0 +1,78 @@
+"""`code-puppy agents list` and `code-puppy skills list`: the file-defined agents and skills of this project and the
+user, where each comes from; a broken file is one warning line on stderr. Nothing heavy is imported."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, TextIO
+
+from code_puppy.agents.definitions import Loaded, load_agents, load_skill_infos
+
+
+def list_agents(project_root: Path, out: TextIO, err: TextIO) -> None:
+    """One block per agent: name, description, model (and the one it runs on), tools, mode, file. Models are checked
+    as a run checks them, against the model the user chose."""
+    from code_puppy.config import load_settings
+    from code_puppy.errors import ConfigError
+    from code_puppy.models import choose_model_name, definition_model_name, resolve_model
+
+    settings = load_settings(project_root)
+    try:
+        current: str | None = choose_model_name(settings, None)
+    except ConfigError:
+        current = None  # nothing to resolve against: models are shown as written
+
+    def runs_on(written: str | None) -> str:
+        return definition_model_name(settings, written, current) if current is not None else (written or "inherit")
+
+    def problem(written: str) -> str | None:
+        try:
+            resolve_model(settings, runs_on(written))
+        except ConfigError as exc:
+            return f"model '{written}': {exc}"
+        return None
+
+    loaded = load_agents(project_root, model_known=problem if current is not None else None)
+    _report(loaded, err)
+    if not loaded.items:
+        out.write("no agents (add .code-puppy/agents/NAME.md or .claude/agents/NAME.md)\n")
+        return
+    for definition in loaded.items:
+        details = [
+            f"model: {definition.model or 'inherit'} → {runs_on(definition.model)}",
+            f"tools: {definition.grant.describe()}",
+        ]
+        if definition.permission_mode:
+            details.append(f"at most {definition.permission_mode}")
+        out.write(f"{definition.name}  ({definition.scope}: {_shown(definition.path)})\n")
+        out.write(f"  {definition.description}\n  {' · '.join(details)}\n")
+
+
+def list_skills(project_root: Path, out: TextIO, err: TextIO) -> None:
+    """One line per skill that loads (the harness validates each, as for a run): name, description, file."""
+    from code_puppy.agents.skill_library import skill_capabilities, skill_names
+
+    validated = skill_capabilities(project_root)
+    _report(validated, err)
+    valid = skill_names(validated.items)
+    loaded = load_skill_infos(project_root)
+    loaded.items = [skill for skill in loaded.items if skill.name in valid]
+    if not loaded.items:
+        out.write("no skills (add .code-puppy/skills/NAME/SKILL.md or .claude/skills/NAME/SKILL.md)\n")
+        return
+    for skill in loaded.items:
+        out.write(f"{skill.name}  ({skill.scope}: {_shown(skill.path)})\n  {skill.description}\n")
+
+
+def _report(loaded: Loaded[Any], err: TextIO) -> None:
+    for problem in loaded.problems:
+        err.write(f"code-puppy: warning: {problem}\n")
+    for note in loaded.notes:
+        err.write(f"code-puppy: note: {note}\n")
+
+
+def _shown(path: Path) -> str:
+    try:
+        return path.relative_to(Path.cwd()).as_posix()
+    except ValueError:
+        return str(path)
