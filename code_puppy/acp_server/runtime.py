@@ -28,6 +28,7 @@ from acp.schema import (
     PermissionOption,
     PromptResponse,
     ResourceContentBlock,
+    SessionConfigOptionBoolean,
     SessionConfigOptionSelect,
     SessionConfigSelectOption,
     SessionInfo,
@@ -135,7 +136,7 @@ class LiveSession:
             ],
         )
 
-    def config_options(self) -> list[SessionConfigOptionSelect]:
+    def config_options(self) -> list[SessionConfigOptionSelect | SessionConfigOptionBoolean]:
         names = dict.fromkeys([self.model_name, self.project.model_name, *self.project.settings.models])
         return [
             SessionConfigOptionSelect(
@@ -235,7 +236,7 @@ class AcpRuntime:
 
     async def set_mode(self, session_id: str, mode_id: str) -> SetSessionModeResponse:
         live = self._live(session_id)
-        mode = next((mode for mode in MODES if mode == mode_id), None)
+        mode: PermissionMode | None = next((mode for mode in MODES if mode == mode_id), None)
         if mode is None:
             raise RequestError.invalid_params({"message": f"unknown mode {mode_id!r}; one of {', '.join(MODES)}"})
         try:
@@ -245,7 +246,9 @@ class AcpRuntime:
         live.project.policy.mode = mode
         return SetSessionModeResponse()
 
-    async def set_config_option(self, session_id: str, config_id: str, value: str | bool) -> SetSessionConfigOptionResponse:
+    async def set_config_option(
+        self, session_id: str, config_id: str, value: str | bool
+    ) -> SetSessionConfigOptionResponse:
         live = self._live(session_id)
         if config_id != "model" or not isinstance(value, str):
             raise RequestError.invalid_params({"message": f"unknown option {config_id!r}"})
@@ -411,4 +414,3 @@ class AcpRuntime:
             with contextlib.suppress(Exception):
                 await live.project.close()
         self.sessions.clear()
-

@@ -18,7 +18,7 @@ import sys
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import acp
 from acp import RequestError
@@ -130,7 +130,9 @@ class CodePuppyAgent:
     ) -> LoadSessionResponse:
         return await (await self.runtime()).load_session(cwd, session_id, _supported(mcp_servers))
 
-    async def list_sessions(self, cwd: str | None = None, cursor: str | None = None, **kwargs: Any) -> ListSessionsResponse:
+    async def list_sessions(
+        self, cwd: str | None = None, cursor: str | None = None, **kwargs: Any
+    ) -> ListSessionsResponse:
         return await (await self.runtime()).list_sessions(cwd)
 
     async def set_session_mode(self, session_id: str, mode_id: str, **kwargs: Any) -> SetSessionModeResponse:
@@ -174,7 +176,9 @@ def _supported(servers: McpServers | None) -> list[McpServerStdio | HttpMcpServe
     for server in servers or []:
         if not isinstance(server, McpServerStdio | HttpMcpServer):
             name = getattr(server, "name", "?")
-            raise RequestError.invalid_params({"message": f"MCP server '{name}': only stdio and http servers are supported"})
+            raise RequestError.invalid_params(
+                {"message": f"MCP server '{name}': only stdio and http servers are supported"}
+            )
         supported.append(server)
     return supported
 
@@ -208,7 +212,7 @@ async def _stdio(protocol_out: int) -> tuple[asyncio.StreamReader, Callable[[byt
 
 def _feed(loop: asyncio.AbstractEventLoop, reader: asyncio.StreamReader) -> None:
     try:
-        while data := sys.stdin.buffer.read1(65536):
+        while data := os.read(sys.stdin.fileno(), 65536):
             loop.call_soon_threadsafe(reader.feed_data, data)
     finally:
         loop.call_soon_threadsafe(reader.feed_eof)
@@ -277,7 +281,8 @@ async def _serve(options: AcpOptions, protocol_out: int) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, task.cancel)
     try:
-        await acp.run_agent(agent, StdioTransport(reader, write))
+        # The SDK answers the methods an agent lacks (authenticate, the unstable fork/resume/close) "method not found".
+        await acp.run_agent(cast(acp.Agent, agent), StdioTransport(reader, write))
     except asyncio.CancelledError:
         pass  # a signal: the sessions end below as when stdin closes
     finally:

@@ -38,7 +38,6 @@ from pydantic_ai.messages import (
     ModelResponse,
     PartDeltaEvent,
     PartStartEvent,
-    RetryPromptPart,
     TextPart,
     TextPartDelta,
     ThinkingPart,
@@ -103,15 +102,13 @@ def tool_call_started(root: Path, part: ToolCallPart, status: Any = "pending") -
     )
 
 
-def tool_call_ended(
-    part: ToolReturnPart | RetryPromptPart, diff: FileEditToolCallContent | None = None
-) -> ToolCallProgress:
+def tool_call_ended(part: ToolReturnPart, diff: FileEditToolCallContent | None = None) -> ToolCallProgress:
     """The end of a call: completed, or failed (an error, a denial, a retry asked of the model), with its diff or a
     short text."""
-    failed = isinstance(part, RetryPromptPart) or part.outcome != "success"
-    text = part.model_response() if isinstance(part, RetryPromptPart) else part.model_response_str()
+    failed = part.outcome != "success"
+    text = part.model_response_str()
     first = text.strip().splitlines()[0] if text.strip() else ""
-    if failed and isinstance(part, ToolReturnPart):
+    if failed:
         first = f"{part.outcome}: {first}"
     short = first[:197] + "…" if len(first) > 200 else first
     content: list[FileEditToolCallContent | ContentToolCallContent] = (
@@ -176,7 +173,7 @@ class UpdateSink:
             if edit is not None:
                 self._edits[part.tool_call_id] = edit
             self.put(tool_call_started(self._root, part))
-        elif isinstance(event, FunctionToolResultEvent) and isinstance(event.part, ToolReturnPart | RetryPromptPart):
+        elif isinstance(event, FunctionToolResultEvent):
             edit = self._edits.pop(event.part.tool_call_id, None)
             self.put(tool_call_ended(event.part, diff_content(self._root, edit) if edit is not None else None))
         elif isinstance(event, EnqueuedMessagesEvent):
@@ -206,7 +203,7 @@ def replay(root: Path, messages: Sequence[ModelMessage]) -> Iterator[Update]:
                     text = part.content if isinstance(part.content, str) else _text_of(part.content)
                     if text:
                         yield update_user_message_text(text)
-                elif isinstance(part, ToolReturnPart) or (isinstance(part, RetryPromptPart) and part.tool_name):
+                elif isinstance(part, ToolReturnPart):
                     yield tool_call_ended(part)
         elif isinstance(message, ModelResponse):  # pyright: ignore[reportUnnecessaryIsInstance]
             for part in message.parts:
