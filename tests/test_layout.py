@@ -22,8 +22,8 @@ FORBIDDEN = {
     "plugins": ("code_puppy.core", *FRONT_ENDS),
 }
 """What each subpackage must not import: the front ends (chat, headless, the ACP server) sit over the core, the core
-over the agent, sessions and plugins, and nothing imports upwards. `code_puppy.history`, the ready-made processors, sits on the
-agent's processor API; the agent names them only by import path (the presets), never imports them."""
+over the agent, sessions and plugins, and nothing imports upwards. `code_puppy.history`, the ready-made processors, sits
+on the agent's processor API; the agent names them only by import path (the presets), never imports them."""
 
 
 def imports(path: Path) -> list[str]:
