@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import queue
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -371,30 +373,43 @@ def test_stdout_carries_protocol_messages_only(server: FakeLLMServer, project: P
             {"jsonrpc": "2.0", "id": 2, "method": "session/new", "params": {"cwd": str(project), "mcpServers": []}}
         ),
     ]
-    process = subprocess.Popen(
+    with subprocess.Popen(
         [str(CODE_PUPPY), "acp"],
         cwd=project,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-    )
-    assert process.stdin is not None and process.stdout is not None
-    process.stdin.write("\n".join(lines) + "\n")
-    process.stdin.flush()
-    answers = [json.loads(process.stdout.readline()) for _ in range(4)]
-    session_id = next(answer["result"]["sessionId"] for answer in answers if answer.get("id") == 2)
-    prompt = {"sessionId": session_id, "prompt": [{"type": "text", "text": "hi"}]}
-    process.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 3, "method": "session/prompt", "params": prompt}) + "\n")
-    process.stdin.flush()
-    while (answer := json.loads(process.stdout.readline())).get("id") != 3:
-        answers.append(answer)
-    process.stdin.close()
-    assert process.wait(timeout=30) == 0
-    rest, stderr = process.stdout.read(), process.stderr.read()
-    process.stdout.close(), process.stderr.close()
-    assert rest == ""
-    assert answer["result"] == {"stopReason": "end_turn"}
+    ) as process:
+        assert process.stdin is not None and process.stdout is not None
+        process.stdin.write("\n".join(lines) + "\n")
+        process.stdin.flush()
+        lines_out: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=lambda: [lines_out.put(line) for line in process.stdout or ()], daemon=True).start()
+
+        def answer() -> dict[str, Any]:
+            try:
+                return json.loads(lines_out.get(timeout=30))
+            except queue.Empty:
+                process.kill()
+                pytest.fail("no answer from code-puppy acp within 30 s")
+
+        answers = [answer() for _ in range(4)]
+        session_id = next(answer["result"]["sessionId"] for answer in answers if answer.get("id") == 2)
+        prompt = {"sessionId": session_id, "prompt": [{"type": "text", "text": "hi"}]}
+        process.stdin.write(
+            json.dumps({"jsonrpc": "2.0", "id": 3, "method": "session/prompt", "params": prompt}) + "\n"
+        )
+        process.stdin.flush()
+        while (last := answer()).get("id") != 3:
+            answers.append(last)
+        process.stdin.close()
+        assert process.wait(timeout=30) == 0
+        stderr = process.stderr.read() if process.stderr else ""
+        time.sleep(0.1)  # the reader thread takes what was left
+        rest = [lines_out.get_nowait() for _ in range(lines_out.qsize())]
+    assert rest == []
+    assert last["result"] == {"stopReason": "end_turn"}
     errors = sorted(a["error"]["code"] for a in answers if "error" in a)
     assert errors == [-32700, -32600]
     assert all(a["id"] is None for a in answers if "error" in a)
