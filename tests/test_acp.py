@@ -415,3 +415,44 @@ def test_stdout_carries_protocol_messages_only(server: FakeLLMServer, project: P
     assert all(a["id"] is None for a in answers if "error" in a)
     assert "NOISE at import" in stderr and "NOISE on submit" in stderr
     assert "Traceback" not in stderr
+
+
+async def test_the_command_line_sets_model_mode_allow_list_and_request_limit(
+    server: FakeLLMServer, project: Path, code_puppy_home: Path
+) -> None:
+    config = (code_puppy_home / "config.toml").read_text()
+    (code_puppy_home / "config.toml").write_text(config.replace('model = "fake"\n', 'model = "other"\n', 1))
+    server.script(tool_calls(call("shell", {"command": "ls"})), text("never sent"))
+    client = EditorClient()  # no answers: a question would fail the turn
+    args = ("-m", "fake", "--permission-mode", "accept-edits", "--allow", "ls", "--max-requests", "1")
+    async with acp_agent(project, client, *args) as (conn, _):
+        session = await conn.new_session(cwd=str(project), mcp_servers=[])
+        response = await conn.prompt(session_id=session.session_id, prompt=[acp.text_block("list")])
+    assert session.modes.current_mode_id == "accept-edits"
+    [model] = session.config_options or []
+    assert (model.id, model.current_value) == ("model", "fake")
+    assert response.stop_reason == "max_turn_requests"
+    assert client.questions == []
+    assert ("tool_call_update", "call_0_0", "completed") in client.shape()
+    assert len(server.requests) == 1
+
+
+async def test_no_mcp_and_no_plugins_leave_out_the_configured_ones(
+    server: FakeLLMServer, project: Path, code_puppy_home: Path
+) -> None:
+    with (code_puppy_home / "config.toml").open("a") as config:
+        config.write(f'[mcp_servers.echo]\ncommand = "{sys.executable}"\nargs = ["{ECHO_SERVER}"]\n')
+    (code_puppy_home / "plugins").mkdir()
+    (code_puppy_home / "plugins" / "noisy.py").write_text('print("NOISE at import")\n')
+    server.script(text("Plain."), text("With them."))
+    stderr = project.parent / "stderr.log"
+    async with acp_agent(project, EditorClient(), "--no-mcp", "--no-plugins", stderr=stderr) as (conn, _):
+        session = await conn.new_session(cwd=str(project), mcp_servers=[])
+        await conn.prompt(session_id=session.session_id, prompt=[acp.text_block("hi")])
+    assert "NOISE" not in stderr.read_text()
+    async with acp_agent(project, EditorClient(), stderr=stderr) as (conn, _):
+        session = await conn.new_session(cwd=str(project), mcp_servers=[])
+        await conn.prompt(session_id=session.session_id, prompt=[acp.text_block("hi")])
+    assert "NOISE at import" in stderr.read_text()
+    offered = [{tool["function"]["name"] for tool in request.body.get("tools", [])} for request in server.requests]
+    assert ("echo_echo" in offered[0], "echo_echo" in offered[1]) == (False, True)
