@@ -24,6 +24,8 @@ from acp.interfaces import Agent
 from acp.schema import (
     AgentMessageChunk,
     AllowedOutcome,
+    AvailableCommandsUpdate,
+    CurrentModeUpdate,
     DeniedOutcome,
     FileEditToolCallContent,
     McpServerStdio,
@@ -168,7 +170,7 @@ async def test_a_prompt_streams_tool_calls_then_the_answer_in_a_terminal_session
         ("tool_call_update", "grep-1", "completed"),
         ("agent_message_chunk",),
     ]
-    start = client.updates[0]
+    start = next(update for update in client.updates if isinstance(update, ToolCallStart))
     assert (start.title, start.raw_input) == ("read_file(README.md)", {"path": "README.md"})
     assert [location.path for location in start.locations] == [str((project / "README.md").resolve())]
     assert client.messages() == "The README says demo project."
@@ -456,3 +458,38 @@ async def test_no_mcp_and_no_plugins_leave_out_the_configured_ones(
     assert "NOISE at import" in stderr.read_text()
     offered = [{tool["function"]["name"] for tool in request.body.get("tools", [])} for request in server.requests]
     assert ("echo_echo" in offered[0], "echo_echo" in offered[1]) == (False, True)
+
+
+async def test_slash_commands_are_advertised_and_run_without_the_model(
+    server: FakeLLMServer, project: Path, code_puppy_home: Path
+) -> None:
+    (code_puppy_home / "plugins").mkdir()
+    (code_puppy_home / "plugins" / "greet.py").write_text(
+        "import code_puppy\n\n@code_puppy.hookimpl\ndef register_commands(register):\n"
+        "    register('greet', lambda args: f'hello {args}', 'Say hello')\n"
+    )
+    client = EditorClient()
+    async with acp_agent(project, client) as (conn, _):
+        session = await conn.new_session(cwd=str(project), mcp_servers=[])
+        sid = session.session_id
+        greeted = await conn.prompt(session_id=sid, prompt=[acp.text_block("/greet editor")])
+        await conn.prompt(session_id=sid, prompt=[acp.text_block("/permissions read-only")])
+    [commands] = [u for u in client.updates if isinstance(u, AvailableCommandsUpdate)]
+    assert [command.name for command in commands.available_commands] == ["permissions", "model", "greet"]
+    assert greeted.stop_reason == "end_turn"
+    assert [u.current_mode_id for u in client.updates if isinstance(u, CurrentModeUpdate)] == ["read-only"]
+    assert client.messages() == "hello editorpermission mode: read-only"
+    assert server.requests == []
+
+
+async def test_sigterm_mid_turn_saves_the_turn_and_exits_cleanly(server: FakeLLMServer, project: Path) -> None:
+    server.script(tool_calls(call("read_file", {"path": "README.md"})), text("too late", delay=30))
+    async with acp_agent(project, EditorClient()) as (conn, process):
+        session = await conn.new_session(cwd=str(project), mcp_servers=[])
+        prompt = asyncio.create_task(conn.prompt(session_id=session.session_id, prompt=[acp.text_block("look")]))
+        await requests_arrived(server, 2)
+        process.terminate()
+        assert await asyncio.wait_for(process.wait(), 30) == 0
+        prompt.cancel()
+    exported = json.loads(run_cli("sessions", "export", session.session_id, cwd=project).stdout)
+    assert "# demo project" in json.dumps(exported["messages"])

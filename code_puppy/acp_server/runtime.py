@@ -14,18 +14,18 @@ from pathlib import Path
 from typing import Any, get_args
 
 import pydantic_ai
-from acp import RequestError
+from acp import RequestError, update_agent_message_text
+from acp.helpers import update_available_commands, update_current_mode
 from acp.interfaces import Client
 from acp.schema import (
-    AllowedOutcome,
     ClientCapabilities,
+    ConfigOptionUpdate,
     EmbeddedResourceContentBlock,
     HttpMcpServer,
     ListSessionsResponse,
     LoadSessionResponse,
     McpServerStdio,
     NewSessionResponse,
-    PermissionOption,
     PromptResponse,
     ResourceContentBlock,
     SessionConfigOptionBoolean,
@@ -39,23 +39,22 @@ from acp.schema import (
     StopReason,
     TextContentBlock,
     TextResourceContents,
-    ToolCallUpdate,
 )
 from pydantic_ai import RunContext
 from pydantic_ai.exceptions import UsageLimitExceeded
-from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, ToolDenied
+from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults
 
-from code_puppy.acp_server.updates import UpdateSink, diff_content, locations, replay, tool_kind
+from code_puppy.acp_server.approvals import ask_client
+from code_puppy.acp_server.commands import SessionCommands
+from code_puppy.acp_server.updates import UpdateSink, replay
 from code_puppy.agents.deps import RunDeps
 from code_puppy.agents.history_persistence import recover_interrupted_turn
-from code_puppy.agents.proposed_edits import proposed_edit
-from code_puppy.agents.sandboxed_shell import ESCALATE
 from code_puppy.agents.steering import SteeringInbox, accepting_steers, held_steers
 from code_puppy.config import McpServerConfig, PermissionMode
 from code_puppy.core.events import ending
 from code_puppy.core.project import Project
 from code_puppy.core.run import TurnLimits, TurnOutcome, run_turn
-from code_puppy.errors import ConfigError
+from code_puppy.errors import ConfigError, one_line
 from code_puppy.options import RunOptions
 from code_puppy.paths import find_project_root
 from code_puppy.sessions.runs import RunRegistry
@@ -72,8 +71,6 @@ MODES: dict[PermissionMode, tuple[str, str]] = {
 }
 assert set(MODES) == set(get_args(PermissionMode))
 
-ALLOW_ONCE, ALLOW_ALWAYS, REJECT_ONCE = "allow-once", "allow-always", "reject-once"
-
 
 def config_failure(error: ConfigError) -> RequestError:
     """A config, model or store error as the JSON-RPC error of the request it affects, with the CLI's one line."""
@@ -81,7 +78,7 @@ def config_failure(error: ConfigError) -> RequestError:
 
 
 def unknown_session(session_id: str) -> RequestError:
-    return RequestError.invalid_params({"message": f"no session {session_id} is open here", "sessionId": session_id})
+    return RequestError(-32602, f"no session {session_id} is open here")
 
 
 def client_servers(servers: list[McpServerStdio | HttpMcpServer]) -> dict[str, McpServerConfig]:
@@ -112,7 +109,7 @@ def prompt_text(blocks: list[Any]) -> str:
             resource = block.resource
             pieces.append(f'<context uri="{resource.uri}">\n{resource.text}\n</context>')
         else:
-            raise RequestError.invalid_params({"message": f"content of type {block.type} is not supported"})
+            raise RequestError(-32602, f"content of type {block.type} is not supported")
     return "\n".join(pieces)
 
 
@@ -127,6 +124,9 @@ class LiveSession:
     queued: list[str] = field(default_factory=list[str])
     """Text queued as the next turn (`_code_puppy/queue`), run when the running one ends."""
     turn: asyncio.Task[TurnOutcome] | None = None
+    commands: SessionCommands = field(default_factory=SessionCommands)
+    announcing: asyncio.Task[None] | None = None
+    """Sending the slash commands, just after the session's answer; a prompt waits for it, so they come first."""
 
     def modes(self) -> SessionModeState:
         return SessionModeState(
@@ -159,18 +159,25 @@ class AcpRuntime:
         self.capabilities = capabilities
         self.sessions: dict[str, LiveSession] = {}
 
-    async def _project(self, cwd: str, servers: list[McpServerStdio | HttpMcpServer]) -> Project:
+    async def _project(
+        self, cwd: str, servers: list[McpServerStdio | HttpMcpServer], commands: SessionCommands
+    ) -> Project:
         path = Path(cwd)
         if not path.is_absolute() or not path.is_dir():
-            raise RequestError.invalid_params({"message": f"cwd {cwd!r} is not an absolute path to a directory"})
+            raise RequestError(-32602, f"cwd {cwd!r} is not an absolute path to a directory")
         options = replace(self.options, project_root=find_project_root(path))
         try:
             project = await asyncio.to_thread(Project, options)
-            if extra := client_servers(servers):
-                mcp = {**project.settings.mcp_servers, **extra}
-                project.settings = project.settings.model_copy(update={"mcp_servers": mcp})
-            await project.start()
         except ConfigError as exc:
+            raise config_failure(exc) from None
+        if extra := client_servers(servers):
+            project.settings = project.settings.model_copy(
+                update={"mcp_servers": {**project.settings.mcp_servers, **extra}}
+            )
+        try:
+            await project.start(commands.register)
+        except ConfigError as exc:
+            await project.close()
             raise config_failure(exc) from None
         return project
 
@@ -181,13 +188,15 @@ class AcpRuntime:
         return live
 
     async def new_session(self, cwd: str, servers: list[McpServerStdio | HttpMcpServer]) -> NewSessionResponse:
-        project = await self._project(cwd, servers)
+        commands = SessionCommands()
+        project = await self._project(cwd, servers, commands)
         try:
             session = await Session.start(project.store, project.root, model=project.model_name)
         except ConfigError as exc:
             await project.close()
             raise config_failure(exc) from None
-        live = self.sessions[session.id] = LiveSession(project, session, project.model_name)
+        live = self.sessions[session.id] = LiveSession(project, session, project.model_name, commands=commands)
+        self._announce_commands(live)
         return NewSessionResponse(session_id=session.id, modes=live.modes(), config_options=live.config_options())
 
     async def load_session(
@@ -195,10 +204,11 @@ class AcpRuntime:
     ) -> LoadSessionResponse:
         if (open_already := self.sessions.get(session_id)) is not None:
             if open_already.turn is not None:
-                raise RequestError.invalid_request({"message": f"session {session_id} is running a turn"})
+                raise RequestError(-32600, f"session {session_id} is running a turn")
             del self.sessions[session_id]
             await open_already.project.close()
-        project = await self._project(cwd, servers)
+        commands = SessionCommands()
+        project = await self._project(cwd, servers, commands)
         try:
             info = find_session(project.store, session_id)
             if info.id != session_id:
@@ -207,10 +217,11 @@ class AcpRuntime:
             await recover_interrupted_turn(session)
         except ConfigError as exc:
             await project.close()
-            raise RequestError.invalid_params({"message": str(exc), "sessionId": session_id}) from None
-        live = self.sessions[session.id] = LiveSession(project, session, project.model_name)
+            raise RequestError(-32602, str(exc)) from None
+        live = self.sessions[session.id] = LiveSession(project, session, project.model_name, commands=commands)
         for update in replay(project.root, session.messages):
             await self.client.session_update(session.id, update)
+        self._announce_commands(live)
         return LoadSessionResponse(modes=live.modes(), config_options=live.config_options())
 
     async def list_sessions(self, cwd: str | None) -> ListSessionsResponse:
@@ -238,7 +249,7 @@ class AcpRuntime:
         live = self._live(session_id)
         mode: PermissionMode | None = next((mode for mode in MODES if mode == mode_id), None)
         if mode is None:
-            raise RequestError.invalid_params({"message": f"unknown mode {mode_id!r}; one of {', '.join(MODES)}"})
+            raise RequestError(-32602, f"unknown mode {mode_id!r}; one of {', '.join(MODES)}")
         try:
             live.project.require_sandbox(mode)
         except ConfigError as exc:
@@ -251,7 +262,7 @@ class AcpRuntime:
     ) -> SetSessionConfigOptionResponse:
         live = self._live(session_id)
         if config_id != "model" or not isinstance(value, str):
-            raise RequestError.invalid_params({"message": f"unknown option {config_id!r}"})
+            raise RequestError(-32602, f"unknown option {config_id!r}")
         try:
             live.project.model(value)
             live.project.check_priced(value)
@@ -264,10 +275,15 @@ class AcpRuntime:
     async def prompt(self, session_id: str, blocks: list[Any]) -> PromptResponse:
         live = self._live(session_id)
         if live.turn is not None:
-            raise RequestError.invalid_request(
-                {"message": "a turn is running: send text into it with _code_puppy/steer or _code_puppy/queue"}
+            raise RequestError(
+                -32600, "a turn is running: send text into it with _code_puppy/steer or _code_puppy/queue"
             )
         text = prompt_text(blocks)
+        if live.announcing is not None:
+            await live.announcing
+        if (reply := await self._command(live, text)) is not None:
+            await self.client.session_update(live.session.id, update_agent_message_text(reply))
+            return PromptResponse(stop_reason="end_turn")
         sink = UpdateSink(live.project.root, lambda update: self.client.session_update(live.session.id, update))
         live.turn = asyncio.create_task(self._turn(live, text, sink))
         try:
@@ -311,7 +327,9 @@ class AcpRuntime:
             return None
 
         async def ask(ctx: RunContext[Any], requests: DeferredToolRequests, token: str) -> DeferredToolResults:
-            return await self._approve(live, requests)
+            return await ask_client(
+                self.client, live.session.id, live.project, requests, cancel=lambda: self.cancel(live.session.id)
+            )
 
         registry = RunRegistry(project.store.database)
         async with accepting_steers(registry, live.session.id, project.root, live.inbox):
@@ -330,59 +348,41 @@ class AcpRuntime:
                 plugins=project.plugins,
             )
 
-    async def _approve(self, live: LiveSession, requests: DeferredToolRequests) -> DeferredToolResults:
-        """Ask the client about each call waiting for approval, as the chat asks its user: allow once, allow always
-        (the call's scope, for the session), reject once; a command outside the sandbox only ever once."""
-        policy = live.project.policy
-        approvals: dict[str, bool | ToolDenied] = {}
-        for call in requests.approvals:
-            metadata: dict[str, Any] = requests.metadata.get(call.tool_call_id, {})
-            escalate = metadata.get("sandbox") == ESCALATE
-            scope = metadata.get("scope")
-            if not escalate and scope is not None and scope in policy.session_allowed:
-                approvals[call.tool_call_id] = True
-                continue
-            args = call.args_as_dict()
-            summary = str(metadata.get("summary") or policy.summary(call.tool_name, args))
-            edit = proposed_edit(live.project.root, call.tool_name, args)
-            options = [PermissionOption(option_id=ALLOW_ONCE, name="Allow once", kind="allow_once")]
-            if not escalate and scope is not None:
-                options.append(PermissionOption(option_id=ALLOW_ALWAYS, name="Allow always", kind="allow_always"))
-            options.append(PermissionOption(option_id=REJECT_ONCE, name="Reject", kind="reject_once"))
-            response = await self.client.request_permission(
-                session_id=live.session.id,
-                tool_call=ToolCallUpdate(
-                    tool_call_id=call.tool_call_id,
-                    title=f"{call.tool_name} wants to {summary}",
-                    kind=tool_kind(call.tool_name),
-                    status="pending",
-                    content=[diff_content(live.project.root, edit)] if edit is not None else None,
-                    locations=locations(live.project.root, args),
-                    raw_input=args,
-                ),
-                options=options,
-            )
-            outcome = response.outcome
-            if not isinstance(outcome, AllowedOutcome):  # the client cancelled the turn while the question was open
-                if live.turn is not None:
-                    live.turn.cancel()
-                approvals[call.tool_call_id] = ToolDenied("The user cancelled the turn.")
-                continue
-            if outcome.option_id == ALLOW_ALWAYS and scope is not None:
-                policy.session_allowed.add(scope)
-            if outcome.option_id in (ALLOW_ONCE, ALLOW_ALWAYS):
-                approvals[call.tool_call_id] = True
-            elif escalate:
-                denied = metadata.get("denied")
-                approvals[call.tool_call_id] = ToolDenied(
-                    f"The user did not let it run outside the sandbox. Inside, it failed:\n{denied}"
-                    if denied
-                    else "The user did not let it run outside the sandbox, so it did not run."
-                )
-            else:
-                approvals[call.tool_call_id] = ToolDenied(f"The user denied this call ({summary}).")
-        calls = {call.tool_call_id: ToolDenied("No one can answer this call here.") for call in requests.calls}
-        return requests.build_results(approvals=approvals, calls=calls)
+    def _announce_commands(self, live: LiveSession) -> None:
+        """Send the session's slash commands once the client has the session's id (the answer goes out first)."""
+
+        async def announce() -> None:
+            await asyncio.sleep(0.05)
+            with contextlib.suppress(Exception):
+                await self.client.session_update(live.session.id, update_available_commands(live.commands.available()))
+
+        live.announcing = asyncio.create_task(announce())
+
+    async def _command(self, live: LiveSession, text: str) -> str | None:
+        """Run the slash command `text` starts with, its reply; None when it starts with none (a model turn)."""
+        if not text.startswith("/"):
+            return None
+        name, _, args = text[1:].partition(" ")
+        args = args.strip()
+        try:
+            if name == "permissions":
+                if args:
+                    await self.set_mode(live.session.id, args)
+                    await self.client.session_update(live.session.id, update_current_mode(args))
+                return f"permission mode: {live.project.policy.mode}"
+            if name == "model":
+                if args:
+                    response = await self.set_config_option(live.session.id, "model", args)
+                    update = ConfigOptionUpdate(
+                        session_update="config_option_update", config_options=response.config_options or []
+                    )
+                    await self.client.session_update(live.session.id, update)
+                return f"model: {live.model_name}"
+            return await live.commands.run_plugin(name, args)
+        except RequestError as exc:
+            return str(exc)
+        except Exception as exc:  # a plugin's command: its failure is one line, as in the chat
+            return f"✗ {one_line(exc, typed=True)}"
 
     def cancel(self, session_id: str) -> None:
         """`session/cancel`: as Ctrl-C, the turn ends, what it finished is kept; text queued for it is dropped."""
@@ -396,7 +396,7 @@ class AcpRuntime:
         run when the running one ends): `{"delivered": false}` when no turn of the session runs."""
         session_id, text = params.get("sessionId"), params.get("text")
         if not isinstance(session_id, str) or not isinstance(text, str) or not text.strip():
-            raise RequestError.invalid_params({"message": "expected {'sessionId': ID, 'text': TEXT}"})
+            raise RequestError(-32602, "expected {'sessionId': ID, 'text': TEXT}")
         live = self._live(session_id)
         if live.turn is None:
             return {"delivered": False}
@@ -408,6 +408,8 @@ class AcpRuntime:
     async def close(self) -> None:
         """End every session: a running turn is cancelled and checkpointed, then its project closes."""
         for live in list(self.sessions.values()):
+            if live.announcing is not None:
+                live.announcing.cancel()
             if live.turn is not None:
                 live.turn.cancel()
                 await asyncio.wait([live.turn])
