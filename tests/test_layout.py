@@ -9,25 +9,22 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "code_puppy"
 
+FRONT_ENDS = ("code_puppy.ui", "code_puppy.headless", "code_puppy.acp_server")
+
 FORBIDDEN = {
-    "ui": ("code_puppy.headless",),
-    "headless": ("code_puppy.ui",),
-    "core": ("code_puppy.ui", "code_puppy.headless"),
-    "agents": ("code_puppy.core", "code_puppy.ui", "code_puppy.headless", "code_puppy.history"),
-    "history": ("code_puppy.core", "code_puppy.ui", "code_puppy.headless"),
-    "sessions": ("code_puppy.core", "code_puppy.ui", "code_puppy.headless"),
-    "plugins": ("code_puppy.core", "code_puppy.ui", "code_puppy.headless"),
-    "checkpoints": (
-        "code_puppy.core",
-        "code_puppy.ui",
-        "code_puppy.headless",
-        "code_puppy.agents",
-        "code_puppy.sessions",
-    ),
+    "ui": ("code_puppy.headless", "code_puppy.acp_server"),
+    "headless": ("code_puppy.ui", "code_puppy.acp_server"),
+    "acp_server": ("code_puppy.ui", "code_puppy.headless"),
+    "core": FRONT_ENDS,
+    "agents": ("code_puppy.core", *FRONT_ENDS, "code_puppy.history"),
+    "history": ("code_puppy.core", *FRONT_ENDS),
+    "sessions": ("code_puppy.core", *FRONT_ENDS),
+    "plugins": ("code_puppy.core", *FRONT_ENDS),
+    "checkpoints": ("code_puppy.core", *FRONT_ENDS, "code_puppy.agents", "code_puppy.sessions"),
 }
-"""What each subpackage must not import: the front ends (chat, headless) sit over the core, the core over the
-agent, sessions and plugins, and nothing imports upwards. `code_puppy.history`, the ready-made processors, sits on the
-agent's processor API; the agent names them only by import path (the presets), never imports them."""
+"""What each subpackage must not import: the front ends (chat, headless, the ACP server) sit over the core, the core
+over the agent, sessions and plugins, and nothing imports upwards. `code_puppy.history`, the ready-made processors, sits
+on the agent's processor API; the agent names them only by import path (the presets), never imports them."""
 
 
 def imports(path: Path) -> list[str]:

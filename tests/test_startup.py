@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +12,17 @@ import pytest
 from code_puppy import __version__
 from tests.fake_llm import FakeLLMServer, text
 
-HEAVY = ("pydantic_ai", "openai", "anthropic", "google.genai", "pydantic_ai_harness", "pydantic", "mcp", "fastmcp")
+HEAVY = (
+    "pydantic_ai",
+    "openai",
+    "anthropic",
+    "google.genai",
+    "pydantic_ai_harness",
+    "pydantic",
+    "mcp",
+    "fastmcp",
+    "acp",
+)
 MCP = ("pydantic_ai.mcp", "mcp", "fastmcp")
 
 
@@ -48,3 +59,19 @@ def test_a_run_without_mcp_servers_imports_no_mcp(code_puppy_home: Path, project
         modules = imported_modules("-p", "hi", cwd=project)
     assert "pydantic_ai.models.openai" in modules  # the run happened
     assert sorted(m for m in modules if m.split(".")[0] in MCP or m in MCP) == []
+
+
+def test_acp_answers_initialize_before_importing_pydantic_ai(project: Path) -> None:
+    """The editor waits for `initialize`: the agent and the model's SDK load with the first session, not before."""
+    completed = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "code_puppy", "acp"],
+        input='{"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}}\n',
+        capture_output=True,
+        text=True,
+        cwd=project,
+        timeout=60,
+    )
+    modules = {line.split("|")[-1].strip() for line in completed.stderr.splitlines() if line.startswith("import time:")}
+    assert json.loads(completed.stdout)["result"]["agentInfo"]["name"] == "code-puppy"
+    assert "acp.schema" in modules
+    assert sorted(m for m in modules if m.split(".")[0] in ("pydantic_ai", "openai", "anthropic", "mcp")) == []

@@ -12,17 +12,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from pydantic import TypeAdapter, ValidationError
 from pydantic_ai import RunContext
 from pydantic_ai.messages import ToolCallPart
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, ToolDenied
-from pydantic_ai_harness.filesystem import Replacement
 from rich.padding import Padding
 from rich.syntax import Syntax
 from rich.text import Text
 
 from code_puppy.agents.permissions import PermissionPolicy
-from code_puppy.agents.project_files import BINARY_SAMPLE_BYTES
+from code_puppy.agents.proposed_edits import proposed_edit
 from code_puppy.agents.sandboxed_shell import ESCALATE
 from code_puppy.ui.chat_sink import diff_text
 
@@ -37,64 +35,15 @@ class Confirm(Protocol):
 
 
 def proposed_diff(root: Path, tool_name: str, args: dict[str, Any]) -> str | None:
-    """The unified diff a `write_file` or `edit_file` call would make, from its arguments and the file as it is.
-
-    None when there is nothing to show: another tool, a path outside the project, or an edit the tool will refuse
-    (it changes nothing then, and its result tells the model why).
-    """
-    path = args.get("path")
-    if tool_name not in ("write_file", "edit_file") or not isinstance(path, str):
+    """The unified diff a `write_file` or `edit_file` call would make (`proposed_edit`), or None."""
+    edit = proposed_edit(root, tool_name, args)
+    if edit is None:
         return None
-    target = (root / path).resolve()
-    try:
-        relative = target.relative_to(root).as_posix()
-        data = target.read_bytes() if target.is_file() else None
-    except (ValueError, OSError):
-        return None
-    if tool_name == "write_file":
-        old = data.decode(errors="replace") if data is not None else ""
-        new = str(args.get("content", ""))
-    else:
-        if data is None or b"\x00" in data[:BINARY_SAMPLE_BYTES]:
-            return None
-        try:
-            old = data.decode()  # bytes as they are: an edit matches `\r\n` as written, as the tool does
-        except UnicodeDecodeError:
-            return None
-        new = _edited(old, args)
-        if new is None:
-            return None
-    lines = difflib.unified_diff(old.splitlines(), new.splitlines(), f"a/{relative}", f"b/{relative}", lineterm="")
+    old = edit.old or ""
+    lines = difflib.unified_diff(
+        old.splitlines(), edit.new.splitlines(), f"a/{edit.relative}", f"b/{edit.relative}", lineterm=""
+    )
     return "\n".join(lines)
-
-
-_REPLACEMENTS: TypeAdapter[list[Replacement] | None] = TypeAdapter(list[Replacement] | None)
-
-
-def _edited(text: str, args: dict[str, Any]) -> str | None:
-    """`text` as the harness's `edit_file` would leave it given `args`, or None when the tool would refuse them.
-
-    The approval is asked before the tool runs, and the harness computes an edit only inside the tool (its public
-    `FileSystemToolset.edit_file` takes one pair and writes the file), so its rules are followed here: one
-    `old_text`/`new_text` pair or a non-empty `replacements` list, not both; replacements applied in order, each
-    `old_text` non-empty and found exactly once in the text the previous ones left.
-    """
-    old_text, new_text = args.get("old_text"), args.get("new_text")
-    try:
-        replacements = _REPLACEMENTS.validate_python(args.get("replacements"))
-    except ValidationError:
-        return None  # pydantic-ai rejects the arguments before the tool runs
-    if replacements is None:
-        if not isinstance(old_text, str) or not isinstance(new_text, str):
-            return None
-        replacements = [Replacement(old_text=old_text, new_text=new_text)]
-    elif old_text is not None or new_text is not None or not replacements:
-        return None
-    for replacement in replacements:
-        if not replacement.old_text or text.count(replacement.old_text) != 1:
-            return None
-        text = text.replace(replacement.old_text, replacement.new_text, 1)
-    return text
 
 
 @dataclass

@@ -1,0 +1,78 @@
+"""Approvals in an editor session: what asks in the terminal asks the client, with `session/request_permission`.
+
+The same `PermissionPolicy` decides what asks; this answers pydantic-ai's `RequestInput` through the client, as the
+chat's `Approver` answers it through its prompt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from acp.interfaces import Client
+from acp.schema import AllowedOutcome, PermissionOption, ToolCallUpdate
+from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, ToolDenied
+
+from code_puppy.acp_server.updates import diff_content, locations, tool_kind
+from code_puppy.agents.proposed_edits import proposed_edit
+from code_puppy.agents.sandboxed_shell import ESCALATE
+from code_puppy.core.project import Project
+
+ALLOW_ONCE, ALLOW_ALWAYS, REJECT_ONCE = "allow-once", "allow-always", "reject-once"
+
+
+async def ask_client(
+    client: Client, session_id: str, project: Project, requests: DeferredToolRequests, *, cancel: Callable[[], None]
+) -> DeferredToolResults:
+    """Ask the client about each call waiting for approval, as the chat asks its user: allow once, allow always
+    (the call's scope, for the session), reject once; a command outside the sandbox only ever once. A client that
+    answers "cancelled" cancels the turn (`cancel`)."""
+    policy = project.policy
+    approvals: dict[str, bool | ToolDenied] = {}
+    for call in requests.approvals:
+        metadata: dict[str, Any] = requests.metadata.get(call.tool_call_id, {})
+        escalate = metadata.get("sandbox") == ESCALATE
+        scope = metadata.get("scope")
+        if not escalate and scope is not None and scope in policy.session_allowed:
+            approvals[call.tool_call_id] = True
+            continue
+        args = call.args_as_dict()
+        summary = str(metadata.get("summary") or policy.summary(call.tool_name, args))
+        edit = proposed_edit(project.root, call.tool_name, args)
+        options = [PermissionOption(option_id=ALLOW_ONCE, name="Allow once", kind="allow_once")]
+        if not escalate and scope is not None:
+            options.append(PermissionOption(option_id=ALLOW_ALWAYS, name="Allow always", kind="allow_always"))
+        options.append(PermissionOption(option_id=REJECT_ONCE, name="Reject", kind="reject_once"))
+        response = await client.request_permission(
+            session_id=session_id,
+            tool_call=ToolCallUpdate(
+                tool_call_id=call.tool_call_id,
+                title=f"{call.tool_name} wants to {summary}",
+                kind=tool_kind(call.tool_name),
+                status="pending",
+                content=[diff_content(project.root, edit)] if edit is not None else None,
+                locations=locations(project.root, args),
+                raw_input=args,
+            ),
+            options=options,
+        )
+        outcome = response.outcome
+        if not isinstance(outcome, AllowedOutcome):  # the client cancelled the turn while the question was open
+            cancel()
+            approvals[call.tool_call_id] = ToolDenied("The user cancelled the turn.")
+            continue
+        if outcome.option_id == ALLOW_ALWAYS and scope is not None:
+            policy.session_allowed.add(scope)
+        if outcome.option_id in (ALLOW_ONCE, ALLOW_ALWAYS):
+            approvals[call.tool_call_id] = True
+        elif escalate:
+            denied = metadata.get("denied")
+            approvals[call.tool_call_id] = ToolDenied(
+                f"The user did not let it run outside the sandbox. Inside, it failed:\n{denied}"
+                if denied
+                else "The user did not let it run outside the sandbox, so it did not run."
+            )
+        else:
+            approvals[call.tool_call_id] = ToolDenied(f"The user denied this call ({summary}).")
+    calls = {call.tool_call_id: ToolDenied("No one can answer this call here.") for call in requests.calls}
+    return requests.build_results(approvals=approvals, calls=calls)

@@ -1,0 +1,418 @@
+"""The sessions an ACP client opens, each a code-puppy session of the sessions store, run on the shared run path.
+
+Each session has its own `Project` (its `cwd` finds the project root as in the terminal, and the client's MCP servers
+join the configured ones for it alone), its agent built once, its permission mode, model and steering inbox. A prompt
+is one `run_turn`, as in the chat and `-p`; approvals go to the client as `session/request_permission`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, get_args
+
+import pydantic_ai
+from acp import RequestError, update_agent_message_text
+from acp.helpers import update_available_commands, update_current_mode
+from acp.interfaces import Client
+from acp.schema import (
+    ClientCapabilities,
+    ConfigOptionUpdate,
+    EmbeddedResourceContentBlock,
+    HttpMcpServer,
+    ListSessionsResponse,
+    LoadSessionResponse,
+    McpServerStdio,
+    NewSessionResponse,
+    PromptResponse,
+    ResourceContentBlock,
+    SessionConfigOptionBoolean,
+    SessionConfigOptionSelect,
+    SessionConfigSelectOption,
+    SessionInfo,
+    SessionMode,
+    SessionModeState,
+    SetSessionConfigOptionResponse,
+    SetSessionModeResponse,
+    StopReason,
+    TextContentBlock,
+    TextResourceContents,
+)
+from pydantic_ai import RunContext
+from pydantic_ai.exceptions import UsageLimitExceeded
+from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults
+
+from code_puppy.acp_server.approvals import ask_client
+from code_puppy.acp_server.commands import SessionCommands
+from code_puppy.acp_server.updates import UpdateSink, replay
+from code_puppy.agents.deps import RunDeps
+from code_puppy.agents.history_persistence import recover_interrupted_turn
+from code_puppy.agents.steering import SteeringInbox, accepting_steers, held_steers
+from code_puppy.config import McpServerConfig, PermissionMode
+from code_puppy.core.events import ending
+from code_puppy.core.project import Project
+from code_puppy.core.run import TurnLimits, TurnOutcome, run_turn
+from code_puppy.errors import ConfigError, one_line
+from code_puppy.options import RunOptions
+from code_puppy.paths import find_project_root
+from code_puppy.sessions.runs import RunRegistry
+from code_puppy.sessions.session import Session, find_session
+
+pydantic_ai.BANNER_ENABLED = False
+
+MODES: dict[PermissionMode, tuple[str, str]] = {
+    "read-only": ("Read only", "Reads and searches; no editing or shell tools are offered."),
+    "ask": ("Ask", "File changes and commands outside the allow-list ask first."),
+    "accept-edits": ("Accept edits", "File changes in the project run; commands ask unless allow-listed."),
+    "auto": ("Auto", "File changes and every command run; commands inside the OS sandbox."),
+    "yolo": ("Yolo", "Nothing asks, nothing is confined."),
+}
+assert set(MODES) == set(get_args(PermissionMode))
+
+
+def config_failure(error: ConfigError) -> RequestError:
+    """A config, model or store error as the JSON-RPC error of the request it affects, with the CLI's one line."""
+    return RequestError(-32603, str(error), {"kind": type(error).__name__})
+
+
+def unknown_session(session_id: str) -> RequestError:
+    return RequestError(-32602, f"no session {session_id} is open here")
+
+
+def client_servers(servers: list[McpServerStdio | HttpMcpServer]) -> dict[str, McpServerConfig]:
+    """The client's MCP servers as configured ones (a client's server replaces a configured one of its name)."""
+    configs: dict[str, McpServerConfig] = {}
+    for server in servers:
+        if isinstance(server, McpServerStdio):
+            configs[server.name] = McpServerConfig(
+                command=server.command, args=tuple(server.args), env={env.name: env.value for env in server.env}
+            )
+        else:
+            configs[server.name] = McpServerConfig(
+                url=server.url, headers={header.name: header.value for header in server.headers}
+            )
+    return configs
+
+
+def prompt_text(blocks: list[Any]) -> str:
+    """The prompt's text: text blocks as they are, resource links as `@path` mentions, embedded text resources as
+    context the model reads."""
+    pieces: list[str] = []
+    for block in blocks:
+        if isinstance(block, TextContentBlock):
+            pieces.append(block.text)
+        elif isinstance(block, ResourceContentBlock):
+            pieces.append(f"@{block.uri.removeprefix('file://')}")
+        elif isinstance(block, EmbeddedResourceContentBlock) and isinstance(block.resource, TextResourceContents):
+            resource = block.resource
+            pieces.append(f'<context uri="{resource.uri}">\n{resource.text}\n</context>')
+        else:
+            raise RequestError(-32602, f"content of type {block.type} is not supported")
+    return "\n".join(pieces)
+
+
+@dataclass
+class LiveSession:
+    """A session open in this process."""
+
+    project: Project
+    session: Session
+    model_name: str
+    inbox: SteeringInbox = field(default_factory=SteeringInbox)
+    queued: list[str] = field(default_factory=list[str])
+    """Text queued as the next turn (`_code_puppy/queue`), run when the running one ends."""
+    turn: asyncio.Task[TurnOutcome] | None = None
+    commands: SessionCommands = field(default_factory=SessionCommands)
+    announcing: asyncio.Task[None] | None = None
+    """Sending the slash commands, just after the session's answer; a prompt waits for it, so they come first."""
+
+    def modes(self) -> SessionModeState:
+        return SessionModeState(
+            current_mode_id=self.project.policy.mode,
+            available_modes=[
+                SessionMode(id=mode, name=name, description=description) for mode, (name, description) in MODES.items()
+            ],
+        )
+
+    def config_options(self) -> list[SessionConfigOptionSelect | SessionConfigOptionBoolean]:
+        names = dict.fromkeys([self.model_name, self.project.model_name, *self.project.settings.models])
+        return [
+            SessionConfigOptionSelect(
+                id="model",
+                name="Model",
+                type="select",
+                category="model",
+                current_value=self.model_name,
+                options=[SessionConfigSelectOption(value=name, name=name) for name in names],
+            )
+        ]
+
+
+class AcpRuntime:
+    """The sessions of one client connection."""
+
+    def __init__(self, client: Client, options: RunOptions, capabilities: ClientCapabilities) -> None:
+        self.client = client
+        self.options = options
+        self.capabilities = capabilities
+        self.sessions: dict[str, LiveSession] = {}
+
+    async def _project(
+        self, cwd: str, servers: list[McpServerStdio | HttpMcpServer], commands: SessionCommands
+    ) -> Project:
+        path = Path(cwd)
+        if not path.is_absolute() or not path.is_dir():
+            raise RequestError(-32602, f"cwd {cwd!r} is not an absolute path to a directory")
+        options = replace(self.options, project_root=find_project_root(path))
+        try:
+            project = await asyncio.to_thread(Project, options)
+        except ConfigError as exc:
+            raise config_failure(exc) from None
+        if extra := client_servers(servers):
+            project.settings = project.settings.model_copy(
+                update={"mcp_servers": {**project.settings.mcp_servers, **extra}}
+            )
+        try:
+            await project.start(commands.register)
+        except ConfigError as exc:
+            await project.close()
+            raise config_failure(exc) from None
+        return project
+
+    def _live(self, session_id: str) -> LiveSession:
+        live = self.sessions.get(session_id)
+        if live is None:
+            raise unknown_session(session_id)
+        return live
+
+    async def new_session(self, cwd: str, servers: list[McpServerStdio | HttpMcpServer]) -> NewSessionResponse:
+        commands = SessionCommands()
+        project = await self._project(cwd, servers, commands)
+        try:
+            session = await Session.start(project.store, project.root, model=project.model_name)
+        except ConfigError as exc:
+            await project.close()
+            raise config_failure(exc) from None
+        live = self.sessions[session.id] = LiveSession(project, session, project.model_name, commands=commands)
+        self._announce_commands(live)
+        return NewSessionResponse(session_id=session.id, modes=live.modes(), config_options=live.config_options())
+
+    async def load_session(
+        self, cwd: str, session_id: str, servers: list[McpServerStdio | HttpMcpServer]
+    ) -> LoadSessionResponse:
+        if (open_already := self.sessions.get(session_id)) is not None:
+            if open_already.turn is not None:
+                raise RequestError(-32600, f"session {session_id} is running a turn")
+            del self.sessions[session_id]
+            await open_already.project.close()
+        commands = SessionCommands()
+        project = await self._project(cwd, servers, commands)
+        try:
+            info = find_session(project.store, session_id)
+            if info.id != session_id:
+                raise ConfigError(f"no session matches '{session_id}' (code-puppy sessions list --all shows them)")
+            session = await Session.resume(project.store, info, model=project.model_name)
+            await recover_interrupted_turn(session)
+        except ConfigError as exc:
+            await project.close()
+            raise RequestError(-32602, str(exc)) from None
+        live = self.sessions[session.id] = LiveSession(project, session, project.model_name, commands=commands)
+        for update in replay(project.root, session.messages):
+            await self.client.session_update(session.id, update)
+        self._announce_commands(live)
+        return LoadSessionResponse(modes=live.modes(), config_options=live.config_options())
+
+    async def list_sessions(self, cwd: str | None) -> ListSessionsResponse:
+        from code_puppy.sessions.store import open_store
+
+        root = find_project_root(Path(cwd)) if cwd else None
+        try:
+            with open_store() as store:
+                infos = store.sessions.recent(root)
+        except ConfigError as exc:
+            raise config_failure(exc) from None
+        return ListSessionsResponse(
+            sessions=[
+                SessionInfo(
+                    session_id=info.id,
+                    cwd=info.project_dir,
+                    title=info.title or None,
+                    updated_at=info.updated_at.isoformat(),
+                )
+                for info in infos
+            ]
+        )
+
+    async def set_mode(self, session_id: str, mode_id: str) -> SetSessionModeResponse:
+        live = self._live(session_id)
+        mode: PermissionMode | None = next((mode for mode in MODES if mode == mode_id), None)
+        if mode is None:
+            raise RequestError(-32602, f"unknown mode {mode_id!r}; one of {', '.join(MODES)}")
+        try:
+            live.project.require_sandbox(mode)
+        except ConfigError as exc:
+            raise config_failure(exc) from None
+        live.project.policy.mode = mode
+        return SetSessionModeResponse()
+
+    async def set_config_option(
+        self, session_id: str, config_id: str, value: str | bool
+    ) -> SetSessionConfigOptionResponse:
+        live = self._live(session_id)
+        if config_id != "model" or not isinstance(value, str):
+            raise RequestError(-32602, f"unknown option {config_id!r}")
+        try:
+            live.project.model(value)
+            live.project.check_priced(value)
+        except ConfigError as exc:
+            raise config_failure(exc) from None
+        live.model_name = value
+        live.session.switch_model(value)
+        return SetSessionConfigOptionResponse(config_options=live.config_options())
+
+    async def prompt(self, session_id: str, blocks: list[Any]) -> PromptResponse:
+        live = self._live(session_id)
+        if live.turn is not None:
+            raise RequestError(
+                -32600, "a turn is running: send text into it with _code_puppy/steer or _code_puppy/queue"
+            )
+        text = prompt_text(blocks)
+        if live.announcing is not None:
+            await live.announcing
+        if (reply := await self._command(live, text)) is not None:
+            await self.client.session_update(live.session.id, update_agent_message_text(reply))
+            return PromptResponse(stop_reason="end_turn")
+        sink = UpdateSink(live.project.root, lambda update: self.client.session_update(live.session.id, update))
+        live.turn = asyncio.create_task(self._turn(live, text, sink))
+        try:
+            outcome = await asyncio.shield(live.turn)
+        except asyncio.CancelledError:  # the connection is closing: the turn ends and is saved first
+            live.turn.cancel()
+            await asyncio.wait([live.turn])
+            raise
+        finally:
+            live.turn = None
+        await sink.flush()
+        if live.session.notice:
+            sink.warning(live.session.notice)
+            await sink.flush()
+        return PromptResponse(stop_reason=self._stop_reason(outcome))
+
+    @staticmethod
+    def _stop_reason(outcome: TurnOutcome) -> StopReason:
+        error = outcome.error
+        if isinstance(error, asyncio.CancelledError):
+            return "cancelled"
+        status, message = ending(outcome)
+        if status == "success":
+            return "end_turn"
+        if isinstance(error, UsageLimitExceeded) or status == "limit":
+            return "max_turn_requests"
+        raise RequestError(-32603, message or "the run failed")
+
+    async def _turn(self, live: LiveSession, text: str, sink: UpdateSink) -> TurnOutcome:
+        project = live.project
+        settings = project.settings
+        steers = held_steers(live.inbox, sink.event)
+
+        async def follow_up(result: Any) -> str | None:
+            if steered := await steers(result):
+                return steered
+            if live.queued:
+                queued = live.queued.pop(0)
+                sink.say(queued)
+                return queued
+            return None
+
+        async def ask(ctx: RunContext[Any], requests: DeferredToolRequests, token: str) -> DeferredToolResults:
+            return await ask_client(
+                self.client, live.session.id, live.project, requests, cancel=lambda: self.cancel(live.session.id)
+            )
+
+        registry = RunRegistry(project.store.database)
+        async with accepting_steers(registry, live.session.id, project.root, live.inbox):
+            return await run_turn(
+                project.agent,
+                RunDeps(live.session, steering=live.inbox, ask=ask),
+                text,
+                sink,
+                model=project.model(live.model_name),
+                limits=TurnLimits(
+                    max_requests=self.options.max_requests,
+                    max_continuations=settings.plugins.max_continuations,
+                    idle_timeout=settings.run.idle_timeout,
+                ),
+                follow_up=follow_up,
+                plugins=project.plugins,
+            )
+
+    def _announce_commands(self, live: LiveSession) -> None:
+        """Send the session's slash commands once the client has the session's id (the answer goes out first)."""
+
+        async def announce() -> None:
+            await asyncio.sleep(0.05)
+            with contextlib.suppress(Exception):
+                await self.client.session_update(live.session.id, update_available_commands(live.commands.available()))
+
+        live.announcing = asyncio.create_task(announce())
+
+    async def _command(self, live: LiveSession, text: str) -> str | None:
+        """Run the slash command `text` starts with, its reply; None when it starts with none (a model turn)."""
+        if not text.startswith("/"):
+            return None
+        name, _, args = text[1:].partition(" ")
+        args = args.strip()
+        try:
+            if name == "permissions":
+                if args:
+                    await self.set_mode(live.session.id, args)
+                    await self.client.session_update(live.session.id, update_current_mode(args))
+                return f"permission mode: {live.project.policy.mode}"
+            if name == "model":
+                if args:
+                    response = await self.set_config_option(live.session.id, "model", args)
+                    update = ConfigOptionUpdate(
+                        session_update="config_option_update", config_options=response.config_options or []
+                    )
+                    await self.client.session_update(live.session.id, update)
+                return f"model: {live.model_name}"
+            return await live.commands.run_plugin(name, args)
+        except RequestError as exc:
+            return str(exc)
+        except Exception as exc:  # a plugin's command: its failure is one line, as in the chat
+            return f"✗ {one_line(exc, typed=True)}"
+
+    def cancel(self, session_id: str) -> None:
+        """`session/cancel`: as Ctrl-C, the turn ends, what it finished is kept; text queued for it is dropped."""
+        live = self.sessions.get(session_id)
+        if live is not None and live.turn is not None:
+            live.queued.clear()
+            live.turn.cancel()
+
+    async def extension(self, name: str, params: dict[str, Any]) -> dict[str, Any]:
+        """`_code_puppy/steer` (into the running turn's next model request) and `_code_puppy/queue` (the next turn,
+        run when the running one ends): `{"delivered": false}` when no turn of the session runs."""
+        session_id, text = params.get("sessionId"), params.get("text")
+        if not isinstance(session_id, str) or not isinstance(text, str) or not text.strip():
+            raise RequestError(-32602, "expected {'sessionId': ID, 'text': TEXT}")
+        live = self._live(session_id)
+        if live.turn is None:
+            return {"delivered": False}
+        if name == "steer":
+            return {"delivered": live.inbox.steer(text) != "closed"}
+        live.queued.append(text)
+        return {"delivered": True}
+
+    async def close(self) -> None:
+        """End every session: a running turn is cancelled and checkpointed, then its project closes."""
+        for live in list(self.sessions.values()):
+            if live.announcing is not None:
+                live.announcing.cancel()
+            if live.turn is not None:
+                live.turn.cancel()
+                await asyncio.wait([live.turn])
+            with contextlib.suppress(Exception):
+                await live.project.close()
+        self.sessions.clear()

@@ -1,0 +1,495 @@
+"""`code-puppy acp` end to end: the installed console script as a subprocess, driven over stdio by the SDK's own client
+side (`acp.spawn_agent_process`), with the fake LLM server on 127.0.0.1 as the model."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import acp
+import pytest
+from acp import RequestError
+from acp.interfaces import Agent
+from acp.schema import (
+    AgentMessageChunk,
+    AllowedOutcome,
+    AvailableCommandsUpdate,
+    CurrentModeUpdate,
+    DeniedOutcome,
+    FileEditToolCallContent,
+    McpServerStdio,
+    PermissionOption,
+    RequestPermissionResponse,
+    ToolCallProgress,
+    ToolCallStart,
+    ToolCallUpdate,
+    UserMessageChunk,
+)
+
+from tests.conftest import CODE_PUPPY, run_cli
+from tests.fake_llm import FakeLLMServer, call, text, tool_calls
+
+ECHO_SERVER = Path(__file__).parent / "mcp_servers" / "echo_server.py"
+
+
+class EditorClient:
+    """An editor: records every update, answers permission questions from a script (an option id, or "cancelled")."""
+
+    def __init__(self, *answers: str) -> None:
+        self.updates: list[Any] = []
+        self.questions: list[tuple[ToolCallUpdate, list[PermissionOption]]] = []
+        self.answers = list(answers)
+        self.asked = asyncio.Event()
+
+    def on_connect(self, conn: Agent) -> None:
+        pass
+
+    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        self.updates.append(update)
+
+    async def request_permission(
+        self, session_id: str, tool_call: ToolCallUpdate, options: list[PermissionOption], **kwargs: Any
+    ) -> RequestPermissionResponse:
+        self.questions.append((tool_call, options))
+        self.asked.set()
+        answer = self.answers.pop(0)
+        if answer == "cancelled":
+            await asyncio.sleep(30)  # the editor waits for the user; a cancel of the turn ends the question
+            return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
+        return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=answer))
+
+    def messages(self) -> str:
+        return "".join(u.content.text for u in self.updates if isinstance(u, AgentMessageChunk))
+
+    def shape(self) -> list[tuple[str, ...]]:
+        """The updates in order, runs of message chunks folded into one entry."""
+        shape: list[tuple[str, ...]] = []
+        for update in self.updates:
+            if isinstance(update, ToolCallStart):
+                shape.append(("tool_call", update.tool_call_id, update.kind or "", update.status or ""))
+            elif isinstance(update, ToolCallProgress):
+                shape.append(("tool_call_update", update.tool_call_id, update.status or ""))
+            elif isinstance(update, AgentMessageChunk):
+                if not shape or shape[-1][0] != "agent_message_chunk":
+                    shape.append(("agent_message_chunk",))
+            elif isinstance(update, UserMessageChunk):
+                shape.append(("user_message_chunk", update.content.text))
+        return shape
+
+
+@asynccontextmanager
+async def acp_agent(
+    project: Path, client: EditorClient, *args: str, stderr: Path | None = None
+) -> AsyncIterator[tuple[Any, asyncio.subprocess.Process]]:
+    """`code-puppy acp ARGS` in `project`, initialized by the SDK's client; stderr to a file (a pipe nobody reads
+    could fill up)."""
+    stderr_path = stderr or project.parent / "acp-stderr.log"
+    with stderr_path.open("wb") as err:
+        async with acp.spawn_agent_process(
+            client,
+            str(CODE_PUPPY),
+            "acp",
+            *args,
+            cwd=project,
+            env=dict(os.environ),
+            transport_kwargs={"stderr": err, "shutdown_timeout": 10},
+        ) as (conn, process):
+            await asyncio.wait_for(conn.initialize(protocol_version=1), 30)
+            yield conn, process
+    assert "Traceback" not in stderr_path.read_text()
+
+
+def user_messages(body: dict[str, Any]) -> list[str]:
+    return [m["content"] for m in body["messages"] if m["role"] == "user"]
+
+
+def tool_messages(body: dict[str, Any]) -> list[str]:
+    return [m["content"] for m in body["messages"] if m["role"] == "tool"]
+
+
+async def requests_arrived(server: FakeLLMServer, count: int, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while len(server.requests) < count:
+        assert time.monotonic() < deadline, f"{count} requests never arrived"
+        await asyncio.sleep(0.02)
+
+
+async def test_initialize_advertises_the_capabilities(project: Path) -> None:
+    async with acp.spawn_agent_process(EditorClient(), str(CODE_PUPPY), "acp", cwd=project, env=dict(os.environ)) as (
+        conn,
+        _,
+    ):
+        response = await asyncio.wait_for(conn.initialize(protocol_version=1), 30)
+    capabilities = response.agent_capabilities
+    assert response.protocol_version == 1
+    assert (response.agent_info.name, response.agent_info.version) == ("code-puppy", run_version())
+    assert capabilities.load_session is True
+    assert capabilities.prompt_capabilities.embedded_context is True
+    assert capabilities.mcp_capabilities.http is True
+    assert capabilities.session_capabilities.list is not None
+    assert response.field_meta == {
+        "code_puppy": {"extensions": {"steer": "_code_puppy/steer", "queue": "_code_puppy/queue"}}
+    }
+
+
+def run_version() -> str:
+    from code_puppy import __version__
+
+    return __version__
+
+
+async def test_a_prompt_streams_tool_calls_then_the_answer_in_a_terminal_session(
+    server: FakeLLMServer, project: Path
+) -> None:
+    server.script(
+        tool_calls(call("read_file", {"path": "README.md"}, id="read-1")),
+        tool_calls(call("grep", {"pattern": "demo"}, id="grep-1")),
+        text("The README says demo project."),
+        text("Still a demo."),
+    )
+    client = EditorClient()  # it advertises no fs capability: the tools use the disk
+    async with acp_agent(project, client) as (conn, _):
+        session = await conn.new_session(cwd=str(project), mcp_servers=[])
+        response = await conn.prompt(session_id=session.session_id, prompt=[acp.text_block("what is this?")])
+    assert response.stop_reason == "end_turn"
+    assert client.shape() == [
+        ("tool_call", "read-1", "read", "pending"),
+        ("tool_call_update", "read-1", "completed"),
+        ("tool_call", "grep-1", "search", "pending"),
+        ("tool_call_update", "grep-1", "completed"),
+        ("agent_message_chunk",),
+    ]
+    start = next(update for update in client.updates if isinstance(update, ToolCallStart))
+    assert (start.title, start.raw_input) == ("read_file(README.md)", {"path": "README.md"})
+    assert [location.path for location in start.locations] == [str((project / "README.md").resolve())]
+    assert client.messages() == "The README says demo project."
+    assert "# demo project" in tool_messages(server.requests[1].body)[0]
+    # The session is the terminal's: listed, and continued with -r.
+    listed = run_cli("sessions", "list", cwd=project)
+    assert session.session_id[:8] in listed.stdout
+    continued = run_cli("-r", session.session_id, "-p", "and now?", cwd=project)
+    assert (continued.returncode, continued.stdout) == (0, "Still a demo.\n"), continued.stderr
+    assert user_messages(server.requests[3].body) == ["what is this?", "and now?"]
+
+
+async def test_a_rejected_edit_is_not_written_and_the_model_is_told(server: FakeLLMServer, project: Path) -> None:
+    server.script(tool_calls(call("write_file", {"path": "new.txt", "content": "hi\n"}, id="w-1")), text("Not done."))
+    client = EditorClient("reject-once")
+    async with acp_agent(project, client) as (conn, _):
+        session = await conn.new_session(cwd=str(project), mcp_servers=[])
+        response = await conn.prompt(session_id=session.session_id, prompt=[acp.text_block("write it")])
+    assert response.stop_reason == "end_turn"
+    assert not (project / "new.txt").exists()
+    [(question, options)] = client.questions
+    assert [option.kind for option in options] == ["allow_once", "allow_always", "reject_once"]
+    assert question.tool_call_id == "w-1" and question.kind == "edit"
+    [diff] = question.content or []
+    assert isinstance(diff, FileEditToolCallContent)
+    assert (diff.path, diff.old_text, diff.new_text) == (str(project / "new.txt"), None, "hi\n")
+    assert ("tool_call_update", "w-1", "failed") in client.shape()
+    assert "denied" in tool_messages(server.requests[1].body)[0]
+
+
+async def test_allow_always_asks_once_for_the_session(server: FakeLLMServer, project: Path) -> None:
+    server.script(
+        tool_calls(call("write_file", {"path": "a.txt", "content": "a\n"})),
+        tool_calls(call("write_file", {"path": "b.txt", "content": "b\n"})),
+        text("Both written."),
+    )
+    client = EditorClient("allow-always")
+    async with acp_agent(project, client) as (conn, _):
+        session = await conn.new_session(cwd=str(project), mcp_servers=[])
+        response = await conn.prompt(session_id=session.session_id, prompt=[acp.text_block("write both")])
+    assert response.stop_reason == "end_turn"
+    assert len(client.questions) == 1
+    assert ((project / "a.txt").read_text(), (project / "b.txt").read_text()) == ("a\n", "b\n")
+    edits = [u for u in client.updates if isinstance(u, ToolCallProgress) and u.status == "completed"]
+    assert [type(content) for update in edits for content in update.content or []] == [FileEditToolCallContent] * 2
+
+
+async def test_cancel_while_a_question_is_open_answers_cancelled(server: FakeLLMServer, project: Path) -> None:
+    server.script(tool_calls(call("write_file", {"path": "new.txt", "content": "hi\n"})), text("never"))
+    client = EditorClient("cancelled")
+    async with acp_agent(project, client) as (conn, _):
+        session = await conn.new_session(cwd=str(project), mcp_servers=[])
+        prompt = asyncio.create_task(conn.prompt(session_id=session.session_id, prompt=[acp.text_block("write")]))
+        await asyncio.wait_for(client.asked.wait(), 30)
+        await conn.cancel(session_id=session.session_id)
+        response = await asyncio.wait_for(prompt, 30)
+    assert response.stop_reason == "cancelled"
+    assert not (project / "new.txt").exists()
+    assert len(server.requests) == 1
+
+
+async def test_cancel_mid_turn_keeps_what_the_turn_finished(server: FakeLLMServer, project: Path) -> None:
+    server.script(tool_calls(call("read_file", {"path": "README.md"})), text("too late", delay=30))
+    client = EditorClient()
+    async with acp_agent(project, client) as (conn, _):
+        session = await conn.new_session(cwd=str(project), mcp_servers=[])
+        prompt = asyncio.create_task(conn.prompt(session_id=session.session_id, prompt=[acp.text_block("look")]))
+        await requests_arrived(server, 2)
+        await conn.cancel(session_id=session.session_id)
+        response = await asyncio.wait_for(prompt, 30)
+    assert response.stop_reason == "cancelled"
+    exported = json.loads(run_cli("sessions", "export", session.session_id, cwd=project).stdout)
+    saved = json.dumps(exported["messages"])
+    assert "look" in saved and "# demo project" in saved
+
+
+async def test_load_replays_a_session_started_with_p(server: FakeLLMServer, project: Path) -> None:
+    server.script(tool_calls(call("read_file", {"path": "README.md"}, id="r-1")), text("A demo."))
+    started = run_cli("-p", "what is it?", "--output-format", "json", cwd=project)
+    session_id = json.loads(started.stdout)["session_id"]
+    client = EditorClient()
+    async with acp_agent(project, client) as (conn, _):
+        await conn.load_session(cwd=str(project), session_id=session_id, mcp_servers=[])
+        replayed = client.shape()
+        listed = await conn.list_sessions(cwd=str(project))
+    assert replayed == [
+        ("user_message_chunk", "what is it?"),
+        ("tool_call", "r-1", "read", "pending"),
+        ("tool_call_update", "r-1", "completed"),
+        ("agent_message_chunk",),
+    ]
+    assert client.messages() == "A demo."
+    assert [(info.session_id, info.title) for info in listed.sessions] == [(session_id, "what is it?")]
+
+
+async def test_read_only_mode_offers_no_edit_tools(server: FakeLLMServer, project: Path) -> None:
+    server.script(text("Looked."))
+    async with acp_agent(project, EditorClient()) as (conn, _):
+        session = await conn.new_session(cwd=str(project), mcp_servers=[])
+        assert session.modes.current_mode_id == "ask"
+        assert [mode.id for mode in session.modes.available_modes] == [
+            "read-only",
+            "ask",
+            "accept-edits",
+            "auto",
+            "yolo",
+        ]
+        await conn.set_session_mode(session_id=session.session_id, mode_id="read-only")
+        await conn.prompt(session_id=session.session_id, prompt=[acp.text_block("look")])
+        with pytest.raises(RequestError):
+            await conn.set_session_mode(session_id=session.session_id, mode_id="reckless")
+    offered = sorted(tool["function"]["name"] for tool in server.requests[0].body.get("tools", []))
+    assert offered and not {"write_file", "edit_file", "shell", "create_directory"} & set(offered)
+
+
+async def test_steer_and_queue_reach_a_running_turn(server: FakeLLMServer, project: Path) -> None:
+    server.script(text("Draft.", delay=1.5), text("Steered."), text("Queued answer."))
+    client = EditorClient()
+    async with acp_agent(project, client) as (conn, _):
+        session = await conn.new_session(cwd=str(project), mcp_servers=[])
+        sid = session.session_id
+        idle = await conn.ext_method("code_puppy/steer", {"sessionId": sid, "text": "nobody runs"})
+        prompt = asyncio.create_task(conn.prompt(session_id=sid, prompt=[acp.text_block("write it")]))
+        await requests_arrived(server, 1)
+        steered = await conn.ext_method("code_puppy/steer", {"sessionId": sid, "text": "focus on tests"})
+        queued = await conn.ext_method("code_puppy/queue", {"sessionId": sid, "text": "then docs"})
+        response = await asyncio.wait_for(prompt, 30)
+    assert (idle, steered, queued) == ({"delivered": False}, {"delivered": True}, {"delivered": True})
+    assert response.stop_reason == "end_turn"
+    assert user_messages(server.requests[1].body) == ["write it", "focus on tests"]
+    assert user_messages(server.requests[2].body) == ["write it", "focus on tests", "then docs"]
+    assert ("user_message_chunk", "focus on tests") in client.shape()
+    assert ("user_message_chunk", "then docs") in client.shape()
+
+
+async def test_code_puppy_steer_reaches_an_acp_turn(server: FakeLLMServer, project: Path) -> None:
+    server.script(text("Draft.", delay=1.5), text("Steered."))
+    async with acp_agent(project, EditorClient()) as (conn, _):
+        session = await conn.new_session(cwd=str(project), mcp_servers=[])
+        prompt = asyncio.create_task(conn.prompt(session_id=session.session_id, prompt=[acp.text_block("go")]))
+        await requests_arrived(server, 1)
+        steered = await asyncio.to_thread(run_cli, "steer", "from the terminal", cwd=project)
+        await asyncio.wait_for(prompt, 30)
+    assert steered.returncode == 0, steered.stderr
+    assert user_messages(server.requests[1].body) == ["go", "from the terminal"]
+
+
+async def test_client_mcp_servers_run_for_the_session_and_stop_with_it(server: FakeLLMServer, project: Path) -> None:
+    tag = f"acp-{uuid.uuid4().hex[:8]}"
+    server.script(tool_calls(call("echo_echo", {"text": "ping"})), text("Echoed."))
+    echo = McpServerStdio(name="echo", command=sys.executable, args=[str(ECHO_SERVER), "--tag", tag], env=[])
+    async with acp_agent(project, EditorClient("allow-once")) as (conn, process):
+        session = await conn.new_session(cwd=str(project), mcp_servers=[echo])
+        response = await conn.prompt(session_id=session.session_id, prompt=[acp.text_block("echo ping")])
+        assert running(tag)
+    assert process.returncode == 0
+    assert response.stop_reason == "end_turn"
+    assert tool_messages(server.requests[1].body) == ["ping"]
+    assert (project / "calls.log").read_text() == "echo ping\n"
+    assert not running(tag)
+
+
+def running(tag: str) -> bool:
+    return subprocess.run(["pgrep", "-f", tag], capture_output=True).returncode == 0
+
+
+async def test_bad_requests_get_json_rpc_errors_and_the_agent_goes_on(project: Path, code_puppy_home: Path) -> None:
+    async with acp_agent(project, EditorClient()) as (conn, _):
+        with pytest.raises(RequestError) as no_model:
+            await conn.new_session(cwd=str(project), mcp_servers=[])
+        cli = run_cli("-p", "hi", cwd=project)
+        # A model from now on (nothing is sent to it): the errors below are about the requests themselves.
+        (code_puppy_home / "config.toml").write_text(
+            'model = "fake"\n[models.fake]\nname = "fake-model"\nbase_url = "http://127.0.0.1:9/v1"\n'
+        )
+        with pytest.raises(RequestError) as bad_cwd:
+            await conn.new_session(cwd=str(project / "missing"), mcp_servers=[])
+        with pytest.raises(RequestError) as unknown:
+            await conn.prompt(session_id="no-such-session", prompt=[acp.text_block("hi")])
+        with pytest.raises(RequestError) as not_stored:
+            await conn.load_session(cwd=str(project), session_id="no-such-session", mcp_servers=[])
+        again = await conn.list_sessions(cwd=str(project))
+    assert no_model.value.code == -32603
+    assert f"code-puppy: error: {no_model.value}\n" == cli.stderr
+    assert bad_cwd.value.code == unknown.value.code == not_stored.value.code == -32602
+    assert again.sessions == []
+
+
+def test_stdout_carries_protocol_messages_only(server: FakeLLMServer, project: Path, code_puppy_home: Path) -> None:
+    """Garbage gets an error response and the process goes on; a plugin printing to stdout does not reach it."""
+    server.script(text("Hello."))
+    (code_puppy_home / "plugins").mkdir()
+    (code_puppy_home / "plugins" / "noisy.py").write_text(
+        'import code_puppy\nprint("NOISE at import")\n\n'
+        "@code_puppy.hookimpl\ndef user_prompt_submit(prompt, session):\n    print('NOISE on submit')\n"
+    )
+    lines = [
+        "this is not json",
+        '{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}}',
+        "[1, 2]",
+        json.dumps(
+            {"jsonrpc": "2.0", "id": 2, "method": "session/new", "params": {"cwd": str(project), "mcpServers": []}}
+        ),
+    ]
+    with subprocess.Popen(
+        [str(CODE_PUPPY), "acp"],
+        cwd=project,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as process:
+        assert process.stdin is not None and process.stdout is not None
+        process.stdin.write("\n".join(lines) + "\n")
+        process.stdin.flush()
+        lines_out: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=lambda: [lines_out.put(line) for line in process.stdout or ()], daemon=True).start()
+
+        def answer() -> dict[str, Any]:
+            try:
+                return json.loads(lines_out.get(timeout=30))
+            except queue.Empty:
+                process.kill()
+                pytest.fail("no answer from code-puppy acp within 30 s")
+
+        answers = [answer() for _ in range(4)]
+        session_id = next(answer["result"]["sessionId"] for answer in answers if answer.get("id") == 2)
+        prompt = {"sessionId": session_id, "prompt": [{"type": "text", "text": "hi"}]}
+        process.stdin.write(
+            json.dumps({"jsonrpc": "2.0", "id": 3, "method": "session/prompt", "params": prompt}) + "\n"
+        )
+        process.stdin.flush()
+        while (last := answer()).get("id") != 3:
+            answers.append(last)
+        process.stdin.close()
+        assert process.wait(timeout=30) == 0
+        stderr = process.stderr.read() if process.stderr else ""
+        time.sleep(0.1)  # the reader thread takes what was left
+        rest = [lines_out.get_nowait() for _ in range(lines_out.qsize())]
+    assert rest == []
+    assert last["result"] == {"stopReason": "end_turn"}
+    errors = sorted(a["error"]["code"] for a in answers if "error" in a)
+    assert errors == [-32700, -32600]
+    assert all(a["id"] is None for a in answers if "error" in a)
+    assert "NOISE at import" in stderr and "NOISE on submit" in stderr
+    assert "Traceback" not in stderr
+
+
+async def test_the_command_line_sets_model_mode_allow_list_and_request_limit(
+    server: FakeLLMServer, project: Path, code_puppy_home: Path
+) -> None:
+    config = (code_puppy_home / "config.toml").read_text()
+    (code_puppy_home / "config.toml").write_text(config.replace('model = "fake"\n', 'model = "other"\n', 1))
+    server.script(tool_calls(call("shell", {"command": "ls"})), text("never sent"))
+    client = EditorClient()  # no answers: a question would fail the turn
+    args = ("-m", "fake", "--permission-mode", "accept-edits", "--allow", "ls", "--max-requests", "1")
+    async with acp_agent(project, client, *args) as (conn, _):
+        session = await conn.new_session(cwd=str(project), mcp_servers=[])
+        response = await conn.prompt(session_id=session.session_id, prompt=[acp.text_block("list")])
+    assert session.modes.current_mode_id == "accept-edits"
+    [model] = session.config_options or []
+    assert (model.id, model.current_value) == ("model", "fake")
+    assert response.stop_reason == "max_turn_requests"
+    assert client.questions == []
+    assert ("tool_call_update", "call_0_0", "completed") in client.shape()
+    assert len(server.requests) == 1
+
+
+async def test_no_mcp_and_no_plugins_leave_out_the_configured_ones(
+    server: FakeLLMServer, project: Path, code_puppy_home: Path
+) -> None:
+    with (code_puppy_home / "config.toml").open("a") as config:
+        config.write(f'[mcp_servers.echo]\ncommand = "{sys.executable}"\nargs = ["{ECHO_SERVER}"]\n')
+    (code_puppy_home / "plugins").mkdir()
+    (code_puppy_home / "plugins" / "noisy.py").write_text('print("NOISE at import")\n')
+    server.script(text("Plain."), text("With them."))
+    stderr = project.parent / "stderr.log"
+    async with acp_agent(project, EditorClient(), "--no-mcp", "--no-plugins", stderr=stderr) as (conn, _):
+        session = await conn.new_session(cwd=str(project), mcp_servers=[])
+        await conn.prompt(session_id=session.session_id, prompt=[acp.text_block("hi")])
+    assert "NOISE" not in stderr.read_text()
+    async with acp_agent(project, EditorClient(), stderr=stderr) as (conn, _):
+        session = await conn.new_session(cwd=str(project), mcp_servers=[])
+        await conn.prompt(session_id=session.session_id, prompt=[acp.text_block("hi")])
+    assert "NOISE at import" in stderr.read_text()
+    offered = [{tool["function"]["name"] for tool in request.body.get("tools", [])} for request in server.requests]
+    assert ("echo_echo" in offered[0], "echo_echo" in offered[1]) == (False, True)
+
+
+async def test_slash_commands_are_advertised_and_run_without_the_model(
+    server: FakeLLMServer, project: Path, code_puppy_home: Path
+) -> None:
+    (code_puppy_home / "plugins").mkdir()
+    (code_puppy_home / "plugins" / "greet.py").write_text(
+        "import code_puppy\n\n@code_puppy.hookimpl\ndef register_commands(register):\n"
+        "    register('greet', lambda args: f'hello {args}', 'Say hello')\n"
+    )
+    client = EditorClient()
+    async with acp_agent(project, client) as (conn, _):
+        session = await conn.new_session(cwd=str(project), mcp_servers=[])
+        sid = session.session_id
+        greeted = await conn.prompt(session_id=sid, prompt=[acp.text_block("/greet editor")])
+        await conn.prompt(session_id=sid, prompt=[acp.text_block("/permissions read-only")])
+    [commands] = [u for u in client.updates if isinstance(u, AvailableCommandsUpdate)]
+    assert [command.name for command in commands.available_commands] == ["permissions", "model", "greet"]
+    assert greeted.stop_reason == "end_turn"
+    assert [u.current_mode_id for u in client.updates if isinstance(u, CurrentModeUpdate)] == ["read-only"]
+    assert client.messages() == "hello editorpermission mode: read-only"
+    assert server.requests == []
+
+
+async def test_sigterm_mid_turn_saves_the_turn_and_exits_cleanly(server: FakeLLMServer, project: Path) -> None:
+    server.script(tool_calls(call("read_file", {"path": "README.md"})), text("too late", delay=30))
+    async with acp_agent(project, EditorClient()) as (conn, process):
+        session = await conn.new_session(cwd=str(project), mcp_servers=[])
+        prompt = asyncio.create_task(conn.prompt(session_id=session.session_id, prompt=[acp.text_block("look")]))
+        await requests_arrived(server, 2)
+        process.terminate()
+        assert await asyncio.wait_for(process.wait(), 30) == 0
+        prompt.cancel()
+    exported = json.loads(run_cli("sessions", "export", session.session_id, cwd=project).stdout)
+    assert "# demo project" in json.dumps(exported["messages"])
