@@ -14,6 +14,7 @@ from code_puppy.agents.builder import build_pydantic_agent
 from code_puppy.agents.permissions import PermissionPolicy, allowed_by_list
 from code_puppy.config import PermissionMode, Settings
 from tests.scripted_model import scripted, tool_returns
+from tests.test_mcp import BUILT_IN, PLAN_TOOLS
 
 
 @pytest.mark.parametrize(
@@ -131,22 +132,9 @@ async def test_read_only_offers_no_editing_or_shell_tools(project: Path) -> None
 async def test_default_tools_are_the_file_tools_shell_and_delegation(project: Path) -> None:
     script = scripted("ok")
     await agent_for(project, script.model, "ask").run("hi")
-    assert sorted(tool.name for tool in script.infos[0].function_tools) == sorted(
-        [
-            "create_directory",
-            "delegate_task",
-            "edit_file",
-            "grep",
-            "list_files",
-            "read_file",
-            "shell",
-            "write_file",
-            *PLAN_TOOLS,
-        ]
-    )
+    assert sorted(tool.name for tool in script.infos[0].function_tools) == BUILT_IN
 
 
-PLAN_TOOLS = ["add_task", "read_plan", "remove_task", "update_task_status", "update_task_statuses", "write_plan"]
 """The harness Planning tools, offered in every mode."""
 
 SECRETS = {

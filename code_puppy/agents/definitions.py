@@ -153,6 +153,19 @@ def codex_prompts() -> Path | None:
     return None if code_puppy_home() is not None else Path.home() / ".codex" / "prompts"
 
 
+def read_frontmatter(
+    path: Path, problems: list[Problem], *, required: bool = False
+) -> tuple[dict[str, str | list[str]], str] | None:
+    """`split_frontmatter` of the file at `path`; None, with its problem recorded, when it cannot be read or parsed."""
+    try:
+        return split_frontmatter(path.read_text(encoding="utf-8"), required=required)
+    except (OSError, UnicodeDecodeError) as exc:
+        problems.append(Problem(path, f"cannot be read ({exc.__class__.__name__}); skipped"))
+    except FrontmatterError as exc:
+        problems.append(Problem(path, f"broken frontmatter: {exc}; skipped"))
+    return None
+
+
 def split_frontmatter(text: str, *, required: bool = False) -> tuple[dict[str, str | list[str]], str]:
     """The frontmatter's keys and the body after it.
 
@@ -282,14 +295,9 @@ def load_agents(project_root: Path, *, model_known: ModelCheck | None = None) ->
 def _read_agent(
     path: Path, scope: Scope, problems: list[Problem], model_known: ModelCheck | None
 ) -> AgentDefinition | None:
-    try:
-        fields, body = split_frontmatter(path.read_text(encoding="utf-8"), required=True)
-    except (OSError, UnicodeDecodeError) as exc:
-        problems.append(Problem(path, f"cannot be read ({exc.__class__.__name__}); skipped"))
+    if (read := read_frontmatter(path, problems, required=True)) is None:
         return None
-    except FrontmatterError as exc:
-        problems.append(Problem(path, f"broken frontmatter: {exc}; skipped"))
-        return None
+    fields, body = read
     name = _text(fields.get("name")) or path.stem
     description = _text(fields.get("description"))
     if not description:
@@ -330,11 +338,9 @@ def load_skill_infos(project_root: Path) -> Loaded[SkillInfo]:
     for folder, scope in folders(project_root, "skills"):
         for skill_file in skill_files(folder):
             name = skill_file.parent.name
-            try:
-                fields, _ = split_frontmatter(skill_file.read_text(encoding="utf-8"), required=True)
-            except (OSError, UnicodeDecodeError, FrontmatterError) as exc:
-                loaded.problems.append(Problem(skill_file, f"broken frontmatter: {exc}; skipped"))
+            if (read := read_frontmatter(skill_file, loaded.problems, required=True)) is None:
                 continue
+            fields = read[0]
             if (winner := chosen.get(name)) is not None:
                 loaded.notes.append(f"skill '{name}' in {_display(skill_file)} is shadowed by {_display(winner.path)}")
                 continue

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from code_puppy.agents.definitions import (
-    FrontmatterError,
     Loaded,
     Problem,
     Scope,
@@ -24,7 +23,7 @@ from code_puppy.agents.definitions import (
     codex_prompts,
     folders,
     parse_tools,
-    split_frontmatter,
+    read_frontmatter,
 )
 
 BUILT_IN_COMMANDS = (
@@ -122,14 +121,9 @@ def find_command(project_root: Path, text: str) -> tuple[FileCommand, str] | Non
 
 
 def _read_command(path: Path, name: str, scope: Scope, problems: list[Problem]) -> FileCommand | None:
-    try:
-        fields, body = split_frontmatter(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        problems.append(Problem(path, f"cannot be read ({exc.__class__.__name__}); skipped"))
+    if (read := read_frontmatter(path, problems)) is None:
         return None
-    except FrontmatterError as exc:
-        problems.append(Problem(path, f"broken frontmatter: {exc}; skipped"))
-        return None
+    fields, body = read
     grant, unknown = parse_tools(fields.get("allowed-tools"))
     for tool in unknown:
         problems.append(Problem(path, f"unknown tool '{tool}' dropped"))

@@ -74,10 +74,12 @@ def test_agent_lists_and_switches(server: FakeLLMServer, chat: PtyChat) -> None:
 
 
 def test_skills_lists_what_the_model_can_load(chat: PtyChat) -> None:
+    chat.wait_for("broken-skill/SKILL.md")  # the start-up note about the broken one, printed as the chat loads
     chat.type("/skills\r")
     screen = chat.wait_for("(the model loads one when it needs it)")
-    assert "release  Cut a release of this project." in screen
-    assert "broken-skill" not in screen.split("/skills")[-1]
+    listing = screen[screen.rindex("› /skills") :]
+    assert "release  Cut a release of this project." in listing
+    assert "broken-skill" not in listing
 
 
 def test_init_asks_for_an_agents_md(server: FakeLLMServer, chat: PtyChat) -> None:
