@@ -23,6 +23,7 @@ from acp import RequestError
 from acp.interfaces import Agent
 from acp.schema import (
     AgentMessageChunk,
+    AgentPlanUpdate,
     AllowedOutcome,
     AvailableCommandsUpdate,
     CurrentModeUpdate,
@@ -181,6 +182,36 @@ async def test_a_prompt_streams_tool_calls_then_the_answer_in_a_terminal_session
     continued = run_cli("-r", session.session_id, "-p", "and now?", cwd=project)
     assert (continued.returncode, continued.stdout) == (0, "Still a demo.\n"), continued.stderr
     assert user_messages(server.requests[3].body) == ["what is this?", "and now?"]
+
+
+async def test_the_models_plan_is_sent_as_plan_updates(server: FakeLLMServer, project: Path) -> None:
+    steps = [
+        {"id": "read", "content": "Read the code"},
+        {"id": "fix", "content": "Fix the bug", "status": "in_progress", "active_form": "Fixing the bug"},
+    ]
+    server.script(
+        tool_calls(call("write_plan", {"items": steps}, id="plan-1")),
+        tool_calls(call("update_task_statuses", {"updates": [{"task_id": "read", "status": "completed"}]}, id="p-2")),
+        text("Done."),
+    )
+    client = EditorClient()
+    async with acp_agent(project, client) as (conn, _):
+        session = await conn.new_session(cwd=str(project), mcp_servers=[])
+        response = await conn.prompt(session_id=session.session_id, prompt=[acp.text_block("fix it")])
+    assert response.stop_reason == "end_turn"
+    plans = [
+        [(entry.content, entry.status) for entry in update.entries]
+        for update in client.updates
+        if isinstance(update, AgentPlanUpdate)
+    ]
+    # Once per call that changed it, whole, after the call's own update.
+    assert plans == [
+        [("Read the code", "pending"), ("Fix the bug", "in_progress")],
+        [("Read the code", "completed"), ("Fix the bug", "in_progress")],
+    ]
+    ended = [i for i, update in enumerate(client.updates) if isinstance(update, ToolCallProgress)]
+    planned = [i for i, update in enumerate(client.updates) if isinstance(update, AgentPlanUpdate)]
+    assert all(end < plan for end, plan in zip(ended, planned, strict=True))
 
 
 async def test_a_rejected_edit_is_not_written_and_the_model_is_told(server: FakeLLMServer, project: Path) -> None:

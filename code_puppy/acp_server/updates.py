@@ -5,20 +5,23 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from acp import (
+    plan_entry,
     start_tool_call,
     text_block,
     tool_content,
     tool_diff_content,
     update_agent_message_text,
     update_agent_thought_text,
+    update_plan,
     update_tool_call,
     update_user_message_text,
 )
 from acp.schema import (
     AgentMessageChunk,
+    AgentPlanUpdate,
     AgentThoughtChunk,
     ContentToolCallContent,
     FileEditToolCallContent,
@@ -51,9 +54,10 @@ from code_puppy.agents.permissions import EDIT_TOOL_NAMES, SHELL_TOOL_NAMES
 from code_puppy.agents.proposed_edits import ProposedEdit, proposed_edit
 from code_puppy.agents.steering import steered_text
 from code_puppy.core.events import RunOutcome, tool_call_line
+from code_puppy.core.plan import PlanView
 from code_puppy.sessions.costs import RequestCost
 
-Update = UserMessageChunk | AgentMessageChunk | AgentThoughtChunk | ToolCallStart | ToolCallProgress
+Update = UserMessageChunk | AgentMessageChunk | AgentThoughtChunk | ToolCallStart | ToolCallProgress | AgentPlanUpdate
 Send = Callable[[Update], Awaitable[None]]
 
 _KINDS: dict[str, ToolKind] = {
@@ -117,6 +121,13 @@ def tool_call_ended(part: ToolReturnPart, diff: FileEditToolCallContent | None =
     return update_tool_call(part.tool_call_id, status="failed" if failed else "completed", content=content)
 
 
+_PLAN_STATUS: dict[str, Literal["pending", "in_progress", "completed"]] = {
+    "pending": "pending",
+    "in_progress": "in_progress",
+    "completed": "completed",
+}
+
+
 class UpdateSink:
     """The run path's `EventSink` for one prompt turn: each event becomes updates, sent in order by one task.
 
@@ -129,6 +140,8 @@ class UpdateSink:
         self._queue: asyncio.Queue[Update] = asyncio.Queue()
         self._pump: asyncio.Task[None] | None = None
         self._edits: dict[str, ProposedEdit] = {}
+        self._plan = PlanView()
+        """The model's task list, sent whole as a `plan` update after each tool call that changed it."""
 
     def put(self, update: Update) -> None:
         if self._pump is None:
@@ -178,6 +191,15 @@ class UpdateSink:
             self.put(tool_call_ended(event.part, diff_content(self._root, edit) if edit is not None else None))
         elif isinstance(event, EnqueuedMessagesEvent):
             self.put(update_user_message_text(steered_text(event)))
+        if self._plan.update(event) or not self._plan.settled(event):
+            return
+        # ACP has no "blocked": such a step is still to do.
+        steps = self._plan.as_json()
+        self.put(
+            update_plan(
+                plan_entry(step["content"], status=_PLAN_STATUS.get(step["status"], "pending")) for step in steps
+            )
+        )
 
     def say(self, text: str) -> None:
         """Text for the user that is not the model's (a follow-up that runs, a notice), as a user message chunk."""
