@@ -434,18 +434,22 @@ def rewind(
     """
 
     def run() -> int:
+        import asyncio
+
         from code_puppy.headless.checkpoint_commands import rewind as rewind_session
         from code_puppy.paths import find_project_root
 
-        return rewind_session(
-            find_project_root(Path.cwd()),
-            sys.stdout,
-            session_id=session_id,
-            turns=turns,
-            only=only,  # type: ignore[arg-type]  # click.Choice guarantees the literal
-            force=force,
-            dry_run=dry_run,
-            output_format=output_format,
+        return asyncio.run(
+            rewind_session(
+                find_project_root(Path.cwd()),
+                sys.stdout,
+                session_id=session_id,
+                turns=turns,
+                only=only,  # type: ignore[arg-type]  # click.Choice guarantees the literal
+                force=force,
+                dry_run=dry_run,
+                output_format=output_format,
+            )
         )
 
     sys.exit(guarded(run))

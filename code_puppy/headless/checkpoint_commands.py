@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from typing import TextIO
@@ -17,7 +16,7 @@ from code_puppy.sessions.session import Session, find_session
 from code_puppy.sessions.store import SqliteConversationStore, open_store
 
 
-def rewind(
+async def rewind(
     root: Path,
     out: TextIO,
     *,
@@ -29,19 +28,6 @@ def rewind(
     output_format: str,
 ) -> int:
     """Rewind a session (the latest of `root` by default); 0 done, 1 refused (conflicts) or nothing to rewind."""
-    return asyncio.run(_rewind(root, out, session_id, turns, only, force, dry_run, output_format))
-
-
-async def _rewind(
-    root: Path,
-    out: TextIO,
-    session_id: str | None,
-    turns: int,
-    only: Only | None,
-    force: bool,
-    dry_run: bool,
-    output_format: str,
-) -> int:
     settings = load_settings(root)
     try:
         return await _rewind_in(root, out, settings, session_id, turns, only, force, dry_run, output_format)
