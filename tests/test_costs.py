@@ -73,7 +73,7 @@ def test_an_unknown_model_has_tokens_and_no_cost(server: FakeLLMServer, project:
     assert (result["cost_usd"], result["cost_complete"]) == (None, False)
     assert result["usage"]["input_tokens"] > 0
     listed = run_cli("sessions", "list", cwd=project).stdout.splitlines()
-    assert listed[0].split() == ["ID", "UPDATED", "MSGS", "MODEL", "COST", "TITLE"]
+    assert listed[0].split() == ["ID", "AGE", "TURNS", "PROJECT", "COST", "NAME/TITLE"]
     assert listed[1].split()[-2:] == ["unknown", "hello"]
     assert "$0.00" not in run_cli("sessions", "list", cwd=project).stdout
 

@@ -188,6 +188,23 @@ def m006_checkpoints(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX checkpoints_session ON checkpoints (session_id, id)")
 
 
+def m007_finding_sessions(db: sqlite3.Connection) -> None:
+    # `name`: what the user called the session (`sessions rename`, `/rename`, `--name`), unique, for `-r NAME`.
+    # `archived_at`: hidden from lists, pickers and `-c`, not deleted. `turns`: user prompts in the session.
+    # `search`: the text of user prompts and model answers (never tool output), one row per part; a session whose
+    # `indexed` is 0 (every one stored before this migration) has not been read into it yet: sessions/search.py
+    # indexes those lazily, one short transaction each, rather than here, which would lock a large store for long.
+    db.execute("ALTER TABLE sessions ADD COLUMN name TEXT")
+    db.execute("ALTER TABLE sessions ADD COLUMN archived_at TEXT")
+    db.execute("ALTER TABLE sessions ADD COLUMN turns INTEGER NOT NULL DEFAULT 0")
+    db.execute("ALTER TABLE sessions ADD COLUMN indexed INTEGER NOT NULL DEFAULT 0")
+    db.execute("CREATE UNIQUE INDEX sessions_name ON sessions (name) WHERE name IS NOT NULL")
+    db.execute(
+        "CREATE VIRTUAL TABLE search USING fts5 "
+        "(text, session_id UNINDEXED, role UNINDEXED, tokenize = 'porter unicode61')"
+    )
+
+
 MIGRATIONS: list[Migration] = [
     m001_conversations,
     m002_sessions,
@@ -195,6 +212,7 @@ MIGRATIONS: list[Migration] = [
     m004_journal,
     m005_request_costs,
     m006_checkpoints,
+    m007_finding_sessions,
 ]
 """Applied in order; append new ones, never edit or reorder applied ones."""
 
@@ -371,6 +389,7 @@ def delete_conversation(db: sqlite3.Connection, conversation_id: str) -> bool:
     """
     discard_journal(db, conversation_id)
     db.execute("DELETE FROM checkpoints WHERE session_id = ?", (conversation_id,))
+    db.execute("DELETE FROM search WHERE session_id = ?", (conversation_id,))
     row = db.execute("DELETE FROM conversations WHERE id = ? RETURNING family", (conversation_id,)).fetchone()
     deleted = row is not None
     deleted |= db.execute("DELETE FROM sessions WHERE id = ?", (conversation_id,)).rowcount > 0
