@@ -148,6 +148,16 @@ class Session:
             session._before_first_save = lambda: store.sessions.update(info.id, model=session.model)
         return session
 
+    def rename(self, name: str) -> None:
+        """Call the session `name` (a new one is recorded now, listed once it has a turn).
+
+        Raises:
+            ValueError: Another session is called `name`.
+        """
+        assert isinstance(self.store, SqliteConversationStore)
+        self._create_row()
+        self.store.sessions.rename(self.id, name)
+
     def switch_model(self, model: str) -> None:
         """Record that the session goes on with `model`: now if it is stored, else with its first save."""
         self.model = model
