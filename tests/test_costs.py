@@ -25,7 +25,8 @@ GPT_4O = (2.5, 10.0)
 def configure(home: Path, server: FakeLLMServer, extra: str = "") -> None:
     """`gpt` (gpt-4o, priced) as the default model, `fake` (unpriced) beside it, both on the fake server."""
     (home / "config.toml").write_text(
-        f'model = "gpt"\n[models.gpt]\nname = "gpt-4o"\nbase_url = "{server.base_url}"\n'
+        f'model = "gpt"\n[sessions]\nauto_title = false\n'
+        f'[models.gpt]\nname = "gpt-4o"\nbase_url = "{server.base_url}"\n'
         f'[models.fake]\nname = "fake-model"\nbase_url = "{server.base_url}"\n{extra}'
     )
 
