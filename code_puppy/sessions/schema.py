@@ -200,8 +200,7 @@ def m007_finding_sessions(db: sqlite3.Connection) -> None:
     db.execute("ALTER TABLE sessions ADD COLUMN indexed INTEGER NOT NULL DEFAULT 0")
     db.execute("CREATE UNIQUE INDEX sessions_name ON sessions (name) WHERE name IS NOT NULL")
     db.execute(
-        "CREATE VIRTUAL TABLE search USING fts5 "
-        "(text, session_id UNINDEXED, role UNINDEXED, tokenize = 'porter unicode61')"
+        "CREATE VIRTUAL TABLE search USING fts5 (text, session_id UNINDEXED, role UNINDEXED, tokenize = 'unicode61')"
     )
 
 

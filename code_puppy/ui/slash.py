@@ -108,9 +108,18 @@ class Builtins:
         return out.getvalue().rstrip()
 
     async def resume(self, args: str) -> str | None:
-        if not args:
-            return "usage: /resume ID (/sessions lists them)"
         runtime = await self._chat.ready()
+        if not args:
+            from code_puppy.errors import ConfigError
+            from code_puppy.ui.picker import pick_session
+
+            try:
+                picked = await pick_session(runtime.store, self._chat.project_root)
+            except ConfigError as exc:
+                return str(exc)
+            if picked is None:
+                return "no session picked"
+            args = picked
         await runtime.resume(args)
         show_resumed(self._chat)
         return None
