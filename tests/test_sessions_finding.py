@@ -84,6 +84,7 @@ def _downgrade(db_path: Path) -> None:
         for column in ("name", "archived_at", "turns", "indexed"):
             db.execute(f"ALTER TABLE sessions DROP COLUMN {column}")
         db.execute("DROP TABLE search")
+        db.execute("DROP TABLE search_text")
         db.execute("DELETE FROM schema_migrations WHERE name = 'm007_finding_sessions'")
 
 
@@ -159,7 +160,7 @@ def test_the_indexer_catches_up_once_and_stops_when_asked(
         assert catch_up(database) == 2
         assert catch_up(database) == 0
         with database.read() as db:
-            rows = db.execute("SELECT role, text FROM search ORDER BY text").fetchall()
+            rows = db.execute("SELECT role, text FROM search_text ORDER BY text").fetchall()
         assert rows == [("model", "a"), ("user", "alpha"), ("model", "b"), ("user", "beta")]
     finally:
         database.close()

@@ -1,4 +1,5 @@
-"""Full-text search over sessions: the `search` table (SQLite FTS5) of user prompts and model answers.
+"""Full-text search over sessions: `search_text`, the text of user prompts and model answers, and `search`, its SQLite
+FTS5 index.
 
 A save indexes the messages it appends in its own transaction (`index_new`), so the index never lags a saved
 session. Sessions stored before the index existed (`indexed = 0`) are read into it lazily by `catch_up`: one short
@@ -55,7 +56,7 @@ def _is_text(item: Any) -> bool:
 def index_new(db: sqlite3.Connection, session_id: str, message_jsons: Iterable[str]) -> None:
     """Index the messages a save appends to `session_id`, and count its new user prompts; inside its transaction."""
     rows = [(text, session_id, role) for message in message_jsons for role, text in text_parts(message)]
-    db.executemany("INSERT INTO search (text, session_id, role) VALUES (?, ?, ?)", rows)
+    db.executemany("INSERT INTO search_text (text, session_id, role) VALUES (?, ?, ?)", rows)
     if prompts := sum(role == "user" for _, _, role in rows):
         db.execute("UPDATE sessions SET turns = turns + ? WHERE id = ?", (prompts, session_id))
 
@@ -63,7 +64,7 @@ def index_new(db: sqlite3.Connection, session_id: str, message_jsons: Iterable[s
 def copy_index(db: sqlite3.Connection, source_id: str, fork_id: str) -> None:
     """A fork starts with its source's index, turns and `indexed` mark; inside the transaction that writes the fork."""
     db.execute(
-        "INSERT INTO search (text, session_id, role) SELECT text, ?, role FROM search WHERE session_id = ?",
+        "INSERT INTO search_text (text, session_id, role) SELECT text, ?, role FROM search_text WHERE session_id = ?",
         (fork_id, source_id),
     )
     db.execute(
@@ -104,7 +105,7 @@ def catch_up(database: Database, *, stop: threading.Event | None = None) -> int:
                 )
             ]
             # Rows a save made since the migration are part of the history read here: start from none.
-            db.execute("DELETE FROM search WHERE session_id = ?", (session_id,))
+            db.execute("DELETE FROM search_text WHERE session_id = ?", (session_id,))
             db.execute("UPDATE sessions SET turns = 0, indexed = 1 WHERE id = ?", (session_id,))
             index_new(db, session_id, reversed(messages))
         done += 1
@@ -155,8 +156,9 @@ def search(
         with database.read() as db:
             rows: Sequence[tuple[str, str, str]] = db.execute(
                 """
-                SELECT search.session_id, search.role, highlight(search, 0, :open, :close)
-                FROM search JOIN sessions ON sessions.id = search.session_id
+                SELECT search_text.session_id, search_text.role, highlight(search, 0, :open, :close)
+                FROM search JOIN search_text ON search_text.id = search.rowid
+                JOIN sessions ON sessions.id = search_text.session_id
                 WHERE search MATCH :query AND sessions.archived_at IS NULL
                     AND (:project IS NULL OR sessions.project_dir = :project)
                 ORDER BY bm25(search) LIMIT 2000
