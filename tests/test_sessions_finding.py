@@ -220,6 +220,12 @@ def test_fork_continues_independently_and_leaves_the_original_unchanged(
     shared = run_cli("sessions", "search", "shared", cwd=project).stdout
     assert fork[:8] in shared and original[:8] in shared
 
+    server.script(text("third line answer"))
+    third = headless("-c", "--fork", "--name", "third line", "-p", "a third way", cwd=project)["session_id"]
+    assert third not in (original, fork)
+    assert sent_texts(server, 4)[-3:] == ["and on", "fork again", "a third way"]  # -c: the latest, the fork
+    assert f"forked from {fork}" in run_cli("sessions", "show", "third line", cwd=project).stdout
+
     refused = run_cli("--fork", "-p", "x", cwd=project)
     assert (refused.returncode, refused.stderr) == (
         2,

@@ -104,7 +104,8 @@ class SessionPicker:
         if not query:
             return set()
         try:
-            return {hit.session_id for hit in search(self._store.database, query, project_dir=self._project_dir)}
+            hits = search(self._store.database, query, project_dir=self._project_dir, limit=len(self._sessions))
+            return {hit.session_id for hit in hits}
         except SearchQueryError:
             return set()
 
