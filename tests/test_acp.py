@@ -26,16 +26,20 @@ from acp.schema import (
     AgentPlanUpdate,
     AllowedOutcome,
     AvailableCommandsUpdate,
+    ClientCapabilities,
     CurrentModeUpdate,
     DeniedOutcome,
     FileEditToolCallContent,
+    FileSystemCapabilities,
     McpServerStdio,
     PermissionOption,
+    ReadTextFileResponse,
     RequestPermissionResponse,
     ToolCallProgress,
     ToolCallStart,
     ToolCallUpdate,
     UserMessageChunk,
+    WriteTextFileResponse,
 )
 
 from tests.conftest import CODE_PUPPY, run_cli
@@ -47,11 +51,25 @@ ECHO_SERVER = Path(__file__).parent / "mcp_servers" / "echo_server.py"
 class EditorClient:
     """An editor: records every update, answers permission questions from a script (an option id, or "cancelled")."""
 
-    def __init__(self, *answers: str) -> None:
+    def __init__(self, *answers: str, buffers: dict[str, str] | None = None) -> None:
         self.updates: list[Any] = []
         self.questions: list[tuple[ToolCallUpdate, list[PermissionOption]]] = []
         self.answers = list(answers)
         self.asked = asyncio.Event()
+        self.buffers = dict(buffers or {})
+        """The editor's open buffers, by absolute path; what the agent writes lands here, not on disk."""
+        self.reads: list[str] = []
+        self.writes: list[tuple[str, str]] = []
+
+    async def read_text_file(self, session_id: str, path: str, **kwargs: Any) -> ReadTextFileResponse:
+        self.reads.append(path)
+        content = self.buffers[path] if path in self.buffers else Path(path).read_text()
+        return ReadTextFileResponse(content=content)
+
+    async def write_text_file(self, session_id: str, path: str, content: str, **kwargs: Any) -> WriteTextFileResponse:
+        self.writes.append((path, content))
+        self.buffers[path] = content
+        return WriteTextFileResponse()
 
     def on_connect(self, conn: Agent) -> None:
         pass
@@ -91,10 +109,14 @@ class EditorClient:
 
 @asynccontextmanager
 async def acp_agent(
-    project: Path, client: EditorClient, *args: str, stderr: Path | None = None
+    project: Path,
+    client: EditorClient,
+    *args: str,
+    stderr: Path | None = None,
+    capabilities: ClientCapabilities | None = None,
 ) -> AsyncIterator[tuple[Any, asyncio.subprocess.Process]]:
-    """`code-puppy acp ARGS` in `project`, initialized by the SDK's client; stderr to a file (a pipe nobody reads
-    could fill up)."""
+    """`code-puppy acp ARGS` in `project`, initialized by the SDK's client (with `capabilities`); stderr to a file (a
+    pipe nobody reads could fill up)."""
     stderr_path = stderr or project.parent / "acp-stderr.log"
     with stderr_path.open("wb") as err:
         async with acp.spawn_agent_process(
@@ -106,7 +128,7 @@ async def acp_agent(
             env=dict(os.environ),
             transport_kwargs={"stderr": err, "shutdown_timeout": 10},
         ) as (conn, process):
-            await asyncio.wait_for(conn.initialize(protocol_version=1), 30)
+            await asyncio.wait_for(conn.initialize(protocol_version=1, client_capabilities=capabilities), 30)
             yield conn, process
     assert "Traceback" not in stderr_path.read_text()
 
@@ -182,6 +204,54 @@ async def test_a_prompt_streams_tool_calls_then_the_answer_in_a_terminal_session
     continued = run_cli("-r", session.session_id, "-p", "and now?", cwd=project)
     assert (continued.returncode, continued.stdout) == (0, "Still a demo.\n"), continued.stderr
     assert user_messages(server.requests[3].body) == ["what is this?", "and now?"]
+
+
+EDITOR_FS = ClientCapabilities(fs=FileSystemCapabilities(read_text_file=True, write_text_file=True))
+
+
+async def test_the_file_tools_read_and_write_through_an_editor_that_offers_it(
+    server: FakeLLMServer, project: Path
+) -> None:
+    readme = str((project / "README.md").resolve())
+    server.script(
+        tool_calls(call("read_file", {"path": "README.md"})),
+        tool_calls(call("edit_file", {"path": "README.md", "old_text": "unsaved", "new_text": "edited"})),
+        tool_calls(call("write_file", {"path": "notes.txt", "content": "new\n"})),
+        text("Done."),
+    )
+    client = EditorClient(buffers={readme: "# unsaved buffer\n"})
+    args = ("--permission-mode", "accept-edits")
+    async with acp_agent(project, client, *args, capabilities=EDITOR_FS) as (conn, _):
+        session = await conn.new_session(cwd=str(project), mcp_servers=[])
+        response = await conn.prompt(session_id=session.session_id, prompt=[acp.text_block("edit it")])
+    assert response.stop_reason == "end_turn"
+    # The model read the editor's unsaved buffer, not the disk.
+    [read, edited, written] = tool_messages(server.requests[3].body)
+    assert "# unsaved buffer" in read and "demo" not in read
+    assert (edited.startswith("Edited README.md"), written.startswith("Wrote 4 chars")) == (True, True)
+    # The changes went to the editor, computed from its buffer; the disk is the editor's to save.
+    assert client.writes == [(readme, "# edited buffer\n"), (str((project / "notes.txt").resolve()), "new\n")]
+    assert (project / "README.md").read_text() == "# demo project\n"
+    assert not (project / "notes.txt").exists()
+    edits = [u for u in client.updates if isinstance(u, ToolCallProgress) and u.status == "completed"]
+    assert len(edits) == 3
+
+
+async def test_a_client_without_fs_capabilities_gets_the_disk(server: FakeLLMServer, project: Path) -> None:
+    readme = str((project / "README.md").resolve())
+    server.script(
+        tool_calls(call("read_file", {"path": "README.md"})),
+        tool_calls(call("write_file", {"path": "notes.txt", "content": "new\n"})),
+        text("Done."),
+    )
+    client = EditorClient(buffers={readme: "# unsaved buffer\n"})  # never asked: it did not advertise fs
+    async with acp_agent(project, client, "--permission-mode", "accept-edits") as (conn, _):
+        session = await conn.new_session(cwd=str(project), mcp_servers=[])
+        response = await conn.prompt(session_id=session.session_id, prompt=[acp.text_block("look")])
+    assert response.stop_reason == "end_turn"
+    assert "# demo project" in tool_messages(server.requests[1].body)[0]
+    assert (project / "notes.txt").read_text() == "new\n"
+    assert (client.reads, client.writes) == ([], [])
 
 
 async def test_the_models_plan_is_sent_as_plan_updates(server: FakeLLMServer, project: Path) -> None:

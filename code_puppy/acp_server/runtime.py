@@ -46,6 +46,7 @@ from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults
 
 from code_puppy.acp_server.approvals import ask_client
 from code_puppy.acp_server.commands import SessionCommands
+from code_puppy.acp_server.files import ClientFiles
 from code_puppy.acp_server.updates import UpdateSink, replay
 from code_puppy.agents.deps import RunDeps
 from code_puppy.agents.history_persistence import recover_interrupted_turn
@@ -335,7 +336,12 @@ class AcpRuntime:
         async with accepting_steers(registry, live.session.id, project.root, live.inbox):
             return await run_turn(
                 project.agent,
-                RunDeps(live.session, steering=live.inbox, ask=ask),
+                RunDeps(
+                    live.session,
+                    steering=live.inbox,
+                    ask=ask,
+                    files=ClientFiles.of(self.client, live.session.id, self.capabilities),
+                ),
                 text,
                 sink,
                 model=project.model(live.model_name),
