@@ -284,6 +284,26 @@ async def test_the_models_plan_is_sent_as_plan_updates(server: FakeLLMServer, pr
     assert all(end < plan for end, plan in zip(ended, planned, strict=True))
 
 
+async def test_the_models_finish_reason_gives_max_tokens_and_refusal(server: FakeLLMServer, project: Path) -> None:
+    server.script(
+        text("A long answer cut", stop="length"),
+        text("", stop="length"),
+        text("I can", stop="content_filter"),
+        text("", stop="content_filter"),
+        text("Fine."),
+    )
+    client = EditorClient()
+    async with acp_agent(project, client) as (conn, _):
+        session = await conn.new_session(cwd=str(project), mcp_servers=[])
+        reasons = [
+            (await conn.prompt(session_id=session.session_id, prompt=[acp.text_block(f"ask {n}")])).stop_reason
+            for n in range(5)
+        ]
+    assert reasons == ["max_tokens", "max_tokens", "refusal", "refusal", "end_turn"]
+    assert client.messages() == "A long answer cutI canFine."
+    assert len(server.requests) == 5
+
+
 async def test_a_rejected_edit_is_not_written_and_the_model_is_told(server: FakeLLMServer, project: Path) -> None:
     server.script(tool_calls(call("write_file", {"path": "new.txt", "content": "hi\n"}, id="w-1")), text("Not done."))
     client = EditorClient("reject-once")

@@ -41,7 +41,7 @@ from acp.schema import (
     TextResourceContents,
 )
 from pydantic_ai import RunContext
-from pydantic_ai.exceptions import UsageLimitExceeded
+from pydantic_ai.exceptions import ContentFilterError, OutputTokenLimitExceeded, UsageLimitExceeded
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults
 
 from code_puppy.acp_server.approvals import ask_client
@@ -71,6 +71,9 @@ MODES: dict[PermissionMode, tuple[str, str]] = {
     "yolo": ("Yolo", "Nothing asks, nothing is confined."),
 }
 assert set(MODES) == set(get_args(PermissionMode))
+FINISHED: dict[str, StopReason] = {"length": "max_tokens", "content_filter": "refusal"}
+"""The stop reason of a turn whose last answer ended for a reason other than being done (pydantic-ai's
+`finish_reason`)."""
 
 
 def config_failure(error: ConfigError) -> RequestError:
@@ -303,12 +306,20 @@ class AcpRuntime:
 
     @staticmethod
     def _stop_reason(outcome: TurnOutcome) -> StopReason:
+        """The turn's ACP stop reason: the model's own finish reason says when its answer was cut off by the output
+        limit (`max_tokens`) or withheld by the provider's filter (`refusal`), with or without text; a run that
+        fails any other way is the prompt's JSON-RPC error."""
         error = outcome.error
         if isinstance(error, asyncio.CancelledError):
             return "cancelled"
+        if isinstance(error, OutputTokenLimitExceeded):
+            return "max_tokens"
+        if isinstance(error, ContentFilterError):
+            return "refusal"
         status, message = ending(outcome)
         if status == "success":
-            return "end_turn"
+            finish = outcome.result.response.finish_reason if outcome.result is not None else None
+            return FINISHED.get(finish, "end_turn") if finish is not None else "end_turn"
         if isinstance(error, UsageLimitExceeded) or status == "limit":
             return "max_turn_requests"
         raise RequestError(-32603, message or "the run failed")
