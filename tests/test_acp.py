@@ -161,6 +161,9 @@ async def test_initialize_advertises_the_capabilities(project: Path) -> None:
     assert capabilities.prompt_capabilities.embedded_context is True
     assert capabilities.mcp_capabilities.http is True
     assert capabilities.session_capabilities.list is not None
+    sessions = capabilities.session_capabilities
+    assert None not in (sessions.fork, sessions.resume, sessions.close)
+    assert response.auth_methods == []
     assert response.field_meta == {
         "code_puppy": {"extensions": {"steer": "_code_puppy/steer", "queue": "_code_puppy/queue"}}
     }
@@ -385,6 +388,43 @@ async def test_load_replays_a_session_started_with_p(server: FakeLLMServer, proj
     ]
     assert client.messages() == "A demo."
     assert [(info.session_id, info.title) for info in listed.sessions] == [(session_id, "what is it?")]
+
+
+async def test_fork_resume_and_close_sessions(server: FakeLLMServer, project: Path) -> None:
+    server.script(text("One."), text("Forked."), text("Original."))
+    client = EditorClient()
+    async with acp_agent(project, client) as (conn, _):
+        first = await conn.new_session(cwd=str(project), mcp_servers=[])
+        await conn.prompt(session_id=first.session_id, prompt=[acp.text_block("first")])
+        fork = await conn.fork_session(session_id=first.session_id, cwd=str(project), mcp_servers=[])
+        await conn.prompt(session_id=fork.session_id, prompt=[acp.text_block("on the fork")])
+        await conn.close_session(session_id=fork.session_id)
+        with pytest.raises(RequestError) as closed:
+            await conn.prompt(session_id=fork.session_id, prompt=[acp.text_block("gone")])
+        shown = len(client.updates)
+        resumed = await conn.resume_session(session_id=first.session_id, cwd=str(project), mcp_servers=[])
+        await conn.prompt(session_id=first.session_id, prompt=[acp.text_block("on the original")])
+        with pytest.raises(RequestError) as no_auth:
+            await conn.authenticate(method_id="api-key")
+        with pytest.raises(RequestError) as unknown:
+            await conn.fork_session(session_id="no-such-session", cwd=str(project), mcp_servers=[])
+    assert fork.session_id != first.session_id
+    assert fork.modes is not None and resumed.modes is not None
+    assert closed.value.code == no_auth.value.code == unknown.value.code == -32602
+    # The fork starts from the original's history; the original goes on without the fork's turn.
+    assert user_messages(server.requests[1].body) == ["first", "on the fork"]
+    assert user_messages(server.requests[2].body) == ["first", "on the original"]
+    # Resuming replays nothing: the first update after it is the commands, then the new turn.
+    after = client.updates[shown:]
+    assert isinstance(after[0], AvailableCommandsUpdate)
+    assert not [u for u in after if isinstance(u, UserMessageChunk)]
+    assert "".join(u.content.text for u in after if isinstance(u, AgentMessageChunk)) == "Original."
+    # Both are terminal sessions.
+    listed = run_cli("sessions", "list", cwd=project).stdout
+    assert first.session_id[:8] in listed and fork.session_id[:8] in listed
+    exported = json.loads(run_cli("sessions", "export", fork.session_id, cwd=project).stdout)
+    assert "on the original" not in json.dumps(exported["messages"])
+    assert "on the fork" in json.dumps(exported["messages"])
 
 
 async def test_read_only_mode_offers_no_edit_tools(server: FakeLLMServer, project: Path) -> None:

@@ -19,8 +19,10 @@ from acp.helpers import update_available_commands, update_current_mode
 from acp.interfaces import Client
 from acp.schema import (
     ClientCapabilities,
+    CloseSessionResponse,
     ConfigOptionUpdate,
     EmbeddedResourceContentBlock,
+    ForkSessionResponse,
     HttpMcpServer,
     ListSessionsResponse,
     LoadSessionResponse,
@@ -28,6 +30,7 @@ from acp.schema import (
     NewSessionResponse,
     PromptResponse,
     ResourceContentBlock,
+    ResumeSessionResponse,
     SessionConfigOptionBoolean,
     SessionConfigOptionSelect,
     SessionConfigSelectOption,
@@ -58,8 +61,9 @@ from code_puppy.core.run import TurnLimits, TurnOutcome, run_turn
 from code_puppy.errors import ConfigError, one_line
 from code_puppy.options import RunOptions
 from code_puppy.paths import find_project_root
+from code_puppy.sessions.catalog import SessionInfo as StoredSession
 from code_puppy.sessions.runs import RunRegistry
-from code_puppy.sessions.session import Session, find_session
+from code_puppy.sessions.session import Session, find_session, new_session_id
 
 pydantic_ai.BANNER_ENABLED = False
 
@@ -83,6 +87,14 @@ def config_failure(error: ConfigError) -> RequestError:
 
 def unknown_session(session_id: str) -> RequestError:
     return RequestError(-32602, f"no session {session_id} is open here")
+
+
+def stored(project: Project, session_id: str) -> StoredSession:
+    """The stored session whose id is exactly `session_id` (ACP clients pass whole ids, never prefixes)."""
+    info = find_session(project.store, session_id)
+    if info.id != session_id:
+        raise ConfigError(f"no session matches '{session_id}' (code-puppy sessions list --all shows them)")
+    return info
 
 
 def client_servers(servers: list[McpServerStdio | HttpMcpServer]) -> dict[str, McpServerConfig]:
@@ -206,27 +218,74 @@ class AcpRuntime:
     async def load_session(
         self, cwd: str, session_id: str, servers: list[McpServerStdio | HttpMcpServer]
     ) -> LoadSessionResponse:
+        live = await self._open(cwd, session_id, servers)
+        for update in replay(live.project.root, live.session.messages):
+            await self.client.session_update(live.session.id, update)
+        self._announce_commands(live)
+        return LoadSessionResponse(modes=live.modes(), config_options=live.config_options())
+
+    async def resume_session(
+        self, cwd: str, session_id: str, servers: list[McpServerStdio | HttpMcpServer]
+    ) -> ResumeSessionResponse:
+        """`session/load` without the replay: the client shows the conversation already."""
+        live = await self._open(cwd, session_id, servers)
+        self._announce_commands(live)
+        return ResumeSessionResponse(modes=live.modes(), config_options=live.config_options())
+
+    async def _open(self, cwd: str, session_id: str, servers: list[McpServerStdio | HttpMcpServer]) -> LiveSession:
+        """Open the stored session `session_id` (exactly that id) for `cwd`'s project; one open here is reopened."""
         if (open_already := self.sessions.get(session_id)) is not None:
             if open_already.turn is not None:
                 raise RequestError(-32600, f"session {session_id} is running a turn")
-            del self.sessions[session_id]
-            await open_already.project.close()
+            await self.close_session(session_id)
         commands = SessionCommands()
         project = await self._project(cwd, servers, commands)
         try:
-            info = find_session(project.store, session_id)
-            if info.id != session_id:
-                raise ConfigError(f"no session matches '{session_id}' (code-puppy sessions list --all shows them)")
-            session = await Session.resume(project.store, info, model=project.model_name)
+            session = await Session.resume(project.store, stored(project, session_id), model=project.model_name)
             await recover_interrupted_turn(session)
         except ConfigError as exc:
             await project.close()
             raise RequestError(-32602, str(exc)) from None
         live = self.sessions[session.id] = LiveSession(project, session, project.model_name, commands=commands)
-        for update in replay(project.root, session.messages):
-            await self.client.session_update(session.id, update)
+        return live
+
+    async def fork_session(
+        self, cwd: str, session_id: str, servers: list[McpServerStdio | HttpMcpServer]
+    ) -> ForkSessionResponse:
+        """A new session of `cwd`'s project that starts with the stored history of `session_id` (sharing its stored
+        messages, as the store forks), which goes on unchanged."""
+        commands = SessionCommands()
+        project = await self._project(cwd, servers, commands)
+        store = project.store
+        try:
+            source = stored(project, session_id)
+            if await store.read_record(source.id) is None:
+                raise ConfigError(f"session {session_id} has no conversation yet to fork")
+            fork_id = new_session_id()
+            # The row first: the store's save of the fork brings it up to date (message count, usage).
+            store.sessions.create(project.root, model=project.model_name, session_id=fork_id)
+            await store.fork(source.id, new_conversation_id=fork_id)
+            forked = store.sessions.update(
+                fork_id,
+                title=source.title,
+                cache_epoch=source.cache_epoch,
+                history_version=source.history_version,
+            )
+            session = await Session.resume(store, forked, model=project.model_name)
+        except ConfigError as exc:
+            await project.close()
+            raise RequestError(-32602, str(exc)) from None
+        live = self.sessions[session.id] = LiveSession(project, session, project.model_name, commands=commands)
         self._announce_commands(live)
-        return LoadSessionResponse(modes=live.modes(), config_options=live.config_options())
+        return ForkSessionResponse(session_id=session.id, modes=live.modes(), config_options=live.config_options())
+
+    async def close_session(self, session_id: str) -> CloseSessionResponse:
+        """`session/close`: a running turn is cancelled and saved, then the session's MCP servers stop."""
+        live = self.sessions.pop(session_id, None)
+        if live is None:
+            raise unknown_session(session_id)
+        await self._end(live)
+        return CloseSessionResponse()
 
     async def list_sessions(self, cwd: str | None) -> ListSessionsResponse:
         from code_puppy.sessions.store import open_store
@@ -425,11 +484,15 @@ class AcpRuntime:
     async def close(self) -> None:
         """End every session: a running turn is cancelled and checkpointed, then its project closes."""
         for live in list(self.sessions.values()):
-            if live.announcing is not None:
-                live.announcing.cancel()
-            if live.turn is not None:
-                live.turn.cancel()
-                await asyncio.wait([live.turn])
-            with contextlib.suppress(Exception):
-                await live.project.close()
+            await self._end(live)
         self.sessions.clear()
+
+    @staticmethod
+    async def _end(live: LiveSession) -> None:
+        if live.announcing is not None:
+            live.announcing.cancel()
+        if live.turn is not None:
+            live.turn.cancel()
+            await asyncio.wait([live.turn])
+        with contextlib.suppress(Exception):
+            await live.project.close()
