@@ -643,6 +643,32 @@ async def test_slash_commands_are_advertised_and_run_without_the_model(
     assert server.requests == []
 
 
+async def test_file_commands_are_offered_and_run_as_in_the_chat(server: FakeLLMServer, project: Path) -> None:
+    commands = project / ".code-puppy" / "commands"
+    commands.mkdir(parents=True)
+    (commands / "review.md").write_text(
+        "---\ndescription: Review a file\nargument-hint: FILE\nallowed-tools: Read\n---\nReview $1 carefully.\n"
+    )
+    (commands / "model.md").write_text("Pick a model for $ARGUMENTS\n")
+    server.script(text("Reviewed."), text("Hi."))
+    client = EditorClient()
+    async with acp_agent(project, client) as (conn, _):
+        session = await conn.new_session(cwd=str(project), mcp_servers=[])
+        reviewed = await conn.prompt(session_id=session.session_id, prompt=[acp.text_block("/review src/app.py")])
+        await conn.prompt(session_id=session.session_id, prompt=[acp.text_block("hi")])
+    [update] = [u for u in client.updates if isinstance(u, AvailableCommandsUpdate)]
+    offered = {command.name: command for command in update.available_commands}
+    assert list(offered) == ["permissions", "model", "project:model", "review"]
+    review = offered["review"]
+    assert (review.description, review.input and review.input.root.hint) == ("Review a file", "FILE")
+    assert reviewed.stop_reason == "end_turn"
+    assert user_messages(server.requests[0].body) == ["Review src/app.py carefully."]
+    # Its allowed-tools narrow its own turn only.
+    offered_tools = [{tool["function"]["name"] for tool in request.body["tools"]} for request in server.requests]
+    assert "read_file" in offered_tools[0] and "write_file" not in offered_tools[0]
+    assert "write_file" in offered_tools[1]
+
+
 async def test_sigterm_mid_turn_saves_the_turn_and_exits_cleanly(server: FakeLLMServer, project: Path) -> None:
     server.script(tool_calls(call("read_file", {"path": "README.md"})), text("too late", delay=30))
     async with acp_agent(project, EditorClient()) as (conn, process):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, get_args
@@ -45,6 +46,7 @@ from acp.schema import (
 )
 from pydantic_ai import RunContext
 from pydantic_ai.exceptions import ContentFilterError, OutputTokenLimitExceeded, UsageLimitExceeded
+from pydantic_ai.models import Model
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults
 
 from code_puppy.acp_server.approvals import ask_client
@@ -66,6 +68,7 @@ from code_puppy.sessions.runs import RunRegistry
 from code_puppy.sessions.session import Session, find_session, new_session_id
 
 pydantic_ai.BANNER_ENABLED = False
+logger = logging.getLogger(__name__)
 
 MODES: dict[PermissionMode, tuple[str, str]] = {
     "read-only": ("Read only", "Reads and searches; no editing or shell tools are offered."),
@@ -195,6 +198,8 @@ class AcpRuntime:
         except ConfigError as exc:
             await project.close()
             raise config_failure(exc) from None
+        for line in commands.load_files(project.root):
+            logger.warning("%s", line)
         return project
 
     def _live(self, session_id: str) -> LiveSession:
@@ -347,8 +352,20 @@ class AcpRuntime:
         if (reply := await self._command(live, text)) is not None:
             await self.client.session_update(live.session.id, update_agent_message_text(reply))
             return PromptResponse(stop_reason="end_turn")
+        try:
+            model = live.project.model(live.model_name)
+            if (found := live.commands.file_command(text)) is not None:
+                # A file command's turn: its body is the prompt, its `allowed-tools` narrow the tools, and its
+                # `model` (unless `-m` chose one) replaces the session's for this turn only.
+                command, arguments = found
+                text = command.expand(arguments)
+                commanded = live.project.start_command(command)
+                model = commanded if command.model is not None else model
+        except ConfigError as exc:
+            live.project.end_command()
+            raise config_failure(exc) from None
         sink = UpdateSink(live.project.root, lambda update: self.client.session_update(live.session.id, update))
-        live.turn = asyncio.create_task(self._turn(live, text, sink))
+        live.turn = asyncio.create_task(self._turn(live, text, sink, model))
         try:
             outcome = await asyncio.shield(live.turn)
         except asyncio.CancelledError:  # the connection is closing: the turn ends and is saved first
@@ -357,6 +374,7 @@ class AcpRuntime:
             raise
         finally:
             live.turn = None
+            live.project.end_command()
         await sink.flush()
         if live.session.notice:
             sink.warning(live.session.notice)
@@ -383,7 +401,7 @@ class AcpRuntime:
             return "max_turn_requests"
         raise RequestError(-32603, message or "the run failed")
 
-    async def _turn(self, live: LiveSession, text: str, sink: UpdateSink) -> TurnOutcome:
+    async def _turn(self, live: LiveSession, text: str, sink: UpdateSink, model: Model) -> TurnOutcome:
         project = live.project
         settings = project.settings
         steers = held_steers(live.inbox, sink.event)
@@ -414,7 +432,7 @@ class AcpRuntime:
                 ),
                 text,
                 sink,
-                model=project.model(live.model_name),
+                model=model,
                 limits=TurnLimits(
                     max_requests=self.options.max_requests,
                     max_continuations=settings.plugins.max_continuations,
