@@ -4,6 +4,7 @@ side (`acp.spawn_agent_process`), with the fake LLM server on 127.0.0.1 as the m
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import queue
@@ -158,7 +159,8 @@ async def test_initialize_advertises_the_capabilities(project: Path) -> None:
     assert response.protocol_version == 1
     assert (response.agent_info.name, response.agent_info.version) == ("code-puppy", run_version())
     assert capabilities.load_session is True
-    assert capabilities.prompt_capabilities.embedded_context is True
+    prompts = capabilities.prompt_capabilities
+    assert (prompts.embedded_context, prompts.image, prompts.audio) == (True, True, True)
     assert capabilities.mcp_capabilities.http is True
     assert capabilities.session_capabilities.list is not None
     sessions = capabilities.session_capabilities
@@ -305,6 +307,63 @@ async def test_the_models_finish_reason_gives_max_tokens_and_refusal(server: Fak
     assert reasons == ["max_tokens", "max_tokens", "refusal", "refusal", "end_turn"]
     assert client.messages() == "A long answer cutI canFine."
     assert len(server.requests) == 5
+
+
+PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n fake image").decode()
+WAV = base64.b64encode(b"RIFF fake audio").decode()
+
+
+async def test_images_and_audio_in_a_prompt_reach_a_model_that_takes_them_and_are_replayed(
+    server: FakeLLMServer, project: Path, code_puppy_home: Path
+) -> None:
+    # pydantic-ai's OpenAI profile takes audio only on models named for it.
+    with (code_puppy_home / "config.toml").open("a") as config:
+        config.write(f'[models.listener]\nname = "gpt-4o-audio-preview"\nbase_url = "{server.base_url}"\n')
+    server.script(text("A picture and a sound."))
+    blocks = [acp.text_block("what is this?"), acp.image_block(PNG, "image/png"), acp.audio_block(WAV, "audio/wav")]
+    async with acp_agent(project, EditorClient()) as (conn, _):
+        session = await conn.new_session(cwd=str(project), mcp_servers=[])
+        with pytest.raises(RequestError) as deaf:
+            await conn.prompt(session_id=session.session_id, prompt=blocks)
+        with pytest.raises(RequestError) as garbled:
+            await conn.prompt(session_id=session.session_id, prompt=[acp.image_block("not base64!", "image/png")])
+        await conn.set_config_option(config_id="model", session_id=session.session_id, value="listener")
+        response = await conn.prompt(session_id=session.session_id, prompt=blocks)
+    assert (deaf.value.code, str(deaf.value)) == (-32602, "the model fake-model does not take audio")
+    assert garbled.value.code == -32602
+    assert response.stop_reason == "end_turn"
+    [content] = user_messages(server.requests[0].body)
+    assert content == [
+        {"type": "text", "text": "what is this?"},
+        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}},
+        {"type": "input_audio", "input_audio": {"data": WAV, "format": "wav"}},
+    ]
+    client = EditorClient()
+    async with acp_agent(project, client) as (conn, _):
+        await conn.load_session(cwd=str(project), session_id=session.session_id, mcp_servers=[])
+    replayed = [u.content for u in client.updates if isinstance(u, UserMessageChunk)]
+    assert [(block.type, getattr(block, "text", None) or block.data) for block in replayed] == [
+        ("text", "what is this?"),
+        ("image", PNG),
+        ("audio", WAV),
+    ]
+
+
+def test_a_model_that_takes_no_images_refuses_them_by_its_profile() -> None:
+    from pydantic_ai.messages import BinaryContent
+    from pydantic_ai.models.test import TestModel
+    from pydantic_ai.profiles import ModelProfile
+
+    from code_puppy.acp_server.runtime import refused_attachment
+
+    image = BinaryContent(data=b"png", media_type="image/png")
+    audio = BinaryContent(data=b"wav", media_type="audio/wav")
+    blind = TestModel(profile=ModelProfile(supports_image_input=False))
+    deaf = TestModel(profile=ModelProfile(supports_audio_file_input=False))
+    assert refused_attachment(blind, [image]) == "the model test does not take images"
+    assert refused_attachment(blind, [audio]) is None
+    assert refused_attachment(deaf, [audio]) == "the model test does not take audio"
+    assert refused_attachment(TestModel(), [image, audio]) is None
 
 
 async def test_a_rejected_edit_is_not_written_and_the_model_is_told(server: FakeLLMServer, project: Path) -> None:

@@ -8,6 +8,8 @@ is one `run_turn`, as in the chat and `-p`; approvals go to the client as `sessi
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import contextlib
 import logging
 from dataclasses import dataclass, field, replace
@@ -19,12 +21,14 @@ from acp import RequestError, update_agent_message_text
 from acp.helpers import update_available_commands, update_current_mode
 from acp.interfaces import Client
 from acp.schema import (
+    AudioContentBlock,
     ClientCapabilities,
     CloseSessionResponse,
     ConfigOptionUpdate,
     EmbeddedResourceContentBlock,
     ForkSessionResponse,
     HttpMcpServer,
+    ImageContentBlock,
     ListSessionsResponse,
     LoadSessionResponse,
     McpServerStdio,
@@ -46,6 +50,7 @@ from acp.schema import (
 )
 from pydantic_ai import RunContext
 from pydantic_ai.exceptions import ContentFilterError, OutputTokenLimitExceeded, UsageLimitExceeded
+from pydantic_ai.messages import BinaryContent
 from pydantic_ai.models import Model
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults
 
@@ -115,10 +120,11 @@ def client_servers(servers: list[McpServerStdio | HttpMcpServer]) -> dict[str, M
     return configs
 
 
-def prompt_text(blocks: list[Any]) -> str:
-    """The prompt's text: text blocks as they are, resource links as `@path` mentions, embedded text resources as
-    context the model reads."""
+def prompt_parts(blocks: list[Any]) -> tuple[str, list[BinaryContent]]:
+    """The prompt's text (text blocks as they are, resource links as `@path` mentions, embedded text resources as
+    context the model reads) and its images and audio, which go with it to the model."""
     pieces: list[str] = []
+    attachments: list[BinaryContent] = []
     for block in blocks:
         if isinstance(block, TextContentBlock):
             pieces.append(block.text)
@@ -127,9 +133,26 @@ def prompt_text(blocks: list[Any]) -> str:
         elif isinstance(block, EmbeddedResourceContentBlock) and isinstance(block.resource, TextResourceContents):
             resource = block.resource
             pieces.append(f'<context uri="{resource.uri}">\n{resource.text}\n</context>')
+        elif isinstance(block, ImageContentBlock | AudioContentBlock):
+            try:
+                data = base64.b64decode(block.data, validate=True)
+            except binascii.Error:
+                raise RequestError(-32602, f"{block.type} content: the data is not base64") from None
+            attachments.append(BinaryContent(data=data, media_type=block.mime_type))
         else:
             raise RequestError(-32602, f"content of type {block.type} is not supported")
-    return "\n".join(pieces)
+    return "\n".join(pieces), attachments
+
+
+def refused_attachment(model: Model, attachments: list[BinaryContent]) -> str | None:
+    """Why `model` cannot take one of `attachments` (its profile says it takes no images, or no audio), or None."""
+    profile = model.profile
+    for attachment in attachments:
+        if attachment.is_image and not profile.get("supports_image_input", True):
+            return f"the model {model.model_name} does not take images"
+        if attachment.is_audio and not profile.get("supports_audio_file_input", True):
+            return f"the model {model.model_name} does not take audio"
+    return None
 
 
 @dataclass
@@ -346,7 +369,7 @@ class AcpRuntime:
             raise RequestError(
                 -32600, "a turn is running: send text into it with _code_puppy/steer or _code_puppy/queue"
             )
-        text = prompt_text(blocks)
+        text, attachments = prompt_parts(blocks)
         if live.announcing is not None:
             await live.announcing
         if (reply := await self._command(live, text)) is not None:
@@ -364,8 +387,11 @@ class AcpRuntime:
         except ConfigError as exc:
             live.project.end_command()
             raise config_failure(exc) from None
+        if (refused := refused_attachment(model, attachments)) is not None:
+            live.project.end_command()
+            raise RequestError(-32602, refused)
         sink = UpdateSink(live.project.root, lambda update: self.client.session_update(live.session.id, update))
-        live.turn = asyncio.create_task(self._turn(live, text, sink, model))
+        live.turn = asyncio.create_task(self._turn(live, text, attachments, sink, model))
         try:
             outcome = await asyncio.shield(live.turn)
         except asyncio.CancelledError:  # the connection is closing: the turn ends and is saved first
@@ -401,7 +427,9 @@ class AcpRuntime:
             return "max_turn_requests"
         raise RequestError(-32603, message or "the run failed")
 
-    async def _turn(self, live: LiveSession, text: str, sink: UpdateSink, model: Model) -> TurnOutcome:
+    async def _turn(
+        self, live: LiveSession, text: str, attachments: list[BinaryContent], sink: UpdateSink, model: Model
+    ) -> TurnOutcome:
         project = live.project
         settings = project.settings
         steers = held_steers(live.inbox, sink.event)
@@ -440,6 +468,7 @@ class AcpRuntime:
                 ),
                 follow_up=follow_up,
                 plugins=project.plugins,
+                attachments=attachments,
             )
 
     def _announce_commands(self, live: LiveSession) -> None:

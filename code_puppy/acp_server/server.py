@@ -99,7 +99,9 @@ class CodePuppyAgent:
             protocol_version=min(protocol_version, acp.PROTOCOL_VERSION),
             agent_capabilities=AgentCapabilities(
                 load_session=True,
-                prompt_capabilities=PromptCapabilities(embedded_context=True, image=False, audio=False),
+                # Images and audio whatever the model: it is chosen per session (and switched), after this answer; a
+                # prompt with one its model's profile refuses is the prompt's error.
+                prompt_capabilities=PromptCapabilities(embedded_context=True, image=True, audio=True),
                 mcp_capabilities=McpCapabilities(http=True, sse=False),
                 session_capabilities=SessionCapabilities(
                     list=SessionListCapabilities(),

@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from acp import (
+    audio_block,
+    image_block,
     plan_entry,
     start_tool_call,
     text_block,
@@ -17,6 +19,7 @@ from acp import (
     update_agent_thought_text,
     update_plan,
     update_tool_call,
+    update_user_message,
     update_user_message_text,
 )
 from acp.schema import (
@@ -33,6 +36,7 @@ from acp.schema import (
 )
 from pydantic_ai.messages import (
     AgentStreamEvent,
+    BinaryContent,
     EnqueuedMessagesEvent,
     FunctionToolCallEvent,
     FunctionToolResultEvent,
@@ -225,6 +229,8 @@ def replay(root: Path, messages: Sequence[ModelMessage]) -> Iterator[Update]:
                     text = part.content if isinstance(part.content, str) else _text_of(part.content)
                     if text:
                         yield update_user_message_text(text)
+                    if not isinstance(part.content, str):
+                        yield from _attachments(part.content)
                 elif isinstance(part, ToolReturnPart):
                     yield tool_call_ended(part)
         elif isinstance(message, ModelResponse):  # pyright: ignore[reportUnnecessaryIsInstance]
@@ -239,3 +245,12 @@ def replay(root: Path, messages: Sequence[ModelMessage]) -> Iterator[Update]:
 
 def _text_of(content: Sequence[Any]) -> str:
     return "\n".join(item for item in content if isinstance(item, str))
+
+
+def _attachments(content: Sequence[Any]) -> Iterator[UserMessageChunk]:
+    """The images and audio a prompt sent, as the blocks the client sent them in."""
+    for item in content:
+        if isinstance(item, BinaryContent) and item.is_image:
+            yield update_user_message(image_block(item.base64, item.media_type))
+        elif isinstance(item, BinaryContent) and item.is_audio:
+            yield update_user_message(audio_block(item.base64, item.media_type))
