@@ -218,15 +218,15 @@ async def test_the_file_tools_read_and_write_through_an_editor_that_offers_it(
     server: FakeLLMServer, project: Path
 ) -> None:
     readme = str((project / "README.md").resolve())
+    notes = str((project / "notes.txt").resolve())
     server.script(
         tool_calls(call("read_file", {"path": "README.md"})),
         tool_calls(call("edit_file", {"path": "README.md", "old_text": "unsaved", "new_text": "edited"})),
         tool_calls(call("write_file", {"path": "notes.txt", "content": "new\n"})),
         text("Done."),
     )
-    client = EditorClient(buffers={readme: "# unsaved buffer\n"})
-    args = ("--permission-mode", "accept-edits")
-    async with acp_agent(project, client, *args, capabilities=EDITOR_FS) as (conn, _):
+    client = EditorClient("allow-once", "allow-once", buffers={readme: "# unsaved buffer\n"})
+    async with acp_agent(project, client, capabilities=EDITOR_FS) as (conn, _):
         session = await conn.new_session(cwd=str(project), mcp_servers=[])
         response = await conn.prompt(session_id=session.session_id, prompt=[acp.text_block("edit it")])
     assert response.stop_reason == "end_turn"
@@ -235,11 +235,21 @@ async def test_the_file_tools_read_and_write_through_an_editor_that_offers_it(
     assert "# unsaved buffer" in read and "demo" not in read
     assert (edited.startswith("Edited README.md"), written.startswith("Wrote 4 chars")) == (True, True)
     # The changes went to the editor, computed from its buffer; the disk is the editor's to save.
-    assert client.writes == [(readme, "# edited buffer\n"), (str((project / "notes.txt").resolve()), "new\n")]
+    assert client.writes == [(readme, "# edited buffer\n"), (notes, "new\n")]
     assert (project / "README.md").read_text() == "# demo project\n"
     assert not (project / "notes.txt").exists()
-    edits = [u for u in client.updates if isinstance(u, ToolCallProgress) and u.status == "completed"]
-    assert len(edits) == 3
+    # The diffs the editor is shown, asked and done, are of its buffer.
+    expected = [(readme, "# unsaved buffer\n", "# edited buffer\n"), (notes, None, "new\n")]
+    asked = [content for question, _ in client.questions for content in question.content or []]
+    done = [
+        content
+        for update in client.updates
+        if isinstance(update, ToolCallProgress) and update.status == "completed"
+        for content in update.content or []
+        if isinstance(content, FileEditToolCallContent)
+    ]
+    for diffs in (asked, done):
+        assert [(d.path, d.old_text, d.new_text) for d in diffs if isinstance(d, FileEditToolCallContent)] == expected
 
 
 async def test_a_client_without_fs_capabilities_gets_the_disk(server: FakeLLMServer, project: Path) -> None:

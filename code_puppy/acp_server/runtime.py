@@ -155,6 +155,17 @@ def refused_attachment(model: Model, attachments: list[BinaryContent]) -> str | 
     return None
 
 
+@dataclass(frozen=True)
+class Prompt:
+    """A turn's prompt as the run takes it: its text, images and audio, the model it runs on, and the editor the file
+    tools go through (None: the disk)."""
+
+    text: str
+    attachments: list[BinaryContent]
+    model: Model
+    files: ClientFiles | None
+
+
 @dataclass
 class LiveSession:
     """A session open in this process."""
@@ -390,8 +401,9 @@ class AcpRuntime:
         if (refused := refused_attachment(model, attachments)) is not None:
             live.project.end_command()
             raise RequestError(-32602, refused)
-        sink = UpdateSink(live.project.root, lambda update: self.client.session_update(live.session.id, update))
-        live.turn = asyncio.create_task(self._turn(live, text, attachments, sink, model))
+        files = ClientFiles.of(self.client, live.session.id, self.capabilities)
+        sink = UpdateSink(live.project.root, lambda update: self.client.session_update(live.session.id, update), files)
+        live.turn = asyncio.create_task(self._turn(live, Prompt(text, attachments, model, files), sink))
         try:
             outcome = await asyncio.shield(live.turn)
         except asyncio.CancelledError:  # the connection is closing: the turn ends and is saved first
@@ -427,9 +439,7 @@ class AcpRuntime:
             return "max_turn_requests"
         raise RequestError(-32603, message or "the run failed")
 
-    async def _turn(
-        self, live: LiveSession, text: str, attachments: list[BinaryContent], sink: UpdateSink, model: Model
-    ) -> TurnOutcome:
+    async def _turn(self, live: LiveSession, prompt: Prompt, sink: UpdateSink) -> TurnOutcome:
         project = live.project
         settings = project.settings
         steers = held_steers(live.inbox, sink.event)
@@ -445,7 +455,12 @@ class AcpRuntime:
 
         async def ask(ctx: RunContext[Any], requests: DeferredToolRequests, token: str) -> DeferredToolResults:
             return await ask_client(
-                self.client, live.session.id, live.project, requests, cancel=lambda: self.cancel(live.session.id)
+                self.client,
+                live.session.id,
+                live.project,
+                requests,
+                cancel=lambda: self.cancel(live.session.id),
+                files=prompt.files,
             )
 
         registry = RunRegistry(project.store.database)
@@ -456,11 +471,11 @@ class AcpRuntime:
                     live.session,
                     steering=live.inbox,
                     ask=ask,
-                    files=ClientFiles.of(self.client, live.session.id, self.capabilities),
+                    files=prompt.files,
                 ),
-                text,
+                prompt.text,
                 sink,
-                model=model,
+                model=prompt.model,
                 limits=TurnLimits(
                     max_requests=self.options.max_requests,
                     max_continuations=settings.plugins.max_continuations,
@@ -468,7 +483,7 @@ class AcpRuntime:
                 ),
                 follow_up=follow_up,
                 plugins=project.plugins,
-                attachments=attachments,
+                attachments=prompt.attachments,
             )
 
     def _announce_commands(self, live: LiveSession) -> None:
