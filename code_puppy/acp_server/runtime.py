@@ -8,61 +8,45 @@ is one `run_turn`, as in the chat and `-p`; approvals go to the client as `sessi
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import contextlib
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 import pydantic_ai
 from acp import RequestError, update_agent_message_text
 from acp.helpers import update_available_commands, update_current_mode
 from acp.interfaces import Client
 from acp.schema import (
-    AudioContentBlock,
     ClientCapabilities,
     CloseSessionResponse,
     ConfigOptionUpdate,
-    EmbeddedResourceContentBlock,
     ForkSessionResponse,
     HttpMcpServer,
-    ImageContentBlock,
     ListSessionsResponse,
     LoadSessionResponse,
     McpServerStdio,
     NewSessionResponse,
     PromptResponse,
-    ResourceContentBlock,
     ResumeSessionResponse,
-    SessionConfigOptionBoolean,
-    SessionConfigOptionSelect,
-    SessionConfigSelectOption,
     SessionInfo,
-    SessionMode,
-    SessionModeState,
     SetSessionConfigOptionResponse,
     SetSessionModeResponse,
-    StopReason,
-    TextContentBlock,
-    TextResourceContents,
 )
 from pydantic_ai import RunContext
-from pydantic_ai.exceptions import ContentFilterError, OutputTokenLimitExceeded, UsageLimitExceeded
-from pydantic_ai.messages import BinaryContent
-from pydantic_ai.models import Model
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults
 
 from code_puppy.acp_server.approvals import ask_client
 from code_puppy.acp_server.commands import SessionCommands
 from code_puppy.acp_server.files import ClientFiles
+from code_puppy.acp_server.live import MODES, LiveSession
+from code_puppy.acp_server.prompts import Prompt, prompt_parts, refused_attachment, stop_reason
 from code_puppy.acp_server.updates import UpdateSink, replay
 from code_puppy.agents.deps import RunDeps
 from code_puppy.agents.history_persistence import recover_interrupted_turn
-from code_puppy.agents.steering import SteeringInbox, accepting_steers, held_steers
+from code_puppy.agents.steering import accepting_steers, held_steers
 from code_puppy.config import McpServerConfig, PermissionMode
-from code_puppy.core.events import ending
 from code_puppy.core.project import Project
 from code_puppy.core.run import TurnLimits, TurnOutcome, run_turn
 from code_puppy.errors import ConfigError, one_line
@@ -74,18 +58,6 @@ from code_puppy.sessions.session import Session, find_session, new_session_id
 
 pydantic_ai.BANNER_ENABLED = False
 logger = logging.getLogger(__name__)
-
-MODES: dict[PermissionMode, tuple[str, str]] = {
-    "read-only": ("Read only", "Reads and searches; no editing or shell tools are offered."),
-    "ask": ("Ask", "File changes and commands outside the allow-list ask first."),
-    "accept-edits": ("Accept edits", "File changes in the project run; commands ask unless allow-listed."),
-    "auto": ("Auto", "File changes and every command run; commands inside the OS sandbox."),
-    "yolo": ("Yolo", "Nothing asks, nothing is confined."),
-}
-assert set(MODES) == set(get_args(PermissionMode))
-FINISHED: dict[str, StopReason] = {"length": "max_tokens", "content_filter": "refusal"}
-"""The stop reason of a turn whose last answer ended for a reason other than being done (pydantic-ai's
-`finish_reason`)."""
 
 
 def config_failure(error: ConfigError) -> RequestError:
@@ -118,89 +90,6 @@ def client_servers(servers: list[McpServerStdio | HttpMcpServer]) -> dict[str, M
                 url=server.url, headers={header.name: header.value for header in server.headers}
             )
     return configs
-
-
-def prompt_parts(blocks: list[Any]) -> tuple[str, list[BinaryContent]]:
-    """The prompt's text (text blocks as they are, resource links as `@path` mentions, embedded text resources as
-    context the model reads) and its images and audio, which go with it to the model."""
-    pieces: list[str] = []
-    attachments: list[BinaryContent] = []
-    for block in blocks:
-        if isinstance(block, TextContentBlock):
-            pieces.append(block.text)
-        elif isinstance(block, ResourceContentBlock):
-            pieces.append(f"@{block.uri.removeprefix('file://')}")
-        elif isinstance(block, EmbeddedResourceContentBlock) and isinstance(block.resource, TextResourceContents):
-            resource = block.resource
-            pieces.append(f'<context uri="{resource.uri}">\n{resource.text}\n</context>')
-        elif isinstance(block, ImageContentBlock | AudioContentBlock):
-            try:
-                data = base64.b64decode(block.data, validate=True)
-            except binascii.Error:
-                raise RequestError(-32602, f"{block.type} content: the data is not base64") from None
-            attachments.append(BinaryContent(data=data, media_type=block.mime_type))
-        else:
-            raise RequestError(-32602, f"content of type {block.type} is not supported")
-    return "\n".join(pieces), attachments
-
-
-def refused_attachment(model: Model, attachments: list[BinaryContent]) -> str | None:
-    """Why `model` cannot take one of `attachments` (its profile says it takes no images, or no audio), or None."""
-    profile = model.profile
-    for attachment in attachments:
-        if attachment.is_image and not profile.get("supports_image_input", True):
-            return f"the model {model.model_name} does not take images"
-        if attachment.is_audio and not profile.get("supports_audio_file_input", True):
-            return f"the model {model.model_name} does not take audio"
-    return None
-
-
-@dataclass(frozen=True)
-class Prompt:
-    """A turn's prompt as the run takes it: its text, images and audio, the model it runs on, and the editor the file
-    tools go through (None: the disk)."""
-
-    text: str
-    attachments: list[BinaryContent]
-    model: Model
-    files: ClientFiles | None
-
-
-@dataclass
-class LiveSession:
-    """A session open in this process."""
-
-    project: Project
-    session: Session
-    model_name: str
-    inbox: SteeringInbox = field(default_factory=SteeringInbox)
-    queued: list[str] = field(default_factory=list[str])
-    """Text queued as the next turn (`_code_puppy/queue`), run when the running one ends."""
-    turn: asyncio.Task[TurnOutcome] | None = None
-    commands: SessionCommands = field(default_factory=SessionCommands)
-    announcing: asyncio.Task[None] | None = None
-    """Sending the slash commands, just after the session's answer; a prompt waits for it, so they come first."""
-
-    def modes(self) -> SessionModeState:
-        return SessionModeState(
-            current_mode_id=self.project.policy.mode,
-            available_modes=[
-                SessionMode(id=mode, name=name, description=description) for mode, (name, description) in MODES.items()
-            ],
-        )
-
-    def config_options(self) -> list[SessionConfigOptionSelect | SessionConfigOptionBoolean]:
-        names = dict.fromkeys([self.model_name, self.project.model_name, *self.project.settings.models])
-        return [
-            SessionConfigOptionSelect(
-                id="model",
-                name="Model",
-                type="select",
-                category="model",
-                current_value=self.model_name,
-                options=[SessionConfigSelectOption(value=name, name=name) for name in names],
-            )
-        ]
 
 
 class AcpRuntime:
@@ -417,27 +306,7 @@ class AcpRuntime:
         if live.session.notice:
             sink.warning(live.session.notice)
             await sink.flush()
-        return PromptResponse(stop_reason=self._stop_reason(outcome))
-
-    @staticmethod
-    def _stop_reason(outcome: TurnOutcome) -> StopReason:
-        """The turn's ACP stop reason: the model's own finish reason says when its answer was cut off by the output
-        limit (`max_tokens`) or withheld by the provider's filter (`refusal`), with or without text; a run that
-        fails any other way is the prompt's JSON-RPC error."""
-        error = outcome.error
-        if isinstance(error, asyncio.CancelledError):
-            return "cancelled"
-        if isinstance(error, OutputTokenLimitExceeded):
-            return "max_tokens"
-        if isinstance(error, ContentFilterError):
-            return "refusal"
-        status, message = ending(outcome)
-        if status == "success":
-            finish = outcome.result.response.finish_reason if outcome.result is not None else None
-            return FINISHED.get(finish, "end_turn") if finish is not None else "end_turn"
-        if isinstance(error, UsageLimitExceeded) or status == "limit":
-            return "max_turn_requests"
-        raise RequestError(-32603, message or "the run failed")
+        return PromptResponse(stop_reason=stop_reason(outcome))
 
     async def _turn(self, live: LiveSession, prompt: Prompt, sink: UpdateSink) -> TurnOutcome:
         project = live.project
