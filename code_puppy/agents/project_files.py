@@ -127,7 +127,7 @@ class ProjectFileSystemToolset(FileSystemToolset[Any]):
                 resolved = self._safe_resolve(path)
             except (OSError, ModelRetry):
                 resolved = None  # the tool itself refuses the path, and says why
-            if resolved is not None and resolved.is_file():
+            if resolved is not None and resolved.is_file() and not self._binary(resolved):
                 try:
                     call.buffers[resolved] = (await files.read(resolved)).encode()
                 except OSError as error:
@@ -143,6 +143,11 @@ class ProjectFileSystemToolset(FileSystemToolset[Any]):
             except OSError as error:
                 raise ModelRetry(f"The editor did not write {path!r}: {error}") from error
         return result
+
+    def _binary(self, resolved: Path) -> bool:
+        """Whether the file on disk is binary, as the harness decides: no editor holds it as text."""
+        with super().open_read(resolved) as source:
+            return b"\0" in source.read(BINARY_SAMPLE_BYTES)
 
     def open_read(self, resolved: Path) -> BinaryIO:
         call = _editor_call.get()

@@ -272,3 +272,10 @@ async def test_an_editor_that_only_reads_leaves_writes_to_the_disk_computed_from
     assert "# demo buffer" in returns[0][2]
     assert (project / "README.md").read_text() == "# demo app\n"
     assert editor.written == []
+
+
+async def test_a_binary_file_is_read_from_the_disk_not_asked_of_the_editor(project: Path) -> None:
+    (project / "logo.png").write_bytes(b"\x89PNG\x00\x01")
+    editor = Editor({})  # it holds no buffer of it: asking would fail the read
+    returns = await edit_through(project, editor, ToolCallPart("read_file", {"path": "logo.png"}))
+    assert returns == [("read_file", "success", "[Binary file: 6 bytes. Use a binary-aware tool to inspect.]")]
