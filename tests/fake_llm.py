@@ -38,6 +38,8 @@ class Text:
     content: str
     delay: float = 0.0
     chunk_delay: float = 0.0
+    stop: str | None = None
+    """Why the reply ended, when not naturally: `length`, `none`, or a reason passed as it is (`content_filter`)."""
 
 
 @dataclass(frozen=True)
@@ -78,8 +80,8 @@ class Error:
 Step = Text | ToolCalls | Error
 
 
-def text(content: str, *, delay: float = 0.0, chunk_delay: float = 0.0) -> Text:
-    return Text(content, delay, chunk_delay)
+def text(content: str, *, delay: float = 0.0, chunk_delay: float = 0.0, stop: str | None = None) -> Text:
+    return Text(content, delay, chunk_delay, stop)
 
 
 def call(name: str, args: dict[str, Any], id: str | None = None) -> ToolCall:
@@ -142,7 +144,7 @@ class _Turn:
     @classmethod
     def of(cls, index: int, request: RecordedRequest, step: Text | ToolCalls) -> _Turn:
         if isinstance(step, Text):
-            return cls(index, request, step.content, [])
+            return cls(index, request, step.content, [], step.stop)
         calls = [replace(c, id=c.id or f"call_{index}_{i}") for i, c in enumerate(step.calls)]
         return cls(index, request, None, calls, step.stop)
 
