@@ -154,6 +154,9 @@ def ensure_own_scripts_on_path() -> None:
 @click.option("-c", "--continue", "continue_last", is_flag=True, help="Continue the latest session of this project.")
 @click.option("-r", "--resume", metavar="ID", help="Resume a session by id or unique prefix.")
 @click.option("--agent", metavar="NAME", help="Put a file-defined agent in charge (`code-puppy agents list`).")
+@click.option(
+    "-w", "--worktree", metavar="NAME", help="Run in the git worktree .code-puppy/worktrees/NAME (made if needed)."
+)
 @click.option("--no-mcp", is_flag=True, help="Run without the configured MCP servers.")
 @click.option("--no-plugins", is_flag=True, help="Run without plugins.")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
@@ -175,6 +178,7 @@ def cli(
     continue_last: bool,
     resume: str | None,
     agent: str | None,
+    worktree: str | None,
     no_mcp: bool,
     no_plugins: bool,
     debug: bool,
@@ -191,6 +195,8 @@ def cli(
     if continue_last and resume:
         fail("use either -c/--continue or -r/--resume, not both")
     text = _stream_json_prompt(prompt) if input_format == "stream-json" else _headless_prompt(prompt)
+    if worktree is not None:
+        os.chdir(_worktree(worktree))
     ensure_own_scripts_on_path()
     from code_puppy.options import RunOptions
     from code_puppy.paths import find_project_root
@@ -236,6 +242,19 @@ def cli(
         return run_headless(options, headless)
 
     leave(guarded(run))
+
+
+def _worktree(name: str) -> Path:
+    """The worktree `-w NAME` runs in, made if needed: exit 2 for a bad name or no repository, 1 if git fails."""
+    from code_puppy.errors import ConfigError
+    from code_puppy.worktrees import WorktreeError, check_name, ensure, repository
+
+    try:
+        return ensure(repository(Path.cwd()), check_name(name))
+    except ConfigError as exc:
+        fail(f"-w: {exc}")
+    except WorktreeError as exc:
+        fail(f"-w: {exc}", code=1)
 
 
 def leave(code: int) -> NoReturn:
@@ -470,6 +489,55 @@ def checkpoints(*, session_id: str | None, output_format: str) -> None:
         )
 
     sys.exit(guarded(run))
+
+
+@cli.group("worktrees")
+def worktrees_group() -> None:
+    """The git worktrees `code-puppy -w NAME` runs agents in (.code-puppy/worktrees/NAME, branch code-puppy/NAME)."""
+
+
+@worktrees_group.command("list")
+@click.option("--output-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def worktrees_list(*, output_format: str) -> None:
+    """Each worktree: name, branch, uncommitted changes, its latest session, path."""
+
+    def run() -> int:
+        from code_puppy.worktrees import print_list
+
+        return print_list(Path.cwd(), output_format=output_format)
+
+    sys.exit(_worktree_command(run))
+
+
+@worktrees_group.command("remove")
+@click.argument("name")
+@click.option("--force", is_flag=True, help="Commit its uncommitted changes on its branch first, then remove it.")
+def worktrees_remove(*, name: str, force: bool) -> None:
+    """Remove worktree NAME (its branch stays); exit 1 naming its uncommitted changes, unless --force."""
+
+    def run() -> int:
+        from code_puppy.worktrees import check_name, find, remove, repository
+
+        repo = repository(Path.cwd())
+        worktree = find(repo, check_name(name))
+        commit = remove(repo, worktree, force=force)
+        saved = f"; its changes are commit {commit[:12]} on {worktree.branch}" if commit else ""
+        click.echo(f"removed worktree {name}{saved}")
+        return 0
+
+    sys.exit(_worktree_command(run))
+
+
+def _worktree_command(action: Callable[[], int]) -> int:
+    from code_puppy.worktrees import WorktreeError
+
+    def run() -> int:
+        try:
+            return action()
+        except WorktreeError as exc:
+            fail(str(exc), code=1)
+
+    return guarded(run)
 
 
 @cli.group("plugins")
