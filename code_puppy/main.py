@@ -423,6 +423,46 @@ def sessions_delete(*, session_id: str, yes: bool) -> None:
     _with_store(action)
 
 
+@sessions.command("import")
+@click.argument("paths", metavar="PATH...", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--dry-run", is_flag=True, help="Say what would be imported; change nothing.")
+@click.option("--output-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def sessions_import(*, paths: tuple[Path, ...], dry_run: bool, output_format: str) -> None:
+    """Import Claude Code transcripts (~/.claude/projects) and Codex rollouts (~/.codex/sessions) as sessions.
+
+    A folder imports every .jsonl file under it. A file imported before is not imported again.
+    """
+    from code_puppy.paths import data_dir, find_project_root
+
+    for path in paths:
+        if not path.exists():
+            fail(f"{path}: no such file or directory")
+
+    def action(store: SqliteConversationStore | None) -> int:
+        from code_puppy.sessions.importing import import_paths
+
+        return import_paths(
+            store,
+            list(paths),
+            dry_run=dry_run,
+            default_project=find_project_root(Path.cwd()),
+            out=sys.stdout,
+            err=sys.stderr,
+            as_json=output_format == "json",
+        )
+
+    if dry_run and not (data_dir() / "sessions.db").exists():
+        sys.exit(guarded(lambda: action(None)))
+
+    def run() -> int:
+        from code_puppy.sessions.store import open_store
+
+        with open_store(readonly=dry_run) as store:
+            return action(store)
+
+    sys.exit(guarded(run))
+
+
 @sessions.command("check")
 def sessions_check() -> None:
     """Read every page of sessions.db (SQLite's integrity_check): exit 0 when it is sound, 1 with what is wrong."""
