@@ -6,14 +6,14 @@ sends (text, tool calls) into one `ModelResponse`, so the records a tool streams
 model exchanged. Record types a reader does not map are counted, never fatal; a line that is not a JSON object, or a
 record of a known type with the wrong shape, becomes a `FILE:LINE: …` problem and is skipped.
 
-Claude Code (`~/.claude/projects/<project>/<session>.jsonl`, checked against public descriptions of versions 1.0.3 to 2.1.37): each
-record has `type`, `timestamp`, `cwd`, `sessionId`; `user` and `assistant` records carry an Anthropic Messages API
-`message` whose `content` is a string or blocks (`text`, `tool_use`, `tool_result`, `thinking`, `image`). Records
-of sub-agents (`isSidechain`) and meta records (`isMeta`) are skipped and counted.
+Claude Code (`~/.claude/projects/<project>/<session>.jsonl`; checked against public descriptions of versions 1.0.3
+to 2.1.37): each record has `type`, `timestamp`, `cwd`, `sessionId`; `user` and `assistant` records carry an
+Anthropic Messages API `message` whose `content` is a string or blocks (`text`, `tool_use`, `tool_result`,
+`thinking`, `image`). Records of sub-agents (`isSidechain`) and meta records (`isMeta`) are skipped and counted.
 
-Codex CLI (`~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl`, checked against public descriptions of versions 0.4x to 0.65): each
-line is `{"timestamp", "type", "payload"}`; `session_meta` gives the session `id` and `cwd`, `turn_context` the
-model, and `response_item` payloads are OpenAI Responses API items (`message`, `function_call`,
+Codex CLI (`~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl`; checked against public descriptions of versions 0.4x
+to 0.65): each line is `{"timestamp", "type", "payload"}`; `session_meta` gives the session `id` and `cwd`,
+`turn_context` the model, and `response_item` payloads are OpenAI Responses API items (`message`, `function_call`,
 `function_call_output`, `custom_tool_call`, `custom_tool_call_output`, `local_shell_call`, `reasoning`). `event_msg`
 lines repeat what the items hold, for the TUI, and are skipped and counted.
 """
