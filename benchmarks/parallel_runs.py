@@ -7,8 +7,8 @@ answers every conversation with the same script: 3 model requests, 2 `read_file`
 `CODE_PUPPY_HOME` (a fresh sessions.db). Reported per N: throughput (runs finished per second of wall time, from the
 first start to the last exit, best round), and the store's write latency, which the store itself measures when
 `CODE_PUPPY_STORE_TIMINGS` names a file (sessions/schema.py): p50 and p95 of every committed write transaction of
-every run, from asking to write to the commit (waiting for other processes' writes included), and the p95 of the time
-the write lock was held.
+every run, from asking to write to the commit (waiting for other processes' writes included), the p95 of the time
+the write lock was held, and the p95 latency of the synced (fsync'd) writes alone: the saves of sessions.
 
 It fails loudly (exit 1) when a run fails, when any run's stderr says `database is locked` (or the store is locked),
 or when a session is missing from the store afterwards.
@@ -52,8 +52,9 @@ def start_server(tmp: Path) -> tuple[subprocess.Popen[str], str]:
     return server, server.stdout.readline().strip()
 
 
-def one_round(tmp: Path, base_url: str, count: int, index: int) -> tuple[float, list[float], list[float]]:
-    """Run `count` headless runs at once; wall seconds, and the store's write latencies and lock hold times (ms)."""
+def one_round(tmp: Path, base_url: str, count: int, index: int) -> tuple[float, list[tuple[float, float, str]]]:
+    """Run `count` headless runs at once; wall seconds, and each store write's latency and lock hold time (ms), and
+    whether it was synced (`durable`) or not (`fast`)."""
     home = tmp / f"home-{count}-{index}"
     home.mkdir()
     (home / "config.toml").write_text(f'model = "fake"\n[models.fake]\nname = "fake-model"\nbase_url = "{base_url}"\n')
@@ -94,17 +95,15 @@ def one_round(tmp: Path, base_url: str, count: int, index: int) -> tuple[float, 
     ).stdout
     if len(sessions) != count or any(session[:8] not in stored for session in sessions):
         sys.exit(f"FAIL: N={count}: not every run's session is in the store:\n{stored}")
-    totals: list[float] = []
-    held: list[float] = []
+    writes: list[tuple[float, float, str]] = []
     for line in timings.read_text().splitlines():
-        total, hold, _ = line.split()
-        totals.append(float(total))
-        held.append(float(hold))
-    return wall, totals, held
+        total, held, kind = line.split()
+        writes.append((float(total), float(held), kind))
+    return wall, writes
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--counts", default="1,4,16", help="the numbers of concurrent runs, comma-separated")
     parser.add_argument("--rounds", type=int, default=2, help="rounds per N (throughput: the best)")
     args = parser.parse_args()
@@ -116,20 +115,25 @@ def main() -> None:
         (project / "notes.txt").write_text("notes\n" * 50)
         server, base_url = start_server(tmp)
         try:
-            print(f"{'N':>3} {'runs/s':>7} {'wall s':>7} {'writes':>7} {'p50 ms':>7} {'p95 ms':>7} {'held p95':>9}")
+            print(
+                f"{'N':>3} {'runs/s':>7} {'wall s':>7} {'writes':>7} {'synced':>7} {'p50 ms':>7} {'p95 ms':>7} "
+                f"{'held p95':>9} {'synced p95':>11}"
+            )
             for count in (int(n) for n in args.counts.split(",")):
                 walls: list[float] = []
-                totals: list[float] = []
-                held: list[float] = []
+                writes: list[tuple[float, float, str]] = []
                 for index in range(args.rounds):
-                    wall, round_totals, round_held = one_round(tmp, base_url, count, index)
+                    wall, round_writes = one_round(tmp, base_url, count, index)
                     walls.append(wall)
-                    totals += round_totals
-                    held += round_held
+                    writes += round_writes
                 best = min(walls)
+                totals = [total for total, _, _ in writes]
+                synced = [total for total, _, kind in writes if kind == "durable"]
+                held = percentile([held for _, held, _ in writes], 0.95)
                 print(
-                    f"{count:>3} {count / best:>7.2f} {best:>7.2f} {len(totals):>7} "
-                    f"{statistics.median(totals):>7.1f} {percentile(totals, 0.95):>7.1f} {percentile(held, 0.95):>9.1f}"
+                    f"{count:>3} {count / best:>7.2f} {best:>7.2f} {len(totals):>7} {len(synced):>7} "
+                    f"{statistics.median(totals):>7.1f} {percentile(totals, 0.95):>7.1f} {held:>9.1f} "
+                    f"{percentile(synced, 0.95):>11.1f}"
                 )
         finally:
             server.terminate()
