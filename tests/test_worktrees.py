@@ -14,6 +14,7 @@ from code_puppy.sandbox.guard import ProtectedFiles
 from code_puppy.trust import project_trust, trust_project
 from tests.conftest import run_cli
 from tests.fake_llm import FakeLLMServer, call, text, tool_calls
+from tests.pty_chat import PtyChat
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -188,3 +189,21 @@ def test_the_main_checkouts_sandbox_guard_leaves_worktrees_to_their_agents(commi
     assert theirs.read_text() == "written by the worktree's agent meanwhile\n"
     assert (committed / ".code-puppy" / "config.toml").read_text() == "# the project's config\n"
     assert note is not None and note.startswith("The sandbox put back .code-puppy/config.toml: ")
+
+
+def test_the_chat_runs_in_the_worktree(committed: Path, server: FakeLLMServer) -> None:
+    server.script(text("Hello from the worktree."))
+    chat = PtyChat(committed, "-w", "chat")
+    try:
+        chat.wait_for("session ")
+        chat.type("hi\r")
+        chat.wait_turn("Hello from the worktree.")
+        chat.type("/exit\r")
+        assert chat.wait_exit() == 0
+    finally:
+        chat.close()
+
+    [listed] = json.loads(run_cli("worktrees", "list", "--output-format", "json", cwd=committed).stdout)
+    assert (listed["name"], listed["branch"], listed["dirty"]) == ("chat", "code-puppy/chat", False)
+    assert listed["session"] is not None  # the chat's session belongs to the worktree, not to the main checkout
+    assert run_cli("sessions", "list", cwd=committed).stdout.startswith("no sessions")
