@@ -36,7 +36,9 @@ class Outcome:
 
     transcript: Transcript
     status: str
-    """`imported`, `would import` (--dry-run), `already imported`, or `not imported`."""
+    """`imported`, `would import` (--dry-run), `already imported`, `not imported` (a file named that could not be),
+    or `skipped` (a file found in a folder that holds no conversation: Claude Code's sub-agent files, Codex's
+    history.jsonl)."""
     session_id: str | None = None
     project_dir: Path | None = None
     reason: str = ""
@@ -63,12 +65,13 @@ def session_id_for(transcript: Transcript) -> str:
     return str(uuid.uuid5(_NAMESPACE, f"{transcript.format}:{key}"))
 
 
-def files_under(paths: list[Path]) -> list[Path]:
-    """The files to read: each file named, and every `*.jsonl` under each folder named, in order."""
-    found: list[Path] = []
+def files_under(paths: list[Path]) -> dict[Path, bool]:
+    """The files to read, in order: each file named (True), and every `*.jsonl` under each folder named (False)."""
+    found: dict[Path, bool] = {}
     for path in paths:
-        found += sorted(path.rglob("*.jsonl")) if path.is_dir() else [path]
-    return list(dict.fromkeys(found))
+        for file in sorted(path.rglob("*.jsonl")) if path.is_dir() else [path]:
+            found[file] = found.get(file, False) or not path.is_dir()
+    return found
 
 
 def import_paths(
@@ -82,10 +85,10 @@ def import_paths(
     as_json: bool,
 ) -> int:
     """Import every transcript under `paths` (with `dry_run`, only say what would be; `store` may then be None, when
-    there is none yet); report on `out`, malformed lines on `err`. Exit 0 when every file was imported or had been, 1
-    when one could not be."""
+    there is none yet); report on `out`, malformed lines on `err`. Exit 0 when every file was imported or had been, or
+    was skipped; 1 when a file named could not be, or nothing was found."""
     outcomes: list[Outcome] = []
-    for path in files_under(paths):
+    for path, named in files_under(paths).items():
         try:
             transcript = read_transcript(path)
         except OSError as exc:
@@ -93,7 +96,10 @@ def import_paths(
             continue
         for problem in transcript.problems:
             err.write(f"{problem}\n")
-        outcomes.append(_import(store, transcript, default_project, dry_run=dry_run))
+        outcome = _import(store, transcript, default_project, dry_run=dry_run)
+        if outcome.status == "not imported" and not named:
+            outcome.status = "skipped"
+        outcomes.append(outcome)
     if as_json:
         out.write(json.dumps({"files": [outcome.as_json() for outcome in outcomes]}, indent=1) + "\n")
     else:
@@ -143,8 +149,8 @@ def _project(transcript: Transcript, default_project: Path) -> Path:
 
 def _line(outcome: Outcome) -> str:
     transcript = outcome.transcript
-    if outcome.status == "not imported":
-        return f"{transcript.path}: not imported: {outcome.reason}"
+    if outcome.status in ("not imported", "skipped"):
+        return f"{transcript.path}: {outcome.status}: {outcome.reason}"
     skipped = ", ".join(f"{count} {kind}" for kind, count in sorted(transcript.skipped.items()))
     return (
         f"{transcript.path}: {outcome.status} ({transcript.format}) as session {outcome.session_id} of "

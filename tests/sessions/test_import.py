@@ -292,19 +292,26 @@ def test_a_folder_dry_run_lists_every_file_and_writes_nothing(
     project: Path, tmp_path: Path, code_puppy_home: Path
 ) -> None:
     claude_transcript(tmp_path / "in" / "claude" / "a.jsonl", project)
+    jsonl(tmp_path / "in" / "claude" / "agent-1.jsonl", {"type": "user", "isSidechain": True, "message": {}})
     codex_rollout(tmp_path / "in" / "codex" / "rollout-b.jsonl", project)
-    jsonl(tmp_path / "in" / "history.jsonl", {"display": "a prompt", "project": str(project)})
+    history = jsonl(tmp_path / "in" / "history.jsonl", {"display": "a prompt", "project": str(project)})
 
     done = run_cli("sessions", "import", str(tmp_path / "in"), "--dry-run", "--output-format", "json", cwd=project)
 
-    assert done.returncode == 1  # one file is neither format
+    assert done.returncode == 0, done.stderr
     statuses = [(Path(file["file"]).name, file["status"]) for file in json.loads(done.stdout)["files"]]
     assert statuses == [
         ("a.jsonl", "would import"),
+        ("agent-1.jsonl", "skipped"),
         ("rollout-b.jsonl", "would import"),
-        ("history.jsonl", "not imported"),
+        ("history.jsonl", "skipped"),
     ]
     assert not (code_puppy_home / "sessions.db").exists()
+
+    named = run_cli("sessions", "import", str(history), cwd=project)
+
+    assert named.returncode == 1
+    assert named.stdout == f"{history}: not imported: neither a Claude Code transcript nor a Codex rollout\n"
 
 
 def test_a_missing_path_is_one_line_and_exit_2(project: Path) -> None:
