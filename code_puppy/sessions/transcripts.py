@@ -83,9 +83,8 @@ class _Builder:
     request_time: datetime | None = None
     response_time: datetime | None = None
     model_name: str | None = None
-    calls: dict[str, str] = field(default_factory=dict[str, str])
-    """Tool call id to tool name, for the results that name only the id."""
     open_calls: dict[str, tuple[str, datetime | None]] = field(default_factory=dict[str, tuple[str, datetime | None]])
+    """The calls of the last response not answered yet: id to tool name (results name only the id) and time."""
 
     def user(self, part: ModelRequestPart, moment: datetime | None) -> None:
         self._end_response()
@@ -97,17 +96,17 @@ class _Builder:
         self.response_time = self.response_time or moment
         self.model_name = model_name or self.model_name
         if isinstance(part, ToolCallPart):
-            self.calls[part.tool_call_id] = part.tool_name
             self.open_calls[part.tool_call_id] = (part.tool_name, moment)
         self.response.append(part)
 
     def tool_result(self, call_id: str, content: str, moment: datetime | None, *, failed: bool = False) -> bool:
-        """Add the result of call `call_id`; False when no call of the transcript has that id (it is left out)."""
-        if call_id not in self.calls:
+        """Add the result of call `call_id`; False when the last response made no such call, or it was answered (the
+        result is left out: a history answers each call once, right after it)."""
+        if call_id not in self.open_calls:
             return False
-        self.open_calls.pop(call_id, None)
+        name, _ = self.open_calls.pop(call_id)
         part = ToolReturnPart(
-            self.calls[call_id],
+            name,
             content,
             call_id,
             timestamp=moment or datetime.now(UTC),
@@ -249,7 +248,7 @@ def _claude_record(builder: _Builder, record: dict[str, Any], transcript: Transc
                 str(block.get("tool_use_id")), _text(block.get("content")), moment, failed=bool(block.get("is_error"))
             )
             if not found:
-                transcript.skipped["tool_result without its tool_use"] += 1
+                transcript.skipped["tool_result without an open tool_use"] += 1
         elif record["type"] == "assistant" and kind == "text" and isinstance(text := block.get("text"), str):
             builder.assistant(TextPart(text), moment, _string(message.get("model")))
         elif record["type"] == "assistant" and kind == "tool_use":

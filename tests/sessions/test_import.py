@@ -318,3 +318,40 @@ def test_a_missing_path_is_one_line_and_exit_2(project: Path) -> None:
     done = run_cli("sessions", "import", "missing.jsonl", cwd=project)
 
     assert (done.returncode, done.stderr) == (2, "code-puppy: error: missing.jsonl: no such file or directory\n")
+
+
+def test_a_call_the_transcript_never_answered_gets_a_result_and_a_late_result_is_left_out(tmp_path: Path) -> None:
+    from code_puppy.sessions.transcripts import NO_RESULT, read_transcript
+
+    def record(kind: str, content: Any, second: int) -> dict[str, Any]:
+        return {
+            "type": kind,
+            "sessionId": "s",
+            "cwd": str(tmp_path),
+            "timestamp": f"2025-11-02T10:00:0{second}Z",
+            "message": {"role": kind, "content": content},
+        }
+
+    bash = {"type": "tool_use", "id": "toolu_9", "name": "Bash", "input": {"command": "sleep 100"}}
+    late = {"type": "tool_result", "tool_use_id": "toolu_9", "content": "too late"}
+    path = jsonl(
+        tmp_path / "s.jsonl",
+        record("user", "run it", 0),
+        record("assistant", [bash], 1),
+        record("user", "[Request interrupted by user]", 2),
+        record("assistant", [{"type": "text", "text": "Stopped."}], 3),
+        record("user", [late], 4),
+    )
+
+    transcript = read_transcript(path)
+
+    moment = datetime(2025, 11, 2, 10, 0, 1, tzinfo=UTC)
+    assert transcript.messages[2] == ModelRequest(
+        parts=[
+            ToolReturnPart("Bash", NO_RESULT, "toolu_9", timestamp=moment),
+            UserPromptPart("[Request interrupted by user]", timestamp=datetime(2025, 11, 2, 10, 0, 2, tzinfo=UTC)),
+        ],
+        timestamp=datetime(2025, 11, 2, 10, 0, 2, tzinfo=UTC),
+    )
+    assert len(transcript.messages) == 4
+    assert transcript.skipped == {"tool_result without an open tool_use": 1}
