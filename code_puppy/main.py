@@ -167,6 +167,9 @@ def ensure_own_scripts_on_path() -> None:
 @click.option("--fork", is_flag=True, help="With -r or -c: continue a copy of the session; the original stays.")
 @click.option("--name", metavar="NAME", help="Call the session NAME (`-r NAME` resumes it).")
 @click.option("--agent", metavar="NAME", help="Put a file-defined agent in charge (`code-puppy agents list`).")
+@click.option(
+    "-w", "--worktree", metavar="NAME", help="Run in the git worktree .code-puppy/worktrees/NAME (made if needed)."
+)
 @click.option("--no-mcp", is_flag=True, help="Run without the configured MCP servers.")
 @click.option("--no-plugins", is_flag=True, help="Run without plugins.")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
@@ -190,6 +193,7 @@ def cli(
     fork: bool,
     name: str | None,
     agent: str | None,
+    worktree: str | None,
     no_mcp: bool,
     no_plugins: bool,
     debug: bool,
@@ -213,6 +217,8 @@ def cli(
     if resume == "" and (headless or not (sys.stdin.isatty() and sys.stdout.isatty())):
         fail("-r without an ID opens a picker, which needs the interactive chat in a terminal: pass -r ID")
     text = _stream_json_prompt(prompt) if input_format == "stream-json" else _headless_prompt(prompt)
+    if worktree is not None:
+        os.chdir(_worktree(worktree))
     ensure_own_scripts_on_path()
     from code_puppy.options import RunOptions
     from code_puppy.paths import find_project_root
@@ -260,6 +266,19 @@ def cli(
         return run_headless(options, headless)
 
     leave(guarded(run))
+
+
+def _worktree(name: str) -> Path:
+    """The worktree `-w NAME` runs in, made if needed: exit 2 for a bad name or no repository, 1 if git fails."""
+    from code_puppy.errors import ConfigError
+    from code_puppy.worktrees import WorktreeError, check_name, ensure, repository
+
+    try:
+        return ensure(repository(Path.cwd()), check_name(name))
+    except ConfigError as exc:
+        fail(f"-w: {exc}")
+    except WorktreeError as exc:
+        fail(f"-w: {exc}", code=1)
 
 
 def leave(code: int) -> NoReturn:
@@ -485,6 +504,46 @@ def sessions_delete(*, session_id: str, yes: bool) -> None:
     _with_store(action)
 
 
+@sessions.command("import")
+@click.argument("paths", metavar="PATH...", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--dry-run", is_flag=True, help="Say what would be imported; change nothing.")
+@click.option("--output-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def sessions_import(*, paths: tuple[Path, ...], dry_run: bool, output_format: str) -> None:
+    """Import Claude Code transcripts (~/.claude/projects) and Codex rollouts (~/.codex/sessions) as sessions.
+
+    A folder imports every .jsonl file under it. A file imported before is not imported again.
+    """
+    from code_puppy.paths import data_dir, find_project_root
+
+    for path in paths:
+        if not path.exists():
+            fail(f"{path}: no such file or directory")
+
+    def action(store: SqliteConversationStore | None) -> int:
+        from code_puppy.sessions.importing import import_paths
+
+        return import_paths(
+            store,
+            list(paths),
+            dry_run=dry_run,
+            default_project=find_project_root(Path.cwd()),
+            out=sys.stdout,
+            err=sys.stderr,
+            as_json=output_format == "json",
+        )
+
+    if dry_run and not (data_dir() / "sessions.db").exists():
+        sys.exit(guarded(lambda: action(None)))
+
+    def run() -> int:
+        from code_puppy.sessions.store import open_store
+
+        with open_store(readonly=dry_run) as store:
+            return action(store)
+
+    sys.exit(guarded(run))
+
+
 @sessions.command("check")
 def sessions_check() -> None:
     """Read every page of sessions.db (SQLite's integrity_check): exit 0 when it is sound, 1 with what is wrong."""
@@ -551,6 +610,55 @@ def checkpoints(*, session_id: str | None, output_format: str) -> None:
         )
 
     sys.exit(guarded(run))
+
+
+@cli.group("worktrees")
+def worktrees_group() -> None:
+    """The git worktrees `code-puppy -w NAME` runs agents in (.code-puppy/worktrees/NAME, branch code-puppy/NAME)."""
+
+
+@worktrees_group.command("list")
+@click.option("--output-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def worktrees_list(*, output_format: str) -> None:
+    """Each worktree: name, branch, uncommitted changes, its latest session, path."""
+
+    def run() -> int:
+        from code_puppy.worktrees import print_list
+
+        return print_list(Path.cwd(), output_format=output_format)
+
+    sys.exit(_worktree_command(run))
+
+
+@worktrees_group.command("remove")
+@click.argument("name")
+@click.option("--force", is_flag=True, help="Commit its uncommitted changes on its branch first, then remove it.")
+def worktrees_remove(*, name: str, force: bool) -> None:
+    """Remove worktree NAME (its branch stays); exit 1 naming its uncommitted changes, unless --force."""
+
+    def run() -> int:
+        from code_puppy.worktrees import check_name, find, remove, repository
+
+        repo = repository(Path.cwd())
+        worktree = find(repo, check_name(name))
+        commit = remove(repo, worktree, force=force)
+        saved = f"; its changes are commit {commit[:12]} on {worktree.branch}" if commit else ""
+        click.echo(f"removed worktree {name}{saved}")
+        return 0
+
+    sys.exit(_worktree_command(run))
+
+
+def _worktree_command(action: Callable[[], int]) -> int:
+    from code_puppy.worktrees import WorktreeError
+
+    def run() -> int:
+        try:
+            return action()
+        except WorktreeError as exc:
+            fail(str(exc), code=1)
+
+    return guarded(run)
 
 
 @cli.group("plugins")

@@ -34,6 +34,16 @@ def data_dir() -> Path:
     return Path(platformdirs.user_data_dir("code-puppy"))
 
 
+WORKTREES_DIR = ".code-puppy/worktrees"
+"""Where `code-puppy -w NAME` puts a repository's worktrees: each is a project of its own, none part of the main one."""
+
+
+def in_worktrees(project_root: Path, target: Path) -> bool:
+    """Whether `target` lies in one of the project's worktrees (`.code-puppy/worktrees/NAME/...`), which belong to
+    other agents' checkouts, not to the project."""
+    return (project_root / WORKTREES_DIR) in target.parents
+
+
 def find_project_root(start: Path) -> Path:
     """The nearest ancestor holding `.git` or `.code-puppy`, else `start` itself."""
     start = start.resolve()

@@ -9,6 +9,8 @@ wrote it (the agent, a `git pull`, another tool).
 Entries written before file hashes were recorded are still read: a bare path string, or `{"path", "plugins_sha256"}`.
 They keep the project listed and trust its plugins digest, but every covered file present counts as unrecorded, so
 it is ignored (with a note) until `code-puppy trust` runs again: an old entry says nothing about today's content.
+
+A worktree of `code-puppy -w` (`REPO/.code-puppy/worktrees/NAME`) without an entry of its own uses its repository's.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
 
-from code_puppy.paths import config_dir, write_json
+from code_puppy.paths import config_dir, in_worktrees, write_json
 
 TRUSTED_PROJECTS_FILE = "trusted_projects.json"
 PROJECT_CONFIG = ".code-puppy/config.toml"
@@ -136,7 +138,15 @@ def _path_of(entry: Any) -> Path | None:
 
 
 def _entry(project_root: Path) -> Any:
-    """The newest entry naming `project_root`, or None."""
+    """The newest entry naming `project_root`, or else, for a worktree of `code-puppy -w`, its repository's; or None.
+
+    A worktree's covered files are still compared with the hashes recorded for the repository: what is the same
+    content is trusted, what differs (a branch that changed the config) is not.
+    """
     root = project_root.resolve()
-    matching = [entry for entry in _entries() if _path_of(entry) == root]
+    entries = _entries()
+    matching = [entry for entry in entries if _path_of(entry) == root]
+    repository = root.parents[2] if len(root.parents) > 2 else root
+    if not matching and (root / ".git").is_file() and in_worktrees(repository, root):
+        matching = [entry for entry in entries if _path_of(entry) == repository]
     return matching[-1] if matching else None

@@ -38,6 +38,8 @@ class Text:
     content: str
     delay: float = 0.0
     chunk_delay: float = 0.0
+    stop: str | None = None
+    """Why the reply ended, when not naturally: `length`, `none`, or a reason passed as it is (`content_filter`)."""
 
 
 @dataclass(frozen=True)
@@ -78,8 +80,8 @@ class Error:
 Step = Text | ToolCalls | Error
 
 
-def text(content: str, *, delay: float = 0.0, chunk_delay: float = 0.0) -> Text:
-    return Text(content, delay, chunk_delay)
+def text(content: str, *, delay: float = 0.0, chunk_delay: float = 0.0, stop: str | None = None) -> Text:
+    return Text(content, delay, chunk_delay, stop)
 
 
 def call(name: str, args: dict[str, Any], id: str | None = None) -> ToolCall:
@@ -142,7 +144,7 @@ class _Turn:
     @classmethod
     def of(cls, index: int, request: RecordedRequest, step: Text | ToolCalls) -> _Turn:
         if isinstance(step, Text):
-            return cls(index, request, step.content, [])
+            return cls(index, request, step.content, [], step.stop)
         calls = [replace(c, id=c.id or f"call_{index}_{i}") for i, c in enumerate(step.calls)]
         return cls(index, request, None, calls, step.stop)
 
@@ -355,13 +357,16 @@ class FakeLLMServer(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, *steps: Step, port: int = 0, repeat: bool = False) -> None:
+    def __init__(self, *steps: Step, port: int = 0, repeat: bool = False, per_conversation: bool = False) -> None:
         super().__init__(("127.0.0.1", port), _Handler)
         self.requests: list[RecordedRequest] = []
         self.default: Step | None = None
         """Reply used once the script is exhausted; `None` answers with an HTTP 500."""
         self.repeat = repeat
         """Cycle the script forever instead of consuming it."""
+        self.per_conversation = per_conversation
+        """Answer each request with the step numbered by the assistant messages in its history (Chat Completions,
+        Anthropic Messages), without consuming the script: concurrent conversations each follow the whole script."""
         self._steps = deque(steps)
         self._lock = threading.Lock()
         self._closing = threading.Event()
@@ -396,7 +401,11 @@ class FakeLLMServer(ThreadingHTTPServer):
             self.requests.append(request)
             return len(self.requests) - 1
 
-    def _next_step(self) -> Step | None:
+    def _next_step(self, request: RecordedRequest) -> Step | None:
+        if self.per_conversation:
+            history: list[Any] = request.body.get("messages") or []
+            answered = sum(1 for message in history if isinstance(message, dict) and message.get("role") == "assistant")
+            return self._steps[answered] if answered < len(self._steps) else self.default
         with self._lock:
             if not self._steps:
                 return self.default
@@ -428,7 +437,7 @@ class _Handler(BaseHTTPRequestHandler):
         protocol = _PROTOCOLS.get(path)
         if protocol is None:
             return self._send_json(404, _openai_error(404, f"fake server: unknown path {path}"))
-        step = self.server._next_step()
+        step = self.server._next_step(request)
         if step is None:
             # x-should-retry stops the SDKs from retrying, so an unscripted request fails at once.
             body = protocol.error_body(500, EXHAUSTED)
@@ -475,9 +484,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port")
     parser.add_argument("--script", type=Path, help='JSON list of steps, e.g. [{"text": "hi"}]')
     parser.add_argument("--repeat", action="store_true", help="cycle the script forever")
+    parser.add_argument(
+        "--per-conversation", action="store_true", help="each conversation follows the whole script (concurrent runs)"
+    )
     args = parser.parse_args(argv)
     steps = [step_from_json(step) for step in json.loads(args.script.read_text())] if args.script else []
-    server = FakeLLMServer(*steps, port=args.port, repeat=args.repeat)
+    server = FakeLLMServer(*steps, port=args.port, repeat=args.repeat, per_conversation=args.per_conversation)
     print(server.base_url, flush=True)
     with contextlib.suppress(KeyboardInterrupt):
         server.serve_forever()

@@ -4,6 +4,7 @@ side (`acp.spawn_agent_process`), with the fake LLM server on 127.0.0.1 as the m
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import queue
@@ -26,16 +27,20 @@ from acp.schema import (
     AgentPlanUpdate,
     AllowedOutcome,
     AvailableCommandsUpdate,
+    ClientCapabilities,
     CurrentModeUpdate,
     DeniedOutcome,
     FileEditToolCallContent,
+    FileSystemCapabilities,
     McpServerStdio,
     PermissionOption,
+    ReadTextFileResponse,
     RequestPermissionResponse,
     ToolCallProgress,
     ToolCallStart,
     ToolCallUpdate,
     UserMessageChunk,
+    WriteTextFileResponse,
 )
 
 from tests.conftest import CODE_PUPPY, run_cli
@@ -47,11 +52,25 @@ ECHO_SERVER = Path(__file__).parent / "mcp_servers" / "echo_server.py"
 class EditorClient:
     """An editor: records every update, answers permission questions from a script (an option id, or "cancelled")."""
 
-    def __init__(self, *answers: str) -> None:
+    def __init__(self, *answers: str, buffers: dict[str, str] | None = None) -> None:
         self.updates: list[Any] = []
         self.questions: list[tuple[ToolCallUpdate, list[PermissionOption]]] = []
         self.answers = list(answers)
         self.asked = asyncio.Event()
+        self.buffers = dict(buffers or {})
+        """The editor's open buffers, by absolute path; what the agent writes lands here, not on disk."""
+        self.reads: list[str] = []
+        self.writes: list[tuple[str, str]] = []
+
+    async def read_text_file(self, session_id: str, path: str, **kwargs: Any) -> ReadTextFileResponse:
+        self.reads.append(path)
+        content = self.buffers[path] if path in self.buffers else Path(path).read_text()
+        return ReadTextFileResponse(content=content)
+
+    async def write_text_file(self, session_id: str, path: str, content: str, **kwargs: Any) -> WriteTextFileResponse:
+        self.writes.append((path, content))
+        self.buffers[path] = content
+        return WriteTextFileResponse()
 
     def on_connect(self, conn: Agent) -> None:
         pass
@@ -91,10 +110,14 @@ class EditorClient:
 
 @asynccontextmanager
 async def acp_agent(
-    project: Path, client: EditorClient, *args: str, stderr: Path | None = None
+    project: Path,
+    client: EditorClient,
+    *args: str,
+    stderr: Path | None = None,
+    capabilities: ClientCapabilities | None = None,
 ) -> AsyncIterator[tuple[Any, asyncio.subprocess.Process]]:
-    """`code-puppy acp ARGS` in `project`, initialized by the SDK's client; stderr to a file (a pipe nobody reads
-    could fill up)."""
+    """`code-puppy acp ARGS` in `project`, initialized by the SDK's client (with `capabilities`); stderr to a file (a
+    pipe nobody reads could fill up)."""
     stderr_path = stderr or project.parent / "acp-stderr.log"
     with stderr_path.open("wb") as err:
         async with acp.spawn_agent_process(
@@ -106,7 +129,7 @@ async def acp_agent(
             env=dict(os.environ),
             transport_kwargs={"stderr": err, "shutdown_timeout": 10},
         ) as (conn, process):
-            await asyncio.wait_for(conn.initialize(protocol_version=1), 30)
+            await asyncio.wait_for(conn.initialize(protocol_version=1, client_capabilities=capabilities), 30)
             yield conn, process
     assert "Traceback" not in stderr_path.read_text()
 
@@ -136,9 +159,13 @@ async def test_initialize_advertises_the_capabilities(project: Path) -> None:
     assert response.protocol_version == 1
     assert (response.agent_info.name, response.agent_info.version) == ("code-puppy", run_version())
     assert capabilities.load_session is True
-    assert capabilities.prompt_capabilities.embedded_context is True
+    prompts = capabilities.prompt_capabilities
+    assert (prompts.embedded_context, prompts.image, prompts.audio) == (True, True, True)
     assert capabilities.mcp_capabilities.http is True
     assert capabilities.session_capabilities.list is not None
+    sessions = capabilities.session_capabilities
+    assert None not in (sessions.fork, sessions.resume, sessions.close)
+    assert response.auth_methods == []
     assert response.field_meta == {
         "code_puppy": {"extensions": {"steer": "_code_puppy/steer", "queue": "_code_puppy/queue"}}
     }
@@ -184,6 +211,64 @@ async def test_a_prompt_streams_tool_calls_then_the_answer_in_a_terminal_session
     assert user_messages(server.requests[3].body) == ["what is this?", "and now?"]
 
 
+EDITOR_FS = ClientCapabilities(fs=FileSystemCapabilities(read_text_file=True, write_text_file=True))
+
+
+async def test_the_file_tools_read_and_write_through_an_editor_that_offers_it(
+    server: FakeLLMServer, project: Path
+) -> None:
+    readme = str((project / "README.md").resolve())
+    notes = str((project / "notes.txt").resolve())
+    server.script(
+        tool_calls(call("read_file", {"path": "README.md"})),
+        tool_calls(call("edit_file", {"path": "README.md", "old_text": "unsaved", "new_text": "edited"})),
+        tool_calls(call("write_file", {"path": "notes.txt", "content": "new\n"})),
+        text("Done."),
+    )
+    client = EditorClient("allow-once", "allow-once", buffers={readme: "# unsaved buffer\n"})
+    async with acp_agent(project, client, capabilities=EDITOR_FS) as (conn, _):
+        session = await conn.new_session(cwd=str(project), mcp_servers=[])
+        response = await conn.prompt(session_id=session.session_id, prompt=[acp.text_block("edit it")])
+    assert response.stop_reason == "end_turn"
+    # The model read the editor's unsaved buffer, not the disk.
+    [read, edited, written] = tool_messages(server.requests[3].body)
+    assert "# unsaved buffer" in read and "demo" not in read
+    assert (edited.startswith("Edited README.md"), written.startswith("Wrote 4 chars")) == (True, True)
+    # The changes went to the editor, computed from its buffer; the disk is the editor's to save.
+    assert client.writes == [(readme, "# edited buffer\n"), (notes, "new\n")]
+    assert (project / "README.md").read_text() == "# demo project\n"
+    assert not (project / "notes.txt").exists()
+    # The diffs the editor is shown, asked and done, are of its buffer.
+    expected = [(readme, "# unsaved buffer\n", "# edited buffer\n"), (notes, None, "new\n")]
+    asked = [content for question, _ in client.questions for content in question.content or []]
+    done = [
+        content
+        for update in client.updates
+        if isinstance(update, ToolCallProgress) and update.status == "completed"
+        for content in update.content or []
+        if isinstance(content, FileEditToolCallContent)
+    ]
+    for diffs in (asked, done):
+        assert [(d.path, d.old_text, d.new_text) for d in diffs if isinstance(d, FileEditToolCallContent)] == expected
+
+
+async def test_a_client_without_fs_capabilities_gets_the_disk(server: FakeLLMServer, project: Path) -> None:
+    readme = str((project / "README.md").resolve())
+    server.script(
+        tool_calls(call("read_file", {"path": "README.md"})),
+        tool_calls(call("write_file", {"path": "notes.txt", "content": "new\n"})),
+        text("Done."),
+    )
+    client = EditorClient(buffers={readme: "# unsaved buffer\n"})  # never asked: it did not advertise fs
+    async with acp_agent(project, client, "--permission-mode", "accept-edits") as (conn, _):
+        session = await conn.new_session(cwd=str(project), mcp_servers=[])
+        response = await conn.prompt(session_id=session.session_id, prompt=[acp.text_block("look")])
+    assert response.stop_reason == "end_turn"
+    assert "# demo project" in tool_messages(server.requests[1].body)[0]
+    assert (project / "notes.txt").read_text() == "new\n"
+    assert (client.reads, client.writes) == ([], [])
+
+
 async def test_the_models_plan_is_sent_as_plan_updates(server: FakeLLMServer, project: Path) -> None:
     steps = [
         {"id": "read", "content": "Read the code"},
@@ -212,6 +297,83 @@ async def test_the_models_plan_is_sent_as_plan_updates(server: FakeLLMServer, pr
     ended = [i for i, update in enumerate(client.updates) if isinstance(update, ToolCallProgress)]
     planned = [i for i, update in enumerate(client.updates) if isinstance(update, AgentPlanUpdate)]
     assert all(end < plan for end, plan in zip(ended, planned, strict=True))
+
+
+async def test_the_models_finish_reason_gives_max_tokens_and_refusal(server: FakeLLMServer, project: Path) -> None:
+    server.script(
+        text("A long answer cut", stop="length"),
+        text("", stop="length"),
+        text("I can", stop="content_filter"),
+        text("", stop="content_filter"),
+        text("Fine."),
+    )
+    client = EditorClient()
+    async with acp_agent(project, client) as (conn, _):
+        session = await conn.new_session(cwd=str(project), mcp_servers=[])
+        reasons = [
+            (await conn.prompt(session_id=session.session_id, prompt=[acp.text_block(f"ask {n}")])).stop_reason
+            for n in range(5)
+        ]
+    assert reasons == ["max_tokens", "max_tokens", "refusal", "refusal", "end_turn"]
+    assert client.messages() == "A long answer cutI canFine."
+    assert len(server.requests) == 5
+
+
+PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n fake image").decode()
+WAV = base64.b64encode(b"RIFF fake audio").decode()
+
+
+async def test_images_and_audio_in_a_prompt_reach_a_model_that_takes_them_and_are_replayed(
+    server: FakeLLMServer, project: Path, code_puppy_home: Path
+) -> None:
+    # pydantic-ai's OpenAI profile takes audio only on models named for it.
+    with (code_puppy_home / "config.toml").open("a") as config:
+        config.write(f'[models.listener]\nname = "gpt-4o-audio-preview"\nbase_url = "{server.base_url}"\n')
+    server.script(text("A picture and a sound."))
+    blocks = [acp.text_block("what is this?"), acp.image_block(PNG, "image/png"), acp.audio_block(WAV, "audio/wav")]
+    async with acp_agent(project, EditorClient()) as (conn, _):
+        session = await conn.new_session(cwd=str(project), mcp_servers=[])
+        with pytest.raises(RequestError) as deaf:
+            await conn.prompt(session_id=session.session_id, prompt=blocks)
+        with pytest.raises(RequestError) as garbled:
+            await conn.prompt(session_id=session.session_id, prompt=[acp.image_block("not base64!", "image/png")])
+        await conn.set_config_option(config_id="model", session_id=session.session_id, value="listener")
+        response = await conn.prompt(session_id=session.session_id, prompt=blocks)
+    assert (deaf.value.code, str(deaf.value)) == (-32602, "the model fake-model does not take audio")
+    assert garbled.value.code == -32602
+    assert response.stop_reason == "end_turn"
+    [content] = user_messages(server.requests[0].body)
+    assert content == [
+        {"type": "text", "text": "what is this?"},
+        {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{PNG}"}},
+        {"type": "input_audio", "input_audio": {"data": WAV, "format": "wav"}},
+    ]
+    client = EditorClient()
+    async with acp_agent(project, client) as (conn, _):
+        await conn.load_session(cwd=str(project), session_id=session.session_id, mcp_servers=[])
+    replayed = [u.content for u in client.updates if isinstance(u, UserMessageChunk)]
+    assert [(block.type, getattr(block, "text", None) or block.data) for block in replayed] == [
+        ("text", "what is this?"),
+        ("image", PNG),
+        ("audio", WAV),
+    ]
+
+
+def test_a_model_that_takes_no_images_refuses_them_by_its_profile() -> None:
+    from pydantic_ai.messages import BinaryContent
+    from pydantic_ai.models.test import TestModel
+    from pydantic_ai.profiles import ModelProfile
+
+    from code_puppy.acp_server.prompts import refused_attachment
+
+    image = BinaryContent(data=b"png", media_type="image/png")
+    audio = BinaryContent(data=b"wav", media_type="audio/wav")
+    blind = TestModel(profile=ModelProfile(supports_image_input=False))
+    deaf = TestModel(profile=ModelProfile(supports_audio_file_input=False))
+    assert refused_attachment(blind, [image]) == "the model test does not take images"
+    assert refused_attachment(blind, [audio]) is None
+    assert refused_attachment(deaf, [audio]) == "the model test does not take audio"
+    assert refused_attachment(TestModel(), [image, audio]) is None
 
 
 async def test_a_rejected_edit_is_not_written_and_the_model_is_told(server: FakeLLMServer, project: Path) -> None:
@@ -295,6 +457,43 @@ async def test_load_replays_a_session_started_with_p(server: FakeLLMServer, proj
     ]
     assert client.messages() == "A demo."
     assert [(info.session_id, info.title) for info in listed.sessions] == [(session_id, "what is it?")]
+
+
+async def test_fork_resume_and_close_sessions(server: FakeLLMServer, project: Path) -> None:
+    server.script(text("One."), text("Forked."), text("Original."))
+    client = EditorClient()
+    async with acp_agent(project, client) as (conn, _):
+        first = await conn.new_session(cwd=str(project), mcp_servers=[])
+        await conn.prompt(session_id=first.session_id, prompt=[acp.text_block("first")])
+        fork = await conn.fork_session(session_id=first.session_id, cwd=str(project), mcp_servers=[])
+        await conn.prompt(session_id=fork.session_id, prompt=[acp.text_block("on the fork")])
+        await conn.close_session(session_id=fork.session_id)
+        with pytest.raises(RequestError) as closed:
+            await conn.prompt(session_id=fork.session_id, prompt=[acp.text_block("gone")])
+        shown = len(client.updates)
+        resumed = await conn.resume_session(session_id=first.session_id, cwd=str(project), mcp_servers=[])
+        await conn.prompt(session_id=first.session_id, prompt=[acp.text_block("on the original")])
+        with pytest.raises(RequestError) as no_auth:
+            await conn.authenticate(method_id="api-key")
+        with pytest.raises(RequestError) as unknown:
+            await conn.fork_session(session_id="no-such-session", cwd=str(project), mcp_servers=[])
+    assert fork.session_id != first.session_id
+    assert fork.modes is not None and resumed.modes is not None
+    assert closed.value.code == no_auth.value.code == unknown.value.code == -32602
+    # The fork starts from the original's history; the original goes on without the fork's turn.
+    assert user_messages(server.requests[1].body) == ["first", "on the fork"]
+    assert user_messages(server.requests[2].body) == ["first", "on the original"]
+    # Resuming replays nothing: the first update after it is the commands, then the new turn.
+    after = client.updates[shown:]
+    assert isinstance(after[0], AvailableCommandsUpdate)
+    assert not [u for u in after if isinstance(u, UserMessageChunk)]
+    assert "".join(u.content.text for u in after if isinstance(u, AgentMessageChunk)) == "Original."
+    # Both are terminal sessions.
+    listed = run_cli("sessions", "list", cwd=project).stdout
+    assert first.session_id[:8] in listed and fork.session_id[:8] in listed
+    exported = json.loads(run_cli("sessions", "export", fork.session_id, cwd=project).stdout)
+    assert "on the original" not in json.dumps(exported["messages"])
+    assert "on the fork" in json.dumps(exported["messages"])
 
 
 async def test_read_only_mode_offers_no_edit_tools(server: FakeLLMServer, project: Path) -> None:
@@ -511,6 +710,32 @@ async def test_slash_commands_are_advertised_and_run_without_the_model(
     assert [u.current_mode_id for u in client.updates if isinstance(u, CurrentModeUpdate)] == ["read-only"]
     assert client.messages() == "hello editorpermission mode: read-only"
     assert server.requests == []
+
+
+async def test_file_commands_are_offered_and_run_as_in_the_chat(server: FakeLLMServer, project: Path) -> None:
+    commands = project / ".code-puppy" / "commands"
+    commands.mkdir(parents=True)
+    (commands / "review.md").write_text(
+        "---\ndescription: Review a file\nargument-hint: FILE\nallowed-tools: Read\n---\nReview $1 carefully.\n"
+    )
+    (commands / "model.md").write_text("Pick a model for $ARGUMENTS\n")
+    server.script(text("Reviewed."), text("Hi."))
+    client = EditorClient()
+    async with acp_agent(project, client) as (conn, _):
+        session = await conn.new_session(cwd=str(project), mcp_servers=[])
+        reviewed = await conn.prompt(session_id=session.session_id, prompt=[acp.text_block("/review src/app.py")])
+        await conn.prompt(session_id=session.session_id, prompt=[acp.text_block("hi")])
+    [update] = [u for u in client.updates if isinstance(u, AvailableCommandsUpdate)]
+    offered = {command.name: command for command in update.available_commands}
+    assert list(offered) == ["permissions", "model", "project:model", "review"]
+    review = offered["review"]
+    assert (review.description, review.input and review.input.root.hint) == ("Review a file", "FILE")
+    assert reviewed.stop_reason == "end_turn"
+    assert user_messages(server.requests[0].body) == ["Review src/app.py carefully."]
+    # Its allowed-tools narrow its own turn only.
+    offered_tools = [{tool["function"]["name"] for tool in request.body["tools"]} for request in server.requests]
+    assert "read_file" in offered_tools[0] and "write_file" not in offered_tools[0]
+    assert "write_file" in offered_tools[1]
 
 
 async def test_sigterm_mid_turn_saves_the_turn_and_exits_cleanly(server: FakeLLMServer, project: Path) -> None:

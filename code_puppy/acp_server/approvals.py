@@ -13,6 +13,7 @@ from acp.interfaces import Client
 from acp.schema import AllowedOutcome, PermissionOption, ToolCallUpdate
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, ToolDenied
 
+from code_puppy.acp_server.files import ClientFiles
 from code_puppy.acp_server.updates import diff_content, locations, tool_kind
 from code_puppy.agents.proposed_edits import proposed_edit
 from code_puppy.agents.sandboxed_shell import ESCALATE
@@ -22,11 +23,18 @@ ALLOW_ONCE, ALLOW_ALWAYS, REJECT_ONCE = "allow-once", "allow-always", "reject-on
 
 
 async def ask_client(
-    client: Client, session_id: str, project: Project, requests: DeferredToolRequests, *, cancel: Callable[[], None]
+    client: Client,
+    session_id: str,
+    project: Project,
+    requests: DeferredToolRequests,
+    *,
+    cancel: Callable[[], None],
+    files: ClientFiles | None = None,
 ) -> DeferredToolResults:
     """Ask the client about each call waiting for approval, as the chat asks its user: allow once, allow always
     (the call's scope, for the session), reject once; a command outside the sandbox only ever once. A client that
-    answers "cancelled" cancels the turn (`cancel`)."""
+    answers "cancelled" cancels the turn (`cancel`). An edit's diff is of the editor's buffer when the edit is made to
+    it (`files`)."""
     policy = project.policy
     approvals: dict[str, bool | ToolDenied] = {}
     for call in requests.approvals:
@@ -38,7 +46,8 @@ async def ask_client(
             continue
         args = call.args_as_dict()
         summary = str(metadata.get("summary") or policy.summary(call.tool_name, args))
-        edit = proposed_edit(project.root, call.tool_name, args)
+        text = await files.text_of(project.root, args) if files is not None else None
+        edit = proposed_edit(project.root, call.tool_name, args, text=text)
         options = [PermissionOption(option_id=ALLOW_ONCE, name="Allow once", kind="allow_once")]
         if not escalate and scope is not None:
             options.append(PermissionOption(option_id=ALLOW_ALWAYS, name="Allow always", kind="allow_always"))

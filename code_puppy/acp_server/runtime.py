@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from dataclasses import dataclass, field, replace
+import logging
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 import pydantic_ai
 from acp import RequestError, update_agent_message_text
@@ -19,57 +20,44 @@ from acp.helpers import update_available_commands, update_current_mode
 from acp.interfaces import Client
 from acp.schema import (
     ClientCapabilities,
+    CloseSessionResponse,
     ConfigOptionUpdate,
-    EmbeddedResourceContentBlock,
+    ForkSessionResponse,
     HttpMcpServer,
     ListSessionsResponse,
     LoadSessionResponse,
     McpServerStdio,
     NewSessionResponse,
     PromptResponse,
-    ResourceContentBlock,
-    SessionConfigOptionBoolean,
-    SessionConfigOptionSelect,
-    SessionConfigSelectOption,
+    ResumeSessionResponse,
     SessionInfo,
-    SessionMode,
-    SessionModeState,
     SetSessionConfigOptionResponse,
     SetSessionModeResponse,
-    StopReason,
-    TextContentBlock,
-    TextResourceContents,
 )
 from pydantic_ai import RunContext
-from pydantic_ai.exceptions import UsageLimitExceeded
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults
 
 from code_puppy.acp_server.approvals import ask_client
 from code_puppy.acp_server.commands import SessionCommands
+from code_puppy.acp_server.files import ClientFiles
+from code_puppy.acp_server.live import MODES, LiveSession
+from code_puppy.acp_server.prompts import Prompt, prompt_parts, refused_attachment, stop_reason
 from code_puppy.acp_server.updates import UpdateSink, replay
 from code_puppy.agents.deps import RunDeps
 from code_puppy.agents.history_persistence import recover_interrupted_turn
-from code_puppy.agents.steering import SteeringInbox, accepting_steers, held_steers
+from code_puppy.agents.steering import accepting_steers, held_steers
 from code_puppy.config import McpServerConfig, PermissionMode
-from code_puppy.core.events import ending
 from code_puppy.core.project import Project
 from code_puppy.core.run import TurnLimits, TurnOutcome, run_turn
 from code_puppy.errors import ConfigError, one_line
 from code_puppy.options import RunOptions
 from code_puppy.paths import find_project_root
+from code_puppy.sessions.catalog import SessionInfo as StoredSession
 from code_puppy.sessions.runs import RunRegistry
-from code_puppy.sessions.session import Session, find_session
+from code_puppy.sessions.session import Session, find_session, new_session_id
 
 pydantic_ai.BANNER_ENABLED = False
-
-MODES: dict[PermissionMode, tuple[str, str]] = {
-    "read-only": ("Read only", "Reads and searches; no editing or shell tools are offered."),
-    "ask": ("Ask", "File changes and commands outside the allow-list ask first."),
-    "accept-edits": ("Accept edits", "File changes in the project run; commands ask unless allow-listed."),
-    "auto": ("Auto", "File changes and every command run; commands inside the OS sandbox."),
-    "yolo": ("Yolo", "Nothing asks, nothing is confined."),
-}
-assert set(MODES) == set(get_args(PermissionMode))
+logger = logging.getLogger(__name__)
 
 
 def config_failure(error: ConfigError) -> RequestError:
@@ -79,6 +67,14 @@ def config_failure(error: ConfigError) -> RequestError:
 
 def unknown_session(session_id: str) -> RequestError:
     return RequestError(-32602, f"no session {session_id} is open here")
+
+
+def stored(project: Project, session_id: str) -> StoredSession:
+    """The stored session whose id is exactly `session_id` (ACP clients pass whole ids, never prefixes)."""
+    info = find_session(project.store, session_id)
+    if info.id != session_id:
+        raise ConfigError(f"no session matches '{session_id}' (code-puppy sessions list --all shows them)")
+    return info
 
 
 def client_servers(servers: list[McpServerStdio | HttpMcpServer]) -> dict[str, McpServerConfig]:
@@ -94,60 +90,6 @@ def client_servers(servers: list[McpServerStdio | HttpMcpServer]) -> dict[str, M
                 url=server.url, headers={header.name: header.value for header in server.headers}
             )
     return configs
-
-
-def prompt_text(blocks: list[Any]) -> str:
-    """The prompt's text: text blocks as they are, resource links as `@path` mentions, embedded text resources as
-    context the model reads."""
-    pieces: list[str] = []
-    for block in blocks:
-        if isinstance(block, TextContentBlock):
-            pieces.append(block.text)
-        elif isinstance(block, ResourceContentBlock):
-            pieces.append(f"@{block.uri.removeprefix('file://')}")
-        elif isinstance(block, EmbeddedResourceContentBlock) and isinstance(block.resource, TextResourceContents):
-            resource = block.resource
-            pieces.append(f'<context uri="{resource.uri}">\n{resource.text}\n</context>')
-        else:
-            raise RequestError(-32602, f"content of type {block.type} is not supported")
-    return "\n".join(pieces)
-
-
-@dataclass
-class LiveSession:
-    """A session open in this process."""
-
-    project: Project
-    session: Session
-    model_name: str
-    inbox: SteeringInbox = field(default_factory=SteeringInbox)
-    queued: list[str] = field(default_factory=list[str])
-    """Text queued as the next turn (`_code_puppy/queue`), run when the running one ends."""
-    turn: asyncio.Task[TurnOutcome] | None = None
-    commands: SessionCommands = field(default_factory=SessionCommands)
-    announcing: asyncio.Task[None] | None = None
-    """Sending the slash commands, just after the session's answer; a prompt waits for it, so they come first."""
-
-    def modes(self) -> SessionModeState:
-        return SessionModeState(
-            current_mode_id=self.project.policy.mode,
-            available_modes=[
-                SessionMode(id=mode, name=name, description=description) for mode, (name, description) in MODES.items()
-            ],
-        )
-
-    def config_options(self) -> list[SessionConfigOptionSelect | SessionConfigOptionBoolean]:
-        names = dict.fromkeys([self.model_name, self.project.model_name, *self.project.settings.models])
-        return [
-            SessionConfigOptionSelect(
-                id="model",
-                name="Model",
-                type="select",
-                category="model",
-                current_value=self.model_name,
-                options=[SessionConfigSelectOption(value=name, name=name) for name in names],
-            )
-        ]
 
 
 class AcpRuntime:
@@ -179,6 +121,8 @@ class AcpRuntime:
         except ConfigError as exc:
             await project.close()
             raise config_failure(exc) from None
+        for line in commands.load_files(project.root):
+            logger.warning("%s", line)
         return project
 
     def _live(self, session_id: str) -> LiveSession:
@@ -202,27 +146,74 @@ class AcpRuntime:
     async def load_session(
         self, cwd: str, session_id: str, servers: list[McpServerStdio | HttpMcpServer]
     ) -> LoadSessionResponse:
+        live = await self._open(cwd, session_id, servers)
+        for update in replay(live.project.root, live.session.messages):
+            await self.client.session_update(live.session.id, update)
+        self._announce_commands(live)
+        return LoadSessionResponse(modes=live.modes(), config_options=live.config_options())
+
+    async def resume_session(
+        self, cwd: str, session_id: str, servers: list[McpServerStdio | HttpMcpServer]
+    ) -> ResumeSessionResponse:
+        """`session/load` without the replay: the client shows the conversation already."""
+        live = await self._open(cwd, session_id, servers)
+        self._announce_commands(live)
+        return ResumeSessionResponse(modes=live.modes(), config_options=live.config_options())
+
+    async def _open(self, cwd: str, session_id: str, servers: list[McpServerStdio | HttpMcpServer]) -> LiveSession:
+        """Open the stored session `session_id` (exactly that id) for `cwd`'s project; one open here is reopened."""
         if (open_already := self.sessions.get(session_id)) is not None:
             if open_already.turn is not None:
                 raise RequestError(-32600, f"session {session_id} is running a turn")
-            del self.sessions[session_id]
-            await open_already.project.close()
+            await self.close_session(session_id)
         commands = SessionCommands()
         project = await self._project(cwd, servers, commands)
         try:
-            info = find_session(project.store, session_id)
-            if info.id != session_id:
-                raise ConfigError(f"no session matches '{session_id}' (code-puppy sessions list --all shows them)")
-            session = await Session.resume(project.store, info, model=project.model_name)
+            session = await Session.resume(project.store, stored(project, session_id), model=project.model_name)
             await recover_interrupted_turn(session)
         except ConfigError as exc:
             await project.close()
             raise RequestError(-32602, str(exc)) from None
         live = self.sessions[session.id] = LiveSession(project, session, project.model_name, commands=commands)
-        for update in replay(project.root, session.messages):
-            await self.client.session_update(session.id, update)
+        return live
+
+    async def fork_session(
+        self, cwd: str, session_id: str, servers: list[McpServerStdio | HttpMcpServer]
+    ) -> ForkSessionResponse:
+        """A new session of `cwd`'s project that starts with the stored history of `session_id` (sharing its stored
+        messages, as the store forks), which goes on unchanged."""
+        commands = SessionCommands()
+        project = await self._project(cwd, servers, commands)
+        store = project.store
+        try:
+            source = stored(project, session_id)
+            if await store.read_record(source.id) is None:
+                raise ConfigError(f"session {session_id} has no conversation yet to fork")
+            fork_id = new_session_id()
+            # The row first: the store's save of the fork brings it up to date (message count, usage).
+            store.sessions.create(project.root, model=project.model_name, session_id=fork_id)
+            await store.fork(source.id, new_conversation_id=fork_id)
+            forked = store.sessions.update(
+                fork_id,
+                title=source.title,
+                cache_epoch=source.cache_epoch,
+                history_version=source.history_version,
+            )
+            session = await Session.resume(store, forked, model=project.model_name)
+        except ConfigError as exc:
+            await project.close()
+            raise RequestError(-32602, str(exc)) from None
+        live = self.sessions[session.id] = LiveSession(project, session, project.model_name, commands=commands)
         self._announce_commands(live)
-        return LoadSessionResponse(modes=live.modes(), config_options=live.config_options())
+        return ForkSessionResponse(session_id=session.id, modes=live.modes(), config_options=live.config_options())
+
+    async def close_session(self, session_id: str) -> CloseSessionResponse:
+        """`session/close`: a running turn is cancelled and saved, then the session's MCP servers stop."""
+        live = self.sessions.pop(session_id, None)
+        if live is None:
+            raise unknown_session(session_id)
+        await self._end(live)
+        return CloseSessionResponse()
 
     async def list_sessions(self, cwd: str | None) -> ListSessionsResponse:
         from code_puppy.sessions.store import open_store
@@ -278,14 +269,30 @@ class AcpRuntime:
             raise RequestError(
                 -32600, "a turn is running: send text into it with _code_puppy/steer or _code_puppy/queue"
             )
-        text = prompt_text(blocks)
+        text, attachments = prompt_parts(blocks)
         if live.announcing is not None:
             await live.announcing
         if (reply := await self._command(live, text)) is not None:
             await self.client.session_update(live.session.id, update_agent_message_text(reply))
             return PromptResponse(stop_reason="end_turn")
-        sink = UpdateSink(live.project.root, lambda update: self.client.session_update(live.session.id, update))
-        live.turn = asyncio.create_task(self._turn(live, text, sink))
+        try:
+            model = live.project.model(live.model_name)
+            if (found := live.commands.file_command(text)) is not None:
+                # A file command's turn: its body is the prompt, its `allowed-tools` narrow the tools, and its
+                # `model` (unless `-m` chose one) replaces the session's for this turn only.
+                command, arguments = found
+                text = command.expand(arguments)
+                commanded = live.project.start_command(command)
+                model = commanded if command.model is not None else model
+        except ConfigError as exc:
+            live.project.end_command()
+            raise config_failure(exc) from None
+        if (refused := refused_attachment(model, attachments)) is not None:
+            live.project.end_command()
+            raise RequestError(-32602, refused)
+        files = ClientFiles.of(self.client, live.session.id, self.capabilities)
+        sink = UpdateSink(live.project.root, lambda update: self.client.session_update(live.session.id, update), files)
+        live.turn = asyncio.create_task(self._turn(live, Prompt(text, attachments, model, files), sink))
         try:
             outcome = await asyncio.shield(live.turn)
         except asyncio.CancelledError:  # the connection is closing: the turn ends and is saved first
@@ -294,25 +301,14 @@ class AcpRuntime:
             raise
         finally:
             live.turn = None
+            live.project.end_command()
         await sink.flush()
         if live.session.notice:
             sink.warning(live.session.notice)
             await sink.flush()
-        return PromptResponse(stop_reason=self._stop_reason(outcome))
+        return PromptResponse(stop_reason=stop_reason(outcome))
 
-    @staticmethod
-    def _stop_reason(outcome: TurnOutcome) -> StopReason:
-        error = outcome.error
-        if isinstance(error, asyncio.CancelledError):
-            return "cancelled"
-        status, message = ending(outcome)
-        if status == "success":
-            return "end_turn"
-        if isinstance(error, UsageLimitExceeded) or status == "limit":
-            return "max_turn_requests"
-        raise RequestError(-32603, message or "the run failed")
-
-    async def _turn(self, live: LiveSession, text: str, sink: UpdateSink) -> TurnOutcome:
+    async def _turn(self, live: LiveSession, prompt: Prompt, sink: UpdateSink) -> TurnOutcome:
         project = live.project
         settings = project.settings
         steers = held_steers(live.inbox, sink.event)
@@ -328,17 +324,27 @@ class AcpRuntime:
 
         async def ask(ctx: RunContext[Any], requests: DeferredToolRequests, token: str) -> DeferredToolResults:
             return await ask_client(
-                self.client, live.session.id, live.project, requests, cancel=lambda: self.cancel(live.session.id)
+                self.client,
+                live.session.id,
+                live.project,
+                requests,
+                cancel=lambda: self.cancel(live.session.id),
+                files=prompt.files,
             )
 
         registry = RunRegistry(project.store.database)
         async with accepting_steers(registry, live.session.id, project.root, live.inbox):
             return await run_turn(
                 project.agent,
-                RunDeps(live.session, steering=live.inbox, ask=ask),
-                text,
+                RunDeps(
+                    live.session,
+                    steering=live.inbox,
+                    ask=ask,
+                    files=prompt.files,
+                ),
+                prompt.text,
                 sink,
-                model=project.model(live.model_name),
+                model=prompt.model,
                 limits=TurnLimits(
                     max_requests=self.options.max_requests,
                     max_continuations=settings.plugins.max_continuations,
@@ -346,6 +352,7 @@ class AcpRuntime:
                 ),
                 follow_up=follow_up,
                 plugins=project.plugins,
+                attachments=prompt.attachments,
             )
 
     def _announce_commands(self, live: LiveSession) -> None:
@@ -408,11 +415,15 @@ class AcpRuntime:
     async def close(self) -> None:
         """End every session: a running turn is cancelled and checkpointed, then its project closes."""
         for live in list(self.sessions.values()):
-            if live.announcing is not None:
-                live.announcing.cancel()
-            if live.turn is not None:
-                live.turn.cancel()
-                await asyncio.wait([live.turn])
-            with contextlib.suppress(Exception):
-                await live.project.close()
+            await self._end(live)
         self.sessions.clear()
+
+    @staticmethod
+    async def _end(live: LiveSession) -> None:
+        if live.announcing is not None:
+            live.announcing.cancel()
+        if live.turn is not None:
+            live.turn.cancel()
+            await asyncio.wait([live.turn])
+        with contextlib.suppress(Exception):
+            await live.project.close()

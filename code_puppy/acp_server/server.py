@@ -25,7 +25,10 @@ from acp import RequestError
 from acp.interfaces import Client
 from acp.schema import (
     AgentCapabilities,
+    AuthenticateResponse,
     ClientCapabilities,
+    CloseSessionResponse,
+    ForkSessionResponse,
     HttpMcpServer,
     Implementation,
     InitializeResponse,
@@ -36,8 +39,12 @@ from acp.schema import (
     NewSessionResponse,
     PromptCapabilities,
     PromptResponse,
+    ResumeSessionResponse,
     SessionCapabilities,
+    SessionCloseCapabilities,
+    SessionForkCapabilities,
     SessionListCapabilities,
+    SessionResumeCapabilities,
     SetSessionConfigOptionResponse,
     SetSessionModeResponse,
 )
@@ -92,9 +99,16 @@ class CodePuppyAgent:
             protocol_version=min(protocol_version, acp.PROTOCOL_VERSION),
             agent_capabilities=AgentCapabilities(
                 load_session=True,
-                prompt_capabilities=PromptCapabilities(embedded_context=True, image=False, audio=False),
+                # Images and audio whatever the model: it is chosen per session (and switched), after this answer; a
+                # prompt with one its model's profile refuses is the prompt's error.
+                prompt_capabilities=PromptCapabilities(embedded_context=True, image=True, audio=True),
                 mcp_capabilities=McpCapabilities(http=True, sse=False),
-                session_capabilities=SessionCapabilities(list=SessionListCapabilities()),
+                session_capabilities=SessionCapabilities(
+                    list=SessionListCapabilities(),
+                    fork=SessionForkCapabilities(),
+                    resume=SessionResumeCapabilities(),
+                    close=SessionCloseCapabilities(),
+                ),
             ),
             agent_info=Implementation(name="code-puppy", title="code-puppy", version=__version__),
             auth_methods=[],
@@ -134,6 +148,36 @@ class CodePuppyAgent:
         self, cwd: str | None = None, cursor: str | None = None, **kwargs: Any
     ) -> ListSessionsResponse:
         return await (await self.runtime()).list_sessions(cwd)
+
+    async def fork_session(
+        self,
+        session_id: str,
+        cwd: str,
+        additional_directories: list[str] | None = None,
+        mcp_servers: McpServers | None = None,
+        **kwargs: Any,
+    ) -> ForkSessionResponse:
+        return await (await self.runtime()).fork_session(cwd, session_id, _supported(mcp_servers))
+
+    async def resume_session(
+        self,
+        session_id: str,
+        cwd: str,
+        additional_directories: list[str] | None = None,
+        mcp_servers: McpServers | None = None,
+        **kwargs: Any,
+    ) -> ResumeSessionResponse:
+        return await (await self.runtime()).resume_session(cwd, session_id, _supported(mcp_servers))
+
+    async def close_session(self, session_id: str, **kwargs: Any) -> CloseSessionResponse:
+        if self._runtime is None:  # nothing loaded: no session is open
+            raise RequestError(-32602, f"no session {session_id} is open here")
+        return await self._runtime.close_session(session_id)
+
+    async def authenticate(self, method_id: str, **kwargs: Any) -> AuthenticateResponse:
+        # No auth methods are advertised: the model's credentials come from the environment and the config, as in the
+        # terminal, and a missing one is the error of `session/new`.
+        raise RequestError(-32602, f"unknown auth method {method_id!r}: code-puppy offers none")
 
     async def set_session_mode(self, session_id: str, mode_id: str, **kwargs: Any) -> SetSessionModeResponse:
         return await (await self.runtime()).set_mode(session_id, mode_id)
@@ -281,8 +325,8 @@ async def _serve(options: AcpOptions, protocol_out: int) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, task.cancel)
     try:
-        # The SDK answers the methods an agent lacks (authenticate, the unstable fork/resume/close) "method not found".
-        await acp.run_agent(cast(acp.Agent, agent), StdioTransport(reader, write))
+        # Unstable protocol on: session/fork, session/resume and session/close are in it (SDK 0.12).
+        await acp.run_agent(cast(acp.Agent, agent), StdioTransport(reader, write), use_unstable_protocol=True)
     except asyncio.CancelledError:
         pass  # a signal: the sessions end below as when stdin closes
     finally:

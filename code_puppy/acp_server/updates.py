@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from acp import (
+    audio_block,
+    image_block,
     plan_entry,
     start_tool_call,
     text_block,
@@ -17,6 +19,7 @@ from acp import (
     update_agent_thought_text,
     update_plan,
     update_tool_call,
+    update_user_message,
     update_user_message_text,
 )
 from acp.schema import (
@@ -33,6 +36,7 @@ from acp.schema import (
 )
 from pydantic_ai.messages import (
     AgentStreamEvent,
+    BinaryContent,
     EnqueuedMessagesEvent,
     FunctionToolCallEvent,
     FunctionToolResultEvent,
@@ -50,6 +54,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
+from code_puppy.acp_server.files import ClientFiles
 from code_puppy.agents.permissions import EDIT_TOOL_NAMES, SHELL_TOOL_NAMES
 from code_puppy.agents.proposed_edits import ProposedEdit, proposed_edit
 from code_puppy.agents.steering import steered_text
@@ -134,12 +139,15 @@ class UpdateSink:
     `flush` waits until every update is out, so the prompt's answer comes after them.
     """
 
-    def __init__(self, root: Path, send: Send) -> None:
+    def __init__(self, root: Path, send: Send, files: ClientFiles | None = None) -> None:
         self._root = root
         self._send = send
+        self._files = files if files is not None and files.holds_edits else None
+        """The editor whose buffers the edits are made to: the diffs shown are of those."""
         self._queue: asyncio.Queue[Update] = asyncio.Queue()
         self._pump: asyncio.Task[None] | None = None
         self._edits: dict[str, ProposedEdit] = {}
+        self._targets: dict[str, Path] = {}
         self._plan = PlanView()
         """The model's task list, sent whole as a `plan` update after each tool call that changed it."""
 
@@ -182,13 +190,22 @@ class UpdateSink:
                 self.put(update_agent_thought_text(event.delta.content_delta))
         elif isinstance(event, FunctionToolCallEvent):
             part = event.part
-            edit = proposed_edit(self._root, part.tool_name, part.args_as_dict())
+            args = part.args_as_dict()
+            edit = proposed_edit(self._root, part.tool_name, args)
             if edit is not None:
                 self._edits[part.tool_call_id] = edit
+            if self._files is not None and part.tool_name in EDIT_TOOL_NAMES and isinstance(args.get("path"), str):
+                self._targets[part.tool_call_id] = (self._root / args["path"]).resolve()
             self.put(tool_call_started(self._root, part))
         elif isinstance(event, FunctionToolResultEvent):
-            edit = self._edits.pop(event.part.tool_call_id, None)
-            self.put(tool_call_ended(event.part, diff_content(self._root, edit) if edit is not None else None))
+            call_id = event.part.tool_call_id
+            edit = self._edits.pop(call_id, None)
+            diff = diff_content(self._root, edit) if edit is not None else None
+            target = self._targets.pop(call_id, None)
+            if self._files is not None and target is not None and (change := self._files.take_change(target)):
+                old, new = change
+                diff = tool_diff_content(str(target), new, old)
+            self.put(tool_call_ended(event.part, diff))
         elif isinstance(event, EnqueuedMessagesEvent):
             self.put(update_user_message_text(steered_text(event)))
         if self._plan.update(event) or not self._plan.settled(event):
@@ -225,6 +242,8 @@ def replay(root: Path, messages: Sequence[ModelMessage]) -> Iterator[Update]:
                     text = part.content if isinstance(part.content, str) else _text_of(part.content)
                     if text:
                         yield update_user_message_text(text)
+                    if not isinstance(part.content, str):
+                        yield from _attachments(part.content)
                 elif isinstance(part, ToolReturnPart):
                     yield tool_call_ended(part)
         elif isinstance(message, ModelResponse):  # pyright: ignore[reportUnnecessaryIsInstance]
@@ -239,3 +258,12 @@ def replay(root: Path, messages: Sequence[ModelMessage]) -> Iterator[Update]:
 
 def _text_of(content: Sequence[Any]) -> str:
     return "\n".join(item for item in content if isinstance(item, str))
+
+
+def _attachments(content: Sequence[Any]) -> Iterator[UserMessageChunk]:
+    """The images and audio a prompt sent, as the blocks the client sent them in."""
+    for item in content:
+        if isinstance(item, BinaryContent) and item.is_image:
+            yield update_user_message(image_block(item.base64, item.media_type))
+        elif isinstance(item, BinaryContent) and item.is_audio:
+            yield update_user_message(audio_block(item.base64, item.media_type))

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 from pydantic_ai import RunContext
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults
@@ -14,6 +15,22 @@ from code_puppy.sessions.session import Session
 
 AskUser = Callable[[RunContext[Any], DeferredToolRequests, str], Awaitable[DeferredToolResults | None]]
 """Answers the calls waiting for approval in one model step (pydantic-ai's `RequestInput.ask`)."""
+
+
+class EditorFiles(Protocol):
+    """The project's files as an editor holds them (ACP's `fs/read_text_file` and `fs/write_text_file`): the file
+    tools read its buffers, saved or not, and write through it, so it shows the change. Both raise `OSError` when
+    the editor cannot."""
+
+    @property
+    def reads(self) -> bool: ...
+
+    @property
+    def writes(self) -> bool: ...
+
+    async def read(self, path: Path) -> str: ...
+
+    async def write(self, path: Path, content: str) -> None: ...
 
 
 @dataclass
@@ -32,6 +49,8 @@ class RunDeps:
     """Text sent to the running run."""
     ask: AskUser | None = None
     """Answers approvals while the run waits; None: nobody can, so what would ask is denied with a reason."""
+    files: EditorFiles | None = None
+    """The editor the file tools read and write through; None: the disk."""
 
 
 def deps_of(ctx: RunContext[Any]) -> RunDeps | None:

@@ -27,6 +27,7 @@ from pydantic_ai.messages import (
     ModelRequest,
     ModelResponse,
     ToolReturnPart,
+    UserContent,
     UserPromptPart,
     repair_messages,
 )
@@ -92,7 +93,12 @@ async def persist_result_history(history: DurableHistory, result: AgentRunResult
 
 
 async def persist_checkpoint(
-    history: DurableHistory, messages: Sequence[ModelMessage], *, prompt: str, run_id: str | None, usage: RunUsage
+    history: DurableHistory,
+    messages: Sequence[ModelMessage],
+    *,
+    prompt: str | Sequence[UserContent],
+    run_id: str | None,
+    usage: RunUsage,
 ) -> None:
     """Keep what a cancelled or failed run completed, its prompt included, made runnable for the next turn.
 

@@ -18,7 +18,7 @@ from pydantic_ai_harness.filesystem import READ_ONLY_TOOL_NAMES
 
 from code_puppy.agents.deps import deps_of
 from code_puppy.config import PermissionMode
-from code_puppy.paths import config_dir
+from code_puppy.paths import WORKTREES_DIR, config_dir, in_worktrees
 from code_puppy.trust import TRUSTED_PROJECTS_FILE
 
 if TYPE_CHECKING:
@@ -215,7 +215,11 @@ class PermissionPolicy(AbstractCapability[Any]):
         if self.mode == "read-only":
             return "deny", f"`{tool_name}` is not available in read-only mode."
         if tool_name in EDIT_TOOL_NAMES and not self._inside_project(args.get("path")):
-            return "deny", f"`{args.get('path')}` is outside the project ({self.project_root}); it cannot be changed."
+            where = f"in {WORKTREES_DIR}/, other agents' worktrees" if self._in_worktrees(args.get("path")) else ""
+            return (
+                "deny",
+                f"`{args.get('path')}` is outside the project ({where or self.project_root}); it cannot be changed.",
+            )
         if self.mode == "yolo":
             return "allow", ""
         if tool_name in EDIT_TOOL_NAMES and (config := self.agent_config(args.get("path"))):
@@ -333,7 +337,14 @@ class PermissionPolicy(AbstractCapability[Any]):
         if not isinstance(path, str) or not path:
             return True  # the tool itself rejects a missing path
         target = (self.project_root / Path(path).expanduser()).resolve()
-        return target == self.project_root or self.project_root in target.parents
+        inside = target == self.project_root or self.project_root in target.parents
+        return inside and not self._in_worktrees(path)
+
+    def _in_worktrees(self, path: object) -> bool:
+        """Whether `path` lies in one of the project's worktrees: other agents' checkouts, not part of this project."""
+        if not isinstance(path, str) or not path:
+            return False
+        return in_worktrees(self.project_root, (self.project_root / Path(path).expanduser()).resolve())
 
 
 def _interactive(ctx: RunContext[Any]) -> bool:

@@ -12,8 +12,16 @@ Reads: the harness reads the whole file and holds it several times over (bytes, 
 hash are computed as it passes, and only what the result can show is kept. The result is the harness's, to the
 character.
 
-`ProjectFileSystemToolset._read_file` is the one place that uses private members of the harness toolset (its
-read entry point, path resolution, header and budget): the harness offers no public hook for reading.
+Editors: when the run's deps carry `EditorFiles` (an ACP client that advertised `fs/read_text_file` or
+`fs/write_text_file`), `read_file`, `write_file` and `edit_file` read the editor's buffer of the file instead of the
+disk (so the model sees unsaved changes) and hand what they write to the editor instead of replacing the file. The
+harness reads and writes through `open_read`/`open_write`, which are synchronous, so the call first fetches the buffer
+(`call_tool`), and the content written is sent to the editor once the tool returns. Everything else stays: the path
+checks, the permission policy around the call, and checkpoints, which snapshot the disk after the call, that is after
+the editor answered the write (ACP's `fs/write_text_file` writes the file).
+
+`ProjectFileSystemToolset._read_file` and `call_tool` are the places that use private members of the harness toolset
+(its read entry point, path resolution, header and budget): the harness offers no public hook for reading.
 """
 
 from __future__ import annotations
@@ -26,7 +34,8 @@ import itertools
 import os
 import stat
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -35,8 +44,10 @@ from typing import Any, BinaryIO, cast
 
 from pydantic_ai import RunContext
 from pydantic_ai.exceptions import ModelRetry
-from pydantic_ai.toolsets import FilteredToolset
+from pydantic_ai.toolsets import FilteredToolset, ToolsetTool
 from pydantic_ai_harness.filesystem import READ_ONLY_TOOL_NAMES, FileReadEvent, FileSystem, FileSystemToolset
+
+from code_puppy.agents.deps import EditorFiles, deps_of
 
 READ_CHUNK_BYTES = 1 << 20
 """Bytes read at a time; at least the 8 KiB the harness looks at to tell a binary file."""
@@ -79,10 +90,86 @@ class ProjectFileSystem(FileSystem[Any]):
         return self._toolset
 
 
+EDITOR_TOOLS = ("read_file", "write_file", "edit_file")
+"""The tools that read and write through the editor when it offers to."""
+
+
+@dataclass
+class _EditorCall:
+    """One file tool call going through the editor: the buffer it read, what it wrote."""
+
+    files: EditorFiles
+    buffers: dict[Path, bytes] = field(default_factory=dict[Path, bytes])
+    written: dict[Path, str] = field(default_factory=dict[Path, str])
+
+
+_editor_call: ContextVar[_EditorCall | None] = ContextVar("code_puppy_editor_call", default=None)
+"""The editor call running in this task (parallel tool calls run in tasks of their own)."""
+
+
 class ProjectFileSystemToolset(FileSystemToolset[Any]):
-    """The harness file toolset: `write_file` and `edit_file` replace files atomically, `read_file` streams."""
+    """The harness file toolset: `write_file` and `edit_file` replace files atomically, `read_file` streams; the
+    three go through the run's editor when it has one."""
+
+    async def call_tool(
+        self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
+    ) -> Any:
+        deps = deps_of(ctx)
+        files = deps.files if deps is not None else None
+        path = tool_args.get("path")
+        if files is None or name not in EDITOR_TOOLS or not isinstance(path, str):
+            return await super().call_tool(name, tool_args, ctx, tool)
+        call = _EditorCall(files)
+        # A write is computed from the buffer only when it also goes back to the editor: written to the disk, it
+        # would replace the file with an edit of text the disk does not hold.
+        if files.reads and (name == "read_file" or files.writes):
+            try:
+                resolved = self._safe_resolve(path)
+            except (OSError, ModelRetry):
+                resolved = None  # the tool itself refuses the path, and says why
+            if resolved is not None and resolved.is_file() and not self._binary(resolved):
+                try:
+                    call.buffers[resolved] = (await files.read(resolved)).encode()
+                except OSError as error:
+                    raise ModelRetry(f"The editor could not read {path!r}: {error}") from error
+        token = _editor_call.set(call)
+        try:
+            result = await super().call_tool(name, tool_args, ctx, tool)
+        finally:
+            _editor_call.reset(token)
+        for resolved, content in call.written.items():
+            try:
+                await files.write(resolved, content)
+            except OSError as error:
+                raise ModelRetry(f"The editor did not write {path!r}: {error}") from error
+        return result
+
+    def _binary(self, resolved: Path) -> bool:
+        """Whether the file on disk is binary, as the harness decides: no editor holds it as text."""
+        with super().open_read(resolved) as source:
+            return b"\0" in source.read(BINARY_SAMPLE_BYTES)
+
+    def open_read(self, resolved: Path) -> BinaryIO:
+        call = _editor_call.get()
+        if call is not None and resolved in call.buffers:
+            return io.BytesIO(call.buffers[resolved])
+        return super().open_read(resolved)
 
     def open_write(self, resolved: Path, *, read_back: bool, create: bool) -> tuple[BinaryIO, bool]:
+        call = _editor_call.get()
+        if call is not None and call.files.writes:
+            if not create and not resolved.is_file():
+                raise FileNotFoundError(f"File not found: {self._relative_to_root(resolved)}")
+            if resolved in call.buffers:
+                current = call.buffers[resolved]
+            elif resolved.is_file():
+                with super().open_read(resolved) as source:
+                    current = source.read()
+            else:
+                current = b""
+            return _EditorWrite(current, lambda content: call.written.__setitem__(resolved, content)), (
+                not resolved.exists()
+            )
         # The harness's open does the checks that matter before anything changes: a regular file, not a symlink
         # swapped in, one this process may write (a read-only file is not replaced just because its folder is
         # writable), created exclusively when new.
@@ -216,6 +303,22 @@ def _lines(texts: Iterable[str], cap: int | None) -> Iterator[tuple[str, int]]:
         yield "".join(head), length
     elif length:
         yield "".join(head), length
+
+
+class _EditorWrite(io.BytesIO):
+    """The stream `open_write` hands the harness for an editor's file: it holds the file as the editor has it (for
+    the harness's hash check), and what the harness writes goes to the editor when the block ends cleanly."""
+
+    def __init__(self, current: bytes, commit: Callable[[str], None]) -> None:
+        super().__init__(current)
+        self._commit = commit
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        if exc_type is None:
+            self._commit(self.getvalue().decode("utf-8"))
+        super().__exit__(exc_type, exc, traceback)
 
 
 class AtomicReplacement(io.BufferedIOBase):

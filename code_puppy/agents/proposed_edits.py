@@ -24,8 +24,9 @@ class ProposedEdit:
     new: str
 
 
-def proposed_edit(root: Path, tool_name: str, args: dict[str, Any]) -> ProposedEdit | None:
-    """The change a `write_file` or `edit_file` call would make, from its arguments and the file as it is.
+def proposed_edit(root: Path, tool_name: str, args: dict[str, Any], *, text: str | None = None) -> ProposedEdit | None:
+    """The change a `write_file` or `edit_file` call would make, from its arguments and the file as it is: `text`
+    when the editor the tools write through holds it, else the disk.
 
     None when there is nothing to show: another tool, a path outside the project, or an edit the tool will refuse
     (it changes nothing then, and its result tells the model why).
@@ -36,7 +37,7 @@ def proposed_edit(root: Path, tool_name: str, args: dict[str, Any]) -> ProposedE
     target = (root / path).resolve()
     try:
         relative = target.relative_to(root).as_posix()
-        data = target.read_bytes() if target.is_file() else None
+        data = text.encode() if text is not None else target.read_bytes() if target.is_file() else None
     except (ValueError, OSError):
         return None
     if tool_name == "write_file":

@@ -24,6 +24,8 @@ import time
 from collections.abc import Generator, Iterable, Mapping
 from pathlib import Path
 
+from code_puppy.paths import WORKTREES_DIR
+
 Entry = tuple[str, str]
 """A file as git stores it: its mode (`100644`, `100755`, `120000` for a symlink) and its blob id."""
 Change = tuple[Entry | None, Entry | None]
@@ -233,9 +235,10 @@ class ShadowRepo:
         return commit, self._trees[commit]
 
     def _write_excludes(self) -> None:
-        """`info/exclude`: what `.code-puppy/checkpointignore` says, kept in step with it."""
+        """`info/exclude`: the worktrees' folder and what `.code-puppy/checkpointignore` says, kept in step with it."""
         source = self.root / CHECKPOINT_IGNORE
-        wanted = source.read_text(errors="replace") if source.is_file() else ""
+        # Worktrees are projects of their own, with their own checkpoints.
+        wanted = f"/{WORKTREES_DIR}/\n" + (source.read_text(errors="replace") if source.is_file() else "")
         exclude = self.directory / "info" / "exclude"
         current = exclude.read_text(errors="replace") if exclude.is_file() else ""
         if current != wanted:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pydantic_ai import Agent, capture_run_messages
 from pydantic_ai.agent import AgentRun, AgentRunResult
 from pydantic_ai.exceptions import RunCancelled, RunTimedOut, UsageLimitExceeded
-from pydantic_ai.messages import AgentStreamEvent, ModelMessage
+from pydantic_ai.messages import AgentStreamEvent, ModelMessage, UserContent
 from pydantic_ai.models import Model
 from pydantic_ai.usage import RunUsage, UsageLimits
 
@@ -63,7 +63,7 @@ class RunHandle:
 
 async def stream_run(
     agent: Agent[RunDeps, str],
-    prompt: str,
+    prompt: str | Sequence[UserContent],
     sink: EventSink,
     *,
     deps: RunDeps,
@@ -152,8 +152,12 @@ async def run_turn(
     limits: TurnLimits | None = None,
     follow_up: FollowUp | None = None,
     plugins: PluginHost | None = None,
+    attachments: Sequence[UserContent] = (),
 ) -> TurnOutcome:
     """One user turn of `deps.session`: the prompt's run, then the continuation loop's follow-up runs.
+
+    `attachments` (images, audio: `BinaryContent`) go with the prompt's text in the first run's user message; plugin
+    hooks see the text.
 
     Every run ends in the session: a successful one through `persist_result_history`, any other through a
     checkpoint of what it completed. A cancelled turn (Ctrl-C, SIGTERM) is checkpointed and returned, not raised.
@@ -168,7 +172,7 @@ async def run_turn(
     if checkpoints is not None:
         checkpoints.begin_turn()
     run_ids: list[str] = []
-    outcome = await _run_turn(agent, deps, prompt, sink, model, limits, follow_up, plugins, run_ids)
+    outcome = await _run_turn(agent, deps, prompt, attachments, sink, model, limits, follow_up, plugins, run_ids)
     if checkpoints is not None:
         outcome.checkpoint, outcome.checkpoint_note = record_turn(checkpoints.take(), deps.session, prompt, run_ids)
         if outcome.checkpoint is not None:
@@ -180,6 +184,7 @@ async def _run_turn(
     agent: Agent[RunDeps, str],
     deps: RunDeps,
     prompt: str,
+    attachments: Sequence[UserContent],
     sink: EventSink,
     model: Model | None,
     limits: TurnLimits | None,
@@ -216,10 +221,11 @@ async def _run_turn(
                 await plugins.agent_run_start(agent, prompt, session)
             handle = RunHandle()
             runs = index + 1
+            user_prompt = [prompt, *attachments] if attachments and index == 0 else prompt
             try:
                 result = await stream_run(
                     agent,
-                    prompt,
+                    user_prompt,
                     sink,
                     deps=deps,
                     model=model,
@@ -236,7 +242,7 @@ async def _run_turn(
                 unsaved = None
                 try:
                     await persist_checkpoint(
-                        session, handle.completed_messages(exc), prompt=prompt, run_id=run_id, usage=run_usage
+                        session, handle.completed_messages(exc), prompt=user_prompt, run_id=run_id, usage=run_usage
                     )
                 except SessionNotSaved as failure:
                     unsaved = failure

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from code_puppy.paths import data_dir
+from code_puppy.paths import WORKTREES_DIR, data_dir
 
 Entry = tuple[int, bytes] | str | None
 """A file's mode and content, a symlink's target, or None for a folder."""
@@ -33,11 +33,11 @@ class ProtectedFiles:
 
     @classmethod
     def snapshot(cls, root: Path, paths: Sequence[Path]) -> ProtectedFiles:
-        return cls(root, _state(paths), tuple(paths))
+        return cls(root, _state(paths, root / WORKTREES_DIR), tuple(paths))
 
     def restore(self) -> str | None:
         """Put back what changed since the snapshot; what to tell about it, or None when nothing changed."""
-        now = _state(self.paths)
+        now = _state(self.paths, self.root / WORKTREES_DIR)
         changed = sorted({path for path in (*self.saved, *now) if self.saved.get(path, 0) != now.get(path, 0)})
         if not changed:
             return None
@@ -65,14 +65,18 @@ class ProtectedFiles:
         return path.relative_to(self.root).as_posix() if path.is_relative_to(self.root) else str(path)
 
 
-def _state(paths: Sequence[Path]) -> dict[Path, Entry]:
+def _state(paths: Sequence[Path], worktrees: Path) -> dict[Path, Entry]:
+    """The entries under `paths`, but for the `worktrees` folder: other agents' checkouts, which change as they work
+    and are no more this project's to put back than to read whole before every command."""
     state: dict[Path, Entry] = {}
     for path in paths:
-        _read(path, state)
+        _read(path, state, worktrees)
     return state
 
 
-def _read(path: Path, state: dict[Path, Entry]) -> None:
+def _read(path: Path, state: dict[Path, Entry], worktrees: Path) -> None:
+    if path == worktrees:
+        return
     try:
         mode = path.lstat().st_mode
         if stat.S_ISLNK(mode):
@@ -80,7 +84,7 @@ def _read(path: Path, state: dict[Path, Entry]) -> None:
         elif stat.S_ISDIR(mode):
             state[path] = None
             for child in path.iterdir():
-                _read(child, state)
+                _read(child, state, worktrees)
         elif stat.S_ISREG(mode):
             state[path] = (stat.S_IMODE(mode), path.read_bytes())
     except OSError:

@@ -80,7 +80,10 @@ class RunRegistry:
     def register(self, session_id: str, project_dir: Path) -> None:
         """Mark `session_id` as running in this process (replacing a registration a dead process left)."""
         pid = os.getpid()
-        with self._database.write() as db:
+        row = (session_id, pid, process_started(pid), str(project_dir.resolve()), _now())
+        # Not synced: a registration a power cut loses names a process that died with it. Many agents start at once,
+        # and each fsync here would hold the write lock they all wait for.
+        with self._database.write(durable=False) as db:
             db.execute(
                 """
                 INSERT INTO running_runs (session_id, pid, pid_started, project_dir, started_at)
@@ -88,12 +91,12 @@ class RunRegistry:
                 ON CONFLICT (session_id) DO UPDATE SET pid = excluded.pid, pid_started = excluded.pid_started,
                     project_dir = excluded.project_dir, started_at = excluded.started_at
                 """,
-                (session_id, pid, process_started(pid), str(project_dir.resolve()), _now()),
+                row,
             )
 
     def unregister(self, session_id: str) -> None:
         """This process stopped running `session_id`: drop its registration and reject steers nobody took."""
-        with self._database.write() as db:
+        with self._database.write(durable=False) as db:  # lost on a power cut, it is stale, and dropped when met
             db.execute("DELETE FROM running_runs WHERE session_id = ? AND pid = ?", (session_id, os.getpid()))
             _reject_pending(db, session_id)
 

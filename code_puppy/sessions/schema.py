@@ -7,6 +7,7 @@ import os
 import sqlite3
 import sys
 import threading
+import time
 from collections.abc import Callable, Generator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -282,6 +283,23 @@ def _transaction(db: sqlite3.Connection) -> Generator[sqlite3.Connection]:
     db.execute("COMMIT")
 
 
+TIMINGS_VARIABLE = "CODE_PUPPY_STORE_TIMINGS"
+"""When set, a file each committed write transaction appends one line to: `TOTAL_MS HELD_MS durable|fast`, the time
+from asking to write to the commit (waiting for other processes included) and the time the write lock was held.
+For benchmarks (benchmarks/parallel_runs.py); unset, it costs one attribute check per write."""
+
+
+def _log_timing(file: str, asked: float, began: float, *, durable: bool) -> None:
+    done = time.perf_counter()
+    line = f"{(done - asked) * 1000:.3f} {(done - began) * 1000:.3f} {'durable' if durable else 'fast'}\n"
+    with contextlib.suppress(OSError):  # a measurement never fails a write
+        descriptor = os.open(file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(descriptor, line.encode())  # one short append: lines of concurrent processes never interleave
+        finally:
+            os.close(descriptor)
+
+
 class Database:
     """A connection to a sessions database, migrated when opened, shared by the store and the session catalog.
 
@@ -295,6 +313,7 @@ class Database:
         self.path = path
         self._lock = threading.RLock()
         self._connection = _open(path, readonly=readonly)
+        self._timings = os.environ.get(TIMINGS_VARIABLE) or None
 
     @contextmanager
     def read(self) -> Generator[sqlite3.Connection]:
@@ -309,15 +328,19 @@ class Database:
         `durable=False` commits without syncing the log to disk: the write survives a killed process but not a
         power cut, and costs no fsync (the journal's steps).
         """
+        asked = time.perf_counter()
         with self._lock:
             if not durable:
                 self._connection.execute("PRAGMA synchronous = NORMAL")
             try:
                 with _transaction(self._connection) as db:
+                    began = time.perf_counter()
                     yield db
             finally:
                 if not durable:
                     self._connection.execute("PRAGMA synchronous = FULL")
+        if self._timings is not None:
+            _log_timing(self._timings, asked, began, durable=durable)
 
     def close(self) -> None:
         with self._lock:

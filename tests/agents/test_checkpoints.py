@@ -97,3 +97,46 @@ def test_a_repaired_database_keeps_its_checkpoints(project: Path, db_path: Path)
     with SqliteConversationStore(db_path) as store:
         (kept,) = CheckpointLog(store.database).of_session("s1")
     assert (kept.prompt, dict(kept.changes), kept.run_ids) == ("p", {"a.txt": (None, ("100644", "a" * 40))}, ("r",))
+
+
+class SavingEditor:
+    """An editor over ACP's fs methods that saves what it is given, as `fs/write_text_file` asks."""
+
+    reads = writes = True
+
+    def __init__(self, buffers: dict[Path, str]) -> None:
+        self.buffers = buffers
+
+    async def read(self, path: Path) -> str:
+        return self.buffers.get(path, path.read_text())
+
+    async def write(self, path: Path, content: str) -> None:
+        self.buffers[path] = content
+        path.write_text(content)
+
+
+async def test_an_editors_write_is_checkpointed_from_the_disk_it_saved_to(
+    project: Path, store: SqliteConversationStore, code_puppy_home: Path
+) -> None:
+    """The snapshot after the call follows the editor's answer: an unsaved buffer the edit started from is not the
+    "before" (the disk is), the saved result is the "after"."""
+    (project / "a.txt").write_text("a0\n")
+    shadow = ShadowRepo.open(project, code_puppy_home, max_file_mb=1)
+    script = scripted(
+        [ToolCallPart("edit_file", {"path": "a.txt", "old_text": "unsaved", "new_text": "saved"}, tool_call_id="e")],
+        "done",
+    )
+    agent = build_pydantic_agent(
+        Settings(), model=script.model, project_root=project, permission_mode="yolo", checkpoints=shadow
+    )
+    session = await Session.start(store, project, model="test")
+    editor = SavingEditor({(project / "a.txt").resolve(): "a0 unsaved\n"})
+    async with agent:
+        outcome = await run_turn(agent, RunDeps(session, files=editor), "edit a", Quiet())
+    assert outcome.error is None
+    assert (project / "a.txt").read_text() == "a0 saved\n"
+    (checkpoint,) = CheckpointLog(store.database).of_session(session.id)
+    before, after = checkpoint.changes["a.txt"]
+    assert before is not None and after is not None
+    blobs = shadow.read_blobs([before[1], after[1]])
+    assert (blobs[before[1]], blobs[after[1]]) == (b"a0\n", b"a0 saved\n")

@@ -7,16 +7,22 @@ import os
 import subprocess
 import sys
 import textwrap
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic_ai.messages import ToolCallPart
 from pydantic_ai_harness.filesystem import FileSystem
 
-from code_puppy.agents.builder import MAX_READ_CHARS
+from code_puppy.agents.builder import MAX_READ_CHARS, build_pydantic_agent
+from code_puppy.agents.deps import RunDeps
 from code_puppy.agents.project_files import READ_CHUNK_BYTES, ProjectFileSystem
+from code_puppy.config import Settings
+from code_puppy.sessions.session import Session
 from tests.conftest import CODE_PUPPY, run_cli
 from tests.fake_llm import FakeLLMServer, call, text, tool_calls
+from tests.scripted_model import scripted, tool_returns
 from tests.unprivileged import unprivileged
 
 
@@ -208,3 +214,68 @@ def test_reading_a_huge_one_line_file_is_prompt_and_bounded_in_memory(server: Fa
         "Use offset=1 to skip it, or a shell byte range to inspect it.)\n"
     ]
     assert huge - small < 16 * 1024, f"reading a 50 MiB line took {(huge - small) // 1024} MiB more"
+
+
+@dataclass
+class Editor:
+    """`EditorFiles` over a dict of buffers; a write it refuses raises as a client's error does."""
+
+    buffers: dict[Path, str]
+    reads: bool = True
+    writes: bool = True
+    refuse: bool = False
+    written: list[tuple[Path, str]] = field(default_factory=list[tuple[Path, str]])
+
+    async def read(self, path: Path) -> str:
+        return self.buffers[path]
+
+    async def write(self, path: Path, content: str) -> None:
+        if self.refuse:
+            raise OSError("the buffer is read-only")
+        self.written.append((path, content))
+
+
+async def edit_through(project: Path, editor: Editor, *calls: ToolCallPart) -> list[tuple[str, str, str]]:
+    script = scripted(list(calls), "done")
+    agent = build_pydantic_agent(Settings(), model=script.model, project_root=project, permission_mode="yolo")
+    async with agent:
+        result = await agent.run("edit", deps=RunDeps(Session.in_memory(), files=editor))
+    return tool_returns(result.all_messages())
+
+
+async def test_an_editor_that_refuses_the_write_leaves_the_disk_and_the_model_is_told(project: Path) -> None:
+    readme = (project / "README.md").resolve()
+    editor = Editor({readme: "# demo buffer\n"}, refuse=True)
+    returns = await edit_through(
+        project, editor, ToolCallPart("edit_file", {"path": "README.md", "old_text": "buffer", "new_text": "x"})
+    )
+    assert returns == [
+        (
+            "edit_file",
+            "retried",
+            "The editor did not write 'README.md': the buffer is read-only",
+        )
+    ]
+    assert (project / "README.md").read_text() == "# demo project\n"
+
+
+async def test_an_editor_that_only_reads_leaves_writes_to_the_disk_computed_from_it(project: Path) -> None:
+    readme = (project / "README.md").resolve()
+    editor = Editor({readme: "# demo buffer\n"}, writes=False)
+    returns = await edit_through(
+        project,
+        editor,
+        ToolCallPart("read_file", {"path": "README.md"}, tool_call_id="r"),
+        ToolCallPart("edit_file", {"path": "README.md", "old_text": "project", "new_text": "app"}, tool_call_id="e"),
+    )
+    assert [(name, outcome) for name, outcome, _ in returns] == [("read_file", "success"), ("edit_file", "success")]
+    assert "# demo buffer" in returns[0][2]
+    assert (project / "README.md").read_text() == "# demo app\n"
+    assert editor.written == []
+
+
+async def test_a_binary_file_is_read_from_the_disk_not_asked_of_the_editor(project: Path) -> None:
+    (project / "logo.png").write_bytes(b"\x89PNG\x00\x01")
+    editor = Editor({})  # it holds no buffer of it: asking would fail the read
+    returns = await edit_through(project, editor, ToolCallPart("read_file", {"path": "logo.png"}))
+    assert returns == [("read_file", "success", "[Binary file: 6 bytes. Use a binary-aware tool to inspect.]")]

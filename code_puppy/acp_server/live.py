@@ -1,0 +1,68 @@
+"""A session open in an ACP connection: its project, stored session, model, steering, commands and running turn."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import get_args
+
+from acp.schema import (
+    SessionConfigOptionBoolean,
+    SessionConfigOptionSelect,
+    SessionConfigSelectOption,
+    SessionMode,
+    SessionModeState,
+)
+
+from code_puppy.acp_server.commands import SessionCommands
+from code_puppy.agents.steering import SteeringInbox
+from code_puppy.config import PermissionMode
+from code_puppy.core.project import Project
+from code_puppy.core.run import TurnOutcome
+from code_puppy.sessions.session import Session
+
+MODES: dict[PermissionMode, tuple[str, str]] = {
+    "read-only": ("Read only", "Reads and searches; no editing or shell tools are offered."),
+    "ask": ("Ask", "File changes and commands outside the allow-list ask first."),
+    "accept-edits": ("Accept edits", "File changes in the project run; commands ask unless allow-listed."),
+    "auto": ("Auto", "File changes and every command run; commands inside the OS sandbox."),
+    "yolo": ("Yolo", "Nothing asks, nothing is confined."),
+}
+assert set(MODES) == set(get_args(PermissionMode))
+
+
+@dataclass
+class LiveSession:
+    """A session open in this process."""
+
+    project: Project
+    session: Session
+    model_name: str
+    inbox: SteeringInbox = field(default_factory=SteeringInbox)
+    queued: list[str] = field(default_factory=list[str])
+    """Text queued as the next turn (`_code_puppy/queue`), run when the running one ends."""
+    turn: asyncio.Task[TurnOutcome] | None = None
+    commands: SessionCommands = field(default_factory=SessionCommands)
+    announcing: asyncio.Task[None] | None = None
+    """Sending the slash commands, just after the session's answer; a prompt waits for it, so they come first."""
+
+    def modes(self) -> SessionModeState:
+        return SessionModeState(
+            current_mode_id=self.project.policy.mode,
+            available_modes=[
+                SessionMode(id=mode, name=name, description=description) for mode, (name, description) in MODES.items()
+            ],
+        )
+
+    def config_options(self) -> list[SessionConfigOptionSelect | SessionConfigOptionBoolean]:
+        names = dict.fromkeys([self.model_name, self.project.model_name, *self.project.settings.models])
+        return [
+            SessionConfigOptionSelect(
+                id="model",
+                name="Model",
+                type="select",
+                category="model",
+                current_value=self.model_name,
+                options=[SessionConfigSelectOption(value=name, name=name) for name in names],
+            )
+        ]

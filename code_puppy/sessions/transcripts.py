@@ -1,0 +1,329 @@
+"""Readers of other agents' session files: Claude Code transcripts and Codex CLI rollouts, as pydantic-ai messages.
+
+Both formats are JSON Lines. A reader walks the records in order and hands each side of the conversation to a
+`Builder`: what the user side sends (prompts, tool results) collects into one `ModelRequest`, what the assistant side
+sends (text, tool calls) into one `ModelResponse`, so the records a tool streams one by one become the messages a
+model exchanged. Record types a reader does not map are counted, never fatal; a line that is not a JSON object, or a
+record of a known type with the wrong shape, becomes a `FILE:LINE: …` problem and is skipped.
+
+Claude Code (`~/.claude/projects/<project>/<session>.jsonl`; checked against public descriptions of versions 1.0.3
+to 2.1.37): each record has `type`, `timestamp`, `cwd`, `sessionId`; `user` and `assistant` records carry an
+Anthropic Messages API `message` whose `content` is a string or blocks (`text`, `tool_use`, `tool_result`,
+`thinking`, `image`). Records of sub-agents (`isSidechain`) and meta records (`isMeta`) are skipped and counted.
+
+Codex CLI (`~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl`; checked against public descriptions of versions 0.4x
+to 0.65): each line is `{"timestamp", "type", "payload"}`; `session_meta` gives the session `id` and `cwd`,
+`turn_context` the model, and `response_item` payloads are OpenAI Responses API items (`message`, `function_call`,
+`function_call_output`, `custom_tool_call`, `custom_tool_call_output`, `local_shell_call`, `reasoning`). `event_msg`
+lines repeat what the items hold, for the TUI, and are skipped and counted.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal, cast
+
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelRequestPart,
+    ModelResponse,
+    ModelResponsePart,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
+
+__all__ = ("Transcript", "read_transcript")
+
+Format = Literal["claude-code", "codex"]
+NO_RESULT = "(no result of this call was recorded in the imported transcript)"
+"""The result given to a tool call the transcript never answered (an interrupted turn), so the history is valid."""
+_CLAUDE_TYPES = frozenset({"user", "assistant", "summary", "system", "file-history-snapshot", "queue-operation"})
+_CODEX_TYPES = frozenset({"session_meta", "response_item", "event_msg", "turn_context", "compacted"})
+_CODEX_CONTEXT = ("<environment_context>", "<user_instructions>", "# AGENTS.md instructions")
+"""User messages Codex writes itself, with the environment and instructions, not what the user typed."""
+
+
+class BadRecord(Exception):
+    """A record of a known type whose shape is not the one expected; the message says what is wrong."""
+
+
+@dataclass
+class Transcript:
+    """What a session file holds, read into pydantic-ai messages."""
+
+    path: Path
+    format: Format | None = None
+    """None when the file is neither format."""
+    session_key: str | None = None
+    """The session's id in the other tool (Claude Code's `sessionId`, Codex's `session_meta.id`)."""
+    cwd: str | None = None
+    """The working directory the session ran in."""
+    messages: list[ModelMessage] = field(default_factory=list[ModelMessage])
+    skipped: Counter[str] = field(default_factory=Counter[str])
+    """Records (and blocks) left out, by type."""
+    problems: list[str] = field(default_factory=list[str])
+    """Malformed lines, as `FILE:LINE: what`."""
+
+
+@dataclass
+class _Builder:
+    """Collects the parts of each side into one message, and answers every tool call once the history is complete."""
+
+    messages: list[ModelMessage] = field(default_factory=list[ModelMessage])
+    request: list[ModelRequestPart] = field(default_factory=list[ModelRequestPart])
+    response: list[ModelResponsePart] = field(default_factory=list[ModelResponsePart])
+    request_time: datetime | None = None
+    response_time: datetime | None = None
+    model_name: str | None = None
+    open_calls: dict[str, tuple[str, datetime | None]] = field(default_factory=dict[str, tuple[str, datetime | None]])
+    """The calls of the last response not answered yet: id to tool name (results name only the id) and time."""
+
+    def user(self, part: ModelRequestPart, moment: datetime | None) -> None:
+        self._end_response()
+        self.request_time = self.request_time or moment
+        self.request.append(part)
+
+    def assistant(self, part: ModelResponsePart, moment: datetime | None, model_name: str | None = None) -> None:
+        self._end_request()
+        self.response_time = self.response_time or moment
+        self.model_name = model_name or self.model_name
+        if isinstance(part, ToolCallPart):
+            self.open_calls[part.tool_call_id] = (part.tool_name, moment)
+        self.response.append(part)
+
+    def tool_result(self, call_id: str, content: str, moment: datetime | None, *, failed: bool = False) -> bool:
+        """Add the result of call `call_id`; False when the last response made no such call, or it was answered (the
+        result is left out: a history answers each call once, right after it)."""
+        if call_id not in self.open_calls:
+            return False
+        name, _ = self.open_calls.pop(call_id)
+        part = ToolReturnPart(
+            name,
+            content,
+            call_id,
+            timestamp=moment or datetime.now(UTC),
+            outcome="failed" if failed else "success",
+        )
+        self.user(part, moment)
+        return True
+
+    def finish(self) -> list[ModelMessage]:
+        self._end_response()
+        self._end_request()
+        return self.messages
+
+    def _end_request(self) -> None:
+        # A call this request does not answer never will be: the history must answer every call to be sent again.
+        unanswered: list[ModelRequestPart] = [
+            ToolReturnPart(name, NO_RESULT, call_id, timestamp=moment or datetime.now(UTC))
+            for call_id, (name, moment) in self.open_calls.items()
+        ]
+        self.open_calls = {}
+        if unanswered or self.request:
+            self.messages.append(ModelRequest(parts=[*unanswered, *self.request], timestamp=self.request_time))
+        self.request, self.request_time = [], None
+
+    def _end_response(self) -> None:
+        if self.response:
+            self.messages.append(
+                ModelResponse(
+                    parts=self.response, timestamp=self.response_time or datetime.now(UTC), model_name=self.model_name
+                )
+            )
+        self.response, self.response_time = [], None
+
+
+def read_transcript(path: Path) -> Transcript:
+    """Read `path` as a Claude Code transcript or a Codex rollout, whichever its records are.
+
+    Raises:
+        OSError: The file cannot be read.
+    """
+    transcript = Transcript(path=path)
+    records = list(_records(path, transcript))
+    types = {record.get("type") for _, record in records}
+    if types & _CODEX_TYPES:
+        transcript.format = "codex"
+        transcript.messages = _read_codex(records, transcript)
+    elif types & _CLAUDE_TYPES:
+        transcript.format = "claude-code"
+        transcript.messages = _read_claude(records, transcript)
+    return transcript
+
+
+def _records(path: Path, transcript: Transcript) -> Iterator[tuple[int, dict[str, Any]]]:
+    with path.open("rb") as file:
+        for number, raw in enumerate(file, start=1):
+            line = raw.decode("utf-8", errors="replace").strip()
+            if not line:
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError as exc:
+                transcript.problems.append(f"{path}:{number}: not valid JSON ({exc}); line skipped")
+                continue
+            if not isinstance(record, dict):
+                transcript.problems.append(f"{path}:{number}: not a JSON object; line skipped")
+                continue
+            yield number, cast(dict[str, Any], record)
+
+
+def _time(record: dict[str, Any]) -> datetime | None:
+    value = record.get("timestamp")
+    if not isinstance(value, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def _text(content: Any) -> str:
+    """A tool result or message content as text: a string, or the text of its blocks (other blocks named)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, dict):
+        mapping = cast(dict[str, Any], content)
+        return _text(mapping.get("content", mapping.get("text", "")))
+    if isinstance(content, list):
+        pieces: list[str] = []
+        for block in cast(list[Any], content):
+            if isinstance(block, dict) and isinstance(text := cast(dict[str, Any], block).get("text"), str):
+                pieces.append(text)
+            elif isinstance(block, dict):
+                pieces.append(f"[{cast(dict[str, Any], block).get('type', 'block')} omitted]")
+            elif isinstance(block, str):
+                pieces.append(block)
+        return "\n".join(pieces)
+    return "" if content is None else json.dumps(content)
+
+
+def _read_claude(records: list[tuple[int, dict[str, Any]]], transcript: Transcript) -> list[ModelMessage]:
+    builder = _Builder()
+    for number, record in records:
+        kind = record.get("type")
+        if kind not in ("user", "assistant") or record.get("isSidechain") or record.get("isMeta"):
+            label = "sidechain" if record.get("isSidechain") else "meta" if record.get("isMeta") else kind
+            transcript.skipped[str(label)] += 1
+            continue
+        transcript.session_key = transcript.session_key or _string(record.get("sessionId"))
+        transcript.cwd = transcript.cwd or _string(record.get("cwd"))
+        try:
+            _claude_record(builder, record, transcript)
+        except BadRecord as exc:
+            transcript.problems.append(f"{transcript.path}:{number}: {exc}; line skipped")
+    return builder.finish()
+
+
+def _claude_record(builder: _Builder, record: dict[str, Any], transcript: Transcript) -> None:
+    message = record.get("message")
+    if not isinstance(message, dict):
+        raise BadRecord(f"a {record['type']} record without a message object")
+    message = cast(dict[str, Any], message)
+    moment = _time(record)
+    content = message.get("content")
+    if isinstance(content, str):
+        content = [{"type": "text", "text": content}]
+    if not isinstance(content, list):
+        raise BadRecord("message content is neither text nor a list of blocks")
+    blocks = cast(list[Any], content)
+    for block in blocks:
+        if not isinstance(block, dict):
+            raise BadRecord("a content block is not an object")
+        block = cast(dict[str, Any], block)
+        kind = block.get("type")
+        if record["type"] == "user" and kind == "text" and isinstance(text := block.get("text"), str):
+            builder.user(UserPromptPart(text, timestamp=moment or datetime.now(UTC)), moment)
+        elif record["type"] == "user" and kind == "tool_result":
+            found = builder.tool_result(
+                str(block.get("tool_use_id")), _text(block.get("content")), moment, failed=bool(block.get("is_error"))
+            )
+            if not found:
+                transcript.skipped["tool_result without an open tool_use"] += 1
+        elif record["type"] == "assistant" and kind == "text" and isinstance(text := block.get("text"), str):
+            builder.assistant(TextPart(text), moment, _string(message.get("model")))
+        elif record["type"] == "assistant" and kind == "tool_use":
+            name, call_id, args = block.get("name"), block.get("id"), block.get("input")
+            if not isinstance(name, str) or not isinstance(call_id, str):
+                raise BadRecord("a tool_use block without a name and an id")
+            arguments = cast(dict[str, Any], args) if isinstance(args, dict) else {}
+            builder.assistant(ToolCallPart(name, arguments, call_id), moment, _string(message.get("model")))
+        else:
+            transcript.skipped[f"{kind} block"] += 1
+
+
+def _read_codex(records: list[tuple[int, dict[str, Any]]], transcript: Transcript) -> list[ModelMessage]:
+    builder = _Builder()
+    model: str | None = None
+    for number, record in records:
+        kind = record.get("type")
+        payload = record.get("payload")
+        if kind in ("session_meta", "turn_context", "response_item") and not isinstance(payload, dict):
+            transcript.problems.append(f"{transcript.path}:{number}: a {kind} record without a payload object")
+            continue
+        payload = cast(dict[str, Any], payload)
+        if kind == "session_meta":
+            transcript.session_key = transcript.session_key or _string(payload.get("id"))
+            transcript.cwd = transcript.cwd or _string(payload.get("cwd"))
+        elif kind == "turn_context":
+            model = _string(payload.get("model")) or model
+        elif kind == "response_item":
+            try:
+                if not _codex_item(builder, payload, _time(record), model):
+                    transcript.skipped[f"{payload.get('type')} item"] += 1
+            except BadRecord as exc:
+                transcript.problems.append(f"{transcript.path}:{number}: {exc}; line skipped")
+        else:
+            transcript.skipped[str(kind)] += 1
+    return builder.finish()
+
+
+def _codex_item(builder: _Builder, item: dict[str, Any], moment: datetime | None, model: str | None) -> bool:
+    """Map one Responses API item; False when it is one not mapped (reasoning, context messages, ...)."""
+    kind = item.get("type")
+    now = moment or datetime.now(UTC)
+    if kind == "message":
+        text = _text(item.get("content"))
+        role = item.get("role")
+        if role == "user" and text and not text.lstrip().startswith(_CODEX_CONTEXT):
+            builder.user(UserPromptPart(text, timestamp=now), moment)
+        elif role == "assistant" and text:
+            builder.assistant(TextPart(text), moment, model)
+        else:
+            return False
+    elif kind in ("function_call", "custom_tool_call", "local_shell_call"):
+        call_id = item.get("call_id") or item.get("id")
+        if not isinstance(call_id, str):
+            raise BadRecord(f"a {kind} item without a call_id")
+        if kind == "function_call":
+            name, args = item.get("name"), item.get("arguments")
+        elif kind == "custom_tool_call":
+            name, args = item.get("name"), {"input": item.get("input")}
+        else:
+            name, args = "local_shell", item.get("action")
+        if not isinstance(name, str) or not isinstance(args, str | dict):
+            raise BadRecord(f"a {kind} item without a name and arguments")
+        builder.assistant(ToolCallPart(name, cast(str | dict[str, Any], args), call_id), moment, model)
+    elif kind in ("function_call_output", "custom_tool_call_output"):
+        call_id = item.get("call_id")
+        if not isinstance(call_id, str):
+            raise BadRecord(f"a {kind} item without a call_id")
+        output = item.get("output")
+        failed = isinstance(output, dict) and cast(dict[str, Any], output).get("success") is False
+        return builder.tool_result(call_id, _text(output), moment, failed=failed)
+    else:
+        return False
+    return True
+
+
+def _string(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None

@@ -1,0 +1,210 @@
+"""Git worktrees for parallel agents: `code-puppy -w NAME`, `code-puppy worktrees list|remove`.
+
+A worktree lives at `.code-puppy/worktrees/NAME` of the repository's main checkout, on the branch `code-puppy/NAME`.
+It is a project of its own (its root is the worktree: sessions, checkpoints and trust are its own, the repository's
+trust carrying over, see trust.py). The main checkout leaves the folder out: git and ripgrep through the repository's
+`info/exclude`, the checkpoints through their own excludes, the permission policy by treating it as outside the
+project.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from code_puppy.errors import ConfigError
+from code_puppy.paths import WORKTREES_DIR
+
+BRANCH_PREFIX = "code-puppy/"
+"""The branch of worktree NAME is `code-puppy/NAME`."""
+EXCLUDE_LINE = f"/{WORKTREES_DIR}/"
+"""What the repository's `info/exclude` gets, so the main checkout's `git status` and searches leave worktrees out."""
+_COMMITTER = {
+    "GIT_AUTHOR_NAME": "code-puppy",
+    "GIT_AUTHOR_EMAIL": "worktrees@code-puppy.invalid",
+    "GIT_COMMITTER_NAME": "code-puppy",
+    "GIT_COMMITTER_EMAIL": "worktrees@code-puppy.invalid",
+}
+"""Who commits a removed worktree's changes when the user's git names nobody."""
+
+
+class WorktreeError(Exception):
+    """A git operation on a worktree failed (exit 1); the message says what and why."""
+
+
+@dataclass(frozen=True)
+class Worktree:
+    name: str
+    path: Path
+    branch: str | None
+    """`code-puppy/NAME`, or None when the worktree's HEAD is detached."""
+    changes: tuple[str, ...]
+    """The paths with uncommitted changes (modified, staged, untracked), as `git status` names them."""
+
+
+def check_name(name: str) -> str:
+    """`name` when it can name a worktree folder and a branch; else a `ConfigError` (exit 2)."""
+    bad = not name or name.startswith((".", "-")) or "/" in name or "\\" in name or ".." in name
+    if bad or any(character.isspace() or character in "~^:?*[@{}" or ord(character) < 32 for character in name):
+        raise ConfigError(
+            f"bad worktree name {name!r}: use letters, digits, '-', '_' and '.' (no slashes, no '..', not starting "
+            "with '.' or '-')"
+        )
+    return name
+
+
+def repository(cwd: Path) -> Path:
+    """The main checkout of the git repository `cwd` is in (also from inside one of its worktrees)."""
+    try:
+        common = Path(_git(cwd, "rev-parse", "--path-format=absolute", "--git-common-dir").strip())
+    except WorktreeError:
+        raise ConfigError(f"{cwd} is not in a git repository: worktrees need one (run `git init` first)") from None
+    if common.name != ".git":
+        raise ConfigError(f"{cwd} is in a bare git repository ({common}): worktrees need a main checkout")
+    return common.parent.resolve()
+
+
+def ensure(repo: Path, name: str) -> Path:
+    """The worktree NAME of `repo`, created on `code-puppy/NAME` (from HEAD, or the branch if it exists) if needed."""
+    path = repo / WORKTREES_DIR / name
+    _exclude(repo)
+    if path.exists():
+        if not (path / ".git").is_file():
+            raise WorktreeError(f"{path} exists but is not a git worktree; move it away or pick another name")
+        return path
+    branch = BRANCH_PREFIX + name
+    if not _git(repo, "rev-parse", "--verify", "--quiet", "HEAD", check=False).strip():
+        raise WorktreeError(f"{repo} has no commit yet: a worktree starts from one (commit something first)")
+    exists = bool(_git(repo, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}", check=False).strip())
+    _git(repo, "worktree", "add", "--quiet", *((str(path), branch) if exists else ("-b", branch, str(path))))
+    return path
+
+
+def listed(repo: Path) -> list[Worktree]:
+    """The worktrees of `repo` under `.code-puppy/worktrees/`, by name."""
+    folder = (repo / WORKTREES_DIR).resolve()
+    found: list[Worktree] = []
+    for block in _git(repo, "worktree", "list", "--porcelain", "-z").split("\0\0"):
+        fields: dict[str, str] = {}
+        for line in filter(None, block.split("\0")):
+            key, _, value = line.partition(" ")
+            fields[key] = value
+        if "worktree" not in fields:
+            continue
+        path = Path(fields["worktree"]).resolve()
+        if path.parent != folder:
+            continue
+        branch = fields.get("branch", "").removeprefix("refs/heads/") or None
+        changes = _changes(path) if path.is_dir() else ()
+        found.append(Worktree(name=path.name, path=path, branch=branch, changes=changes))
+    return sorted(found, key=lambda worktree: worktree.name)
+
+
+def find(repo: Path, name: str) -> Worktree:
+    """The worktree NAME of `repo`; a `WorktreeError` when there is none."""
+    for worktree in listed(repo):
+        if worktree.name == name:
+            return worktree
+    raise WorktreeError(f"no worktree named {name!r} in {repo} (`code-puppy worktrees list` shows them)")
+
+
+def remove(repo: Path, worktree: Worktree, *, force: bool) -> str | None:
+    """Remove `worktree` (its branch stays). Uncommitted changes stop it unless `force`, which first commits them on
+    the worktree's branch; returns that commit's id, or None when there was nothing to commit."""
+    commit = None
+    if worktree.changes:
+        if not force:
+            raise WorktreeError(
+                f"worktree {worktree.name} has uncommitted changes: {', '.join(worktree.changes)} (commit them, or "
+                "--force to commit them on its branch and remove it)"
+            )
+        if worktree.branch is None:
+            raise WorktreeError(f"worktree {worktree.name} has a detached HEAD: its changes would be on no branch")
+        _git(worktree.path, "add", "--all")
+        env = {} if _git(worktree.path, "config", "user.email", check=False).strip() else _COMMITTER
+        message = f"code-puppy: uncommitted changes of worktree {worktree.name}, saved before removing it"
+        _git(worktree.path, "commit", "--quiet", "--no-verify", "-m", message, env=env)
+        commit = _git(worktree.path, "rev-parse", "HEAD").strip()
+    # Clean now, but for ignored files (build output), which go with the folder.
+    _git(repo, "worktree", "remove", "--force", str(worktree.path))
+    return commit
+
+
+def _changes(path: Path) -> tuple[str, ...]:
+    status = _git(path, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames")
+    return tuple(record[3:] for record in status.split("\0") if record)
+
+
+def _exclude(repo: Path) -> None:
+    exclude = repo / ".git" / "info" / "exclude"
+    current = exclude.read_text(errors="replace") if exclude.is_file() else ""
+    if EXCLUDE_LINE not in current.splitlines():
+        exclude.parent.mkdir(parents=True, exist_ok=True)
+        exclude.write_text(current + ("" if not current or current.endswith("\n") else "\n") + EXCLUDE_LINE + "\n")
+
+
+def _git(cwd: Path, *args: str, check: bool = True, env: dict[str, str] | None = None) -> str:
+    try:
+        done = subprocess.run(
+            ["git", *args],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            env={**os.environ, **(env or {})},
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise WorktreeError(f"git {args[0]} failed: {exc}") from None
+    if check and done.returncode != 0:
+        reason = " ".join(done.stderr.split()) or f"exit {done.returncode}"
+        raise WorktreeError(f"git {args[0]} failed: {reason}")
+    return done.stdout
+
+
+def print_list(cwd: Path, *, output_format: str) -> int:
+    """`code-puppy worktrees list`: each worktree with its branch, whether it has uncommitted changes, and its latest
+    session."""
+    import json
+
+    import click
+
+    repo = repository(cwd)
+    worktrees = listed(repo)
+    sessions = _latest_sessions([worktree.path for worktree in worktrees])
+    if output_format == "json":
+        rows = [
+            {
+                "name": worktree.name,
+                "path": str(worktree.path),
+                "branch": worktree.branch,
+                "dirty": bool(worktree.changes),
+                "changes": list(worktree.changes),
+                "session": sessions.get(worktree.path),
+            }
+            for worktree in worktrees
+        ]
+        click.echo(json.dumps(rows, indent=1))
+        return 0
+    if not worktrees:
+        click.echo(f"no worktrees in {repo} (`code-puppy -w NAME` starts an agent in one)")
+        return 0
+    for worktree in worktrees:
+        state = f"{len(worktree.changes)} uncommitted change(s)" if worktree.changes else "clean"
+        session = sessions.get(worktree.path) or "no session"
+        click.echo(f"{worktree.name}\t{worktree.branch or '(detached)'}\t{state}\t{session}\t{worktree.path}")
+    return 0
+
+
+def _latest_sessions(paths: list[Path]) -> dict[Path, str]:
+    """The id of each path's latest session, for those that have one."""
+    from code_puppy.paths import data_dir
+
+    if not paths or not (data_dir() / "sessions.db").exists():
+        return {}
+    from code_puppy.sessions.store import open_store
+
+    with open_store(readonly=True) as store:
+        return {path: info.id for path in paths if (info := store.sessions.latest(path)) is not None}

@@ -1,0 +1,209 @@
+"""`code-puppy -w NAME` and `code-puppy worktrees list|remove`, through the installed console script and real git."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from code_puppy.agents.permissions import PermissionPolicy
+from code_puppy.checkpoints.shadow import ShadowRepo
+from code_puppy.sandbox.guard import ProtectedFiles
+from code_puppy.trust import project_trust, trust_project
+from tests.conftest import run_cli
+from tests.fake_llm import FakeLLMServer, call, text, tool_calls
+from tests.pty_chat import PtyChat
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture
+def committed(repo: Path) -> Path:
+    """A git repository with one commit (README.md and the project's config)."""
+    git(repo, "add", "-A")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", "start")
+    return repo
+
+
+def test_the_agent_edits_the_worktree_not_the_main_checkout(committed: Path, server: FakeLLMServer) -> None:
+    server.script(tool_calls(call("write_file", {"path": "fix.txt", "content": "fixed\n"})), text("Done."))
+
+    done = run_cli(
+        "-w", "fix-x", "-p", "fix it", "--permission-mode", "accept-edits", "--output-format", "json", cwd=committed
+    )
+
+    assert done.returncode == 0, done.stderr
+    worktree = committed / ".code-puppy" / "worktrees" / "fix-x"
+    assert (worktree / "fix.txt").read_text() == "fixed\n"
+    assert not (committed / "fix.txt").exists()
+    assert git(worktree, "branch", "--show-current").strip() == "code-puppy/fix-x"
+    # The main checkout's git leaves the worktrees out.
+    assert git(committed, "status", "--porcelain") == ""
+    session = json.loads(done.stdout)["session_id"]
+
+    listed = run_cli("worktrees", "list", "--output-format", "json", cwd=committed)
+
+    assert listed.returncode == 0, listed.stderr
+    assert json.loads(listed.stdout) == [
+        {
+            "name": "fix-x",
+            "path": str(worktree.resolve()),
+            "branch": "code-puppy/fix-x",
+            "dirty": True,
+            "changes": ["fix.txt"],
+            "session": session,
+        }
+    ]
+    text_listing = run_cli("worktrees", "list", cwd=committed)
+    assert text_listing.stdout.split("\t")[:4] == ["fix-x", "code-puppy/fix-x", "1 uncommitted change(s)", session]
+
+
+def test_w_reuses_the_worktree_and_its_branch(committed: Path, server: FakeLLMServer) -> None:
+    server.script(text("one"), text("two"))
+    first = run_cli("-w", "again", "-p", "hi", cwd=committed)
+    (committed / ".code-puppy" / "worktrees" / "again" / "kept.txt").write_text("mine\n")
+
+    second = run_cli("-w", "again", "-p", "hi", cwd=committed)
+
+    assert (first.returncode, second.returncode) == (0, 0), second.stderr
+    assert (committed / ".code-puppy" / "worktrees" / "again" / "kept.txt").read_text() == "mine\n"
+    assert git(committed, "worktree", "list").count("code-puppy/again") == 1
+
+
+def test_remove_refuses_a_dirty_worktree_and_force_keeps_the_change_as_a_commit(committed: Path) -> None:
+    git(committed, "worktree", "add", "-q", "-b", "code-puppy/wip", ".code-puppy/worktrees/wip")
+    worktree = committed / ".code-puppy" / "worktrees" / "wip"
+    (worktree / "draft.py").write_text("print('draft')\n")
+
+    refused = run_cli("worktrees", "remove", "wip", cwd=committed)
+
+    assert refused.returncode == 1
+    assert refused.stderr.count("\n") == 1
+    assert "uncommitted changes: draft.py" in refused.stderr
+    assert (worktree / "draft.py").exists()
+
+    forced = run_cli("worktrees", "remove", "wip", "--force", cwd=committed)
+
+    assert forced.returncode == 0, forced.stderr
+    assert not worktree.exists()
+    assert git(committed, "show", "code-puppy/wip:draft.py") == "print('draft')\n"
+    assert "removed worktree wip; its changes are commit" in forced.stdout
+    assert run_cli("worktrees", "list", "--output-format", "json", cwd=committed).stdout.strip() == "[]"
+
+
+def test_remove_takes_a_clean_worktree_and_keeps_its_branch(committed: Path) -> None:
+    git(committed, "worktree", "add", "-q", "-b", "code-puppy/clean", ".code-puppy/worktrees/clean")
+
+    done = run_cli("worktrees", "remove", "clean", cwd=committed)
+
+    assert (done.returncode, done.stdout) == (0, "removed worktree clean\n")
+    assert not (committed / ".code-puppy" / "worktrees" / "clean").exists()
+    assert git(committed, "branch", "--list", "code-puppy/clean").strip() == "code-puppy/clean"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("-w", "a/b", "-p", "hi"), "bad worktree name 'a/b'"),
+        (("-w", "..", "-p", "hi"), "bad worktree name '..'"),
+        (("worktrees", "remove", "x..y"), "bad worktree name 'x..y'"),
+    ],
+)
+def test_a_bad_name_is_one_line_and_exit_2(committed: Path, args: tuple[str, ...], message: str) -> None:
+    done = run_cli(*args, cwd=committed)
+
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and message in done.stderr
+    assert not (committed / ".code-puppy" / "worktrees").exists()
+
+
+@pytest.mark.parametrize("args", [("-w", "x", "-p", "hi"), ("worktrees", "list"), ("worktrees", "remove", "x")])
+def test_outside_a_git_repository_is_one_line_and_exit_2(project: Path, args: tuple[str, ...]) -> None:
+    done = run_cli(*args, cwd=project)
+
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "is not in a git repository" in done.stderr
+
+
+def test_removing_an_unknown_worktree_fails(committed: Path) -> None:
+    done = run_cli("worktrees", "remove", "nope", cwd=committed)
+
+    assert done.returncode == 1
+    assert "no worktree named 'nope'" in done.stderr
+
+
+def test_the_repository_trust_carries_over_to_its_worktrees(committed: Path) -> None:
+    git(committed, "worktree", "add", "-q", "-b", "code-puppy/t", ".code-puppy/worktrees/t")
+    worktree = committed / ".code-puppy" / "worktrees" / "t"
+    assert not project_trust(worktree).listed
+
+    trust_project(committed)
+
+    assert project_trust(worktree).trusts(".code-puppy/config.toml")
+    (worktree / ".code-puppy" / "config.toml").write_text("model = 'other'\n")  # the branch changed it
+    assert not project_trust(worktree).trusts(".code-puppy/config.toml")
+
+
+def test_the_main_checkout_treats_worktrees_as_outside_and_a_worktree_as_its_own_project(committed: Path) -> None:
+    main = PermissionPolicy(committed.resolve(), mode="yolo")
+    inside = PermissionPolicy((committed / ".code-puppy" / "worktrees" / "t").resolve(), mode="accept-edits")
+
+    decision, reason = main.decide("write_file", {"path": ".code-puppy/worktrees/t/a.py"})
+
+    assert (decision, reason) == (
+        "deny",
+        "`.code-puppy/worktrees/t/a.py` is outside the project (in .code-puppy/worktrees/, other agents' worktrees); "
+        "it cannot be changed.",
+    )
+    assert main.decide("write_file", {"path": "a.py"})[0] == "allow"
+    assert inside.decide("write_file", {"path": "a.py"}) == ("allow", "")
+    assert inside.decide("write_file", {"path": ".code-puppy/config.toml"})[0] == "ask"
+
+
+def test_checkpoints_of_the_main_checkout_leave_worktrees_out(committed: Path, tmp_path: Path) -> None:
+    git(committed, "worktree", "add", "-q", "-b", "code-puppy/c", ".code-puppy/worktrees/c")
+    (committed / ".code-puppy" / "worktrees" / "c" / "theirs.py").write_text("x = 1\n")
+    (committed / "ours.py").write_text("y = 2\n")
+    shadow = ShadowRepo.open(committed.resolve(), tmp_path / "data", max_file_mb=5)
+
+    tree = shadow.snapshot()
+
+    files = shadow.git("ls-tree", "-r", "--name-only", tree).decode().split()
+    assert sorted(files) == [".code-puppy/config.toml", "README.md", "ours.py"]
+
+
+def test_the_main_checkouts_sandbox_guard_leaves_worktrees_to_their_agents(committed: Path) -> None:
+    git(committed, "worktree", "add", "-q", "-b", "code-puppy/g", ".code-puppy/worktrees/g")
+    theirs = committed / ".code-puppy" / "worktrees" / "g" / "work.py"
+    root = committed.resolve()
+    guard = ProtectedFiles.snapshot(root, [root / ".code-puppy"])
+
+    theirs.write_text("written by the worktree's agent meanwhile\n")
+    (committed / ".code-puppy" / "config.toml").write_text("model = 'planted'\n")
+    note = guard.restore()
+
+    assert theirs.read_text() == "written by the worktree's agent meanwhile\n"
+    assert (committed / ".code-puppy" / "config.toml").read_text() == "# the project's config\n"
+    assert note is not None and note.startswith("The sandbox put back .code-puppy/config.toml: ")
+
+
+def test_the_chat_runs_in_the_worktree(committed: Path, server: FakeLLMServer) -> None:
+    server.script(text("Hello from the worktree."))
+    chat = PtyChat(committed, "-w", "chat")
+    try:
+        chat.wait_for("session ")
+        chat.type("hi\r")
+        chat.wait_turn("Hello from the worktree.")
+        chat.type("/exit\r")
+        assert chat.wait_exit() == 0
+    finally:
+        chat.close()
+
+    [listed] = json.loads(run_cli("worktrees", "list", "--output-format", "json", cwd=committed).stdout)
+    assert (listed["name"], listed["branch"], listed["dirty"]) == ("chat", "code-puppy/chat", False)
+    assert listed["session"] is not None  # the chat's session belongs to the worktree, not to the main checkout
+    assert run_cli("sessions", "list", cwd=committed).stdout.startswith("no sessions")
