@@ -222,6 +222,14 @@ class CheckpointsConfig(_Section):
     """Files larger than this many MiB are not snapshotted (and so cannot be restored); each is listed."""
 
 
+class SessionsConfig(_Section):
+    """How sessions are kept (README "Sessions")."""
+
+    auto_title: bool = True
+    """After a chat session's first turn, ask its model for a short title in the background (a tiny request,
+    counted in usage as kind `title`). Headless runs never do; `--name` names one."""
+
+
 class PluginsConfig(_Section):
     disabled: tuple[str, ...] = ()
     """Plugin names that are not loaded."""
@@ -329,6 +337,7 @@ class Settings(_Section):
     sandbox: SandboxConfig = SandboxConfig()
     budget: BudgetConfig = BudgetConfig()
     checkpoints: CheckpointsConfig = CheckpointsConfig()
+    sessions: SessionsConfig = SessionsConfig()
     tools: ToolsConfig = ToolsConfig()
     mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict[str, McpServerConfig])
     """MCP servers by name; a project's are read only when the project is trusted."""

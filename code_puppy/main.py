@@ -41,11 +41,7 @@ def _debug_requested() -> bool:
 
 def _piped_stdin() -> str | None:
     """Stdin's text when it is a pipe or a file; never blocks on a terminal or an inherited tty."""
-    try:
-        mode = os.fstat(sys.stdin.fileno()).st_mode
-    except (OSError, ValueError, AttributeError):
-        return None
-    if not (stat.S_ISFIFO(mode) or stat.S_ISREG(mode)):
+    if not _stdin_is_piped():
         return None
     return _utf8(sys.stdin.buffer.read(), "stdin")
 
@@ -59,6 +55,14 @@ def _utf8(data: bytes, what: str) -> str:
             f"code-puppy: note: {what} is not valid UTF-8; the bytes that are not were replaced with U+FFFD", err=True
         )
         return data.decode("utf-8", errors="replace")
+
+
+def _stdin_is_piped() -> bool:
+    try:
+        mode = os.fstat(sys.stdin.fileno()).st_mode
+    except (OSError, ValueError, AttributeError):
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISREG(mode)
 
 
 def _headless_prompt(prompt: str | None) -> str | None:
@@ -152,7 +156,16 @@ def ensure_own_scripts_on_path() -> None:
     help="Also write the headless run's JSON result (cost and usage) to PATH.",
 )
 @click.option("-c", "--continue", "continue_last", is_flag=True, help="Continue the latest session of this project.")
-@click.option("-r", "--resume", metavar="ID", help="Resume a session by id or unique prefix.")
+@click.option(
+    "-r",
+    "--resume",
+    metavar="ID|NAME",
+    is_flag=False,
+    flag_value="",
+    help="Resume a session by id, name or unique id prefix; with no ID, pick one (interactive chat).",
+)
+@click.option("--fork", is_flag=True, help="With -r or -c: continue a copy of the session; the original stays.")
+@click.option("--name", metavar="NAME", help="Call the session NAME (`-r NAME` resumes it).")
 @click.option("--agent", metavar="NAME", help="Put a file-defined agent in charge (`code-puppy agents list`).")
 @click.option(
     "-w", "--worktree", metavar="NAME", help="Run in the git worktree .code-puppy/worktrees/NAME (made if needed)."
@@ -177,6 +190,8 @@ def cli(
     usage_file: Path | None,
     continue_last: bool,
     resume: str | None,
+    fork: bool,
+    name: str | None,
     agent: str | None,
     worktree: str | None,
     no_mcp: bool,
@@ -192,8 +207,15 @@ def cli(
         click.echo(f"code-puppy: warning: {problem}; commands the agent runs may read API keys from /proc", err=True)
     if ctx.invoked_subcommand is not None:
         return
-    if continue_last and resume:
+    if continue_last and resume is not None:
         fail("use either -c/--continue or -r/--resume, not both")
+    if fork and not continue_last and resume is None:
+        fail("--fork copies the session -r ID or -c continues: use it with one of them")
+    if name is not None and not name.strip():
+        fail("--name: the name is empty")
+    headless = prompt is not None or input_format == "stream-json" or _stdin_is_piped()
+    if resume == "" and (headless or not (sys.stdin.isatty() and sys.stdout.isatty())):
+        fail("-r without an ID opens a picker, which needs the interactive chat in a terminal: pass -r ID")
     text = _stream_json_prompt(prompt) if input_format == "stream-json" else _headless_prompt(prompt)
     if worktree is not None:
         os.chdir(_worktree(worktree))
@@ -210,6 +232,8 @@ def cli(
         max_budget_usd=max_budget_usd,
         continue_last=continue_last,
         resume=resume,
+        fork=fork,
+        name=name.strip() if name is not None else None,
         no_mcp=no_mcp,
         no_plugins=no_plugins,
         debug=_debug_requested(),
@@ -374,8 +398,9 @@ def sessions() -> None:
 
 @sessions.command("list")
 @click.option("--all", "all_projects", is_flag=True, help="Sessions of every project, not just this one.")
-def sessions_list(*, all_projects: bool) -> None:
-    """Sessions of this project (id, updated, messages, model, title), newest first."""
+@click.option("--archived", is_flag=True, help="The archived sessions instead.")
+def sessions_list(*, all_projects: bool, archived: bool) -> None:
+    """Sessions of this project (id, age, turns, project, cost, name or title), newest first."""
 
     from code_puppy.paths import data_dir, find_project_root
 
@@ -383,7 +408,63 @@ def sessions_list(*, all_projects: bool) -> None:
     if not (data_dir() / "sessions.db").exists():
         click.echo(f"no sessions{f' in {project}' if project else ''}")
         return
-    _with_store(lambda store: _commands().list_sessions(store, project, sys.stdout), readonly=True)
+    _with_store(lambda store: _commands().list_sessions(store, project, sys.stdout, archived=archived), readonly=True)
+
+
+@sessions.command("rename")
+@click.argument("session_id", metavar="ID")
+@click.argument("name", metavar="NAME")
+def sessions_rename(*, session_id: str, name: str) -> None:
+    """Call a session NAME, which `-r NAME` resumes it by (names are unique)."""
+    if not name.strip():
+        fail("the name is empty")
+    _with_store(lambda store: _commands().rename_session(store, session_id, name.strip(), sys.stdout))
+
+
+@sessions.command("archive")
+@click.argument("session_id", metavar="ID")
+def sessions_archive(*, session_id: str) -> None:
+    """Hide a session from lists, pickers, search and -c, without deleting it (`-r ID` still resumes it)."""
+    _with_store(lambda store: _commands().archive_session(store, session_id, sys.stdout, archived=True))
+
+
+@sessions.command("unarchive")
+@click.argument("session_id", metavar="ID")
+def sessions_unarchive(*, session_id: str) -> None:
+    """List an archived session again (`sessions list --archived` shows them)."""
+    _with_store(lambda store: _commands().archive_session(store, session_id, sys.stdout, archived=False))
+
+
+@sessions.command("search")
+@click.argument("query", metavar="QUERY")
+@click.option(
+    "--project",
+    type=click.Path(file_okay=False, path_type=Path),
+    metavar="PATH",
+    help="Only the sessions of the project at PATH (default: this one).",
+)
+@click.option("--all", "all_projects", is_flag=True, help="Sessions of every project.")
+@click.option("--output-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def sessions_search(*, query: str, project: Path | None, all_projects: bool, output_format: str) -> None:
+    """Sessions whose prompts or answers match QUERY (SQLite FTS5: words, "a phrase", AND, OR, NOT, prefix*).
+
+    Exit 0 with matches, 1 without, 2 for a query that cannot be parsed.
+    """
+    from code_puppy.paths import data_dir, find_project_root
+
+    if all_projects and project is not None:
+        fail("use either --project or --all, not both")
+    root = None if all_projects else find_project_root((project or Path.cwd()).resolve())
+    if not (data_dir() / "sessions.db").exists():
+        click.echo("[]" if output_format == "json" else "", nl=output_format == "json")
+        click.echo("no session matches (there are no sessions yet)", err=True)
+        sys.exit(1)
+    color = output_format == "text" and sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+    _with_store(
+        lambda store: _commands().search_sessions(
+            store, query, sys.stdout, project_dir=root, as_json=output_format == "json", color=color
+        )
+    )
 
 
 @sessions.command("show")
@@ -694,13 +775,15 @@ def _since(text: str) -> datetime:
 
 
 def _with_store(action: Callable[[SqliteConversationStore], object], *, readonly: bool = False) -> None:
-    """Run `action` on this user's sessions database; `readonly` commands never create, migrate or write it."""
+    """Run `action` on this user's sessions database; `readonly` commands never create, migrate or write it. An int
+    `action` returns is the exit code."""
 
-    def run() -> None:
+    def run() -> int | None:
         from code_puppy.sessions.store import open_store
 
         with open_store(readonly=readonly) as store:
-            action(store)
+            code = action(store)
+        return code if isinstance(code, int) else None
 
     sys.exit(guarded(run))
 

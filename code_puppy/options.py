@@ -20,6 +20,11 @@ class RunOptions:
     max_budget_usd: float | None = None
     continue_last: bool = False
     resume: str | None = None
+    """A session to continue (`-r`): an id, a name, or a unique id prefix."""
+    fork: bool = False
+    """Continue a fork of the `-r`/`-c` session instead of the session itself (`--fork`)."""
+    name: str | None = None
+    """What to call the session (`--name`)."""
     no_mcp: bool = False
     no_plugins: bool = False
     debug: bool = False

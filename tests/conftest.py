@@ -137,6 +137,8 @@ def server(code_puppy_home: Path) -> Iterator[FakeLLMServer]:
     """A fake OpenAI-compatible server, configured in config.toml as the default model `fake`."""
     with FakeLLMServer() as fake:
         (code_puppy_home / "config.toml").write_text(
-            f'model = "fake"\n[models.fake]\nname = "fake-model"\nbase_url = "{fake.base_url}"\n'
+            # No title requests after a chat's first turn: they would take the answers scripted for the turns.
+            f'model = "fake"\n[sessions]\nauto_title = false\n[models.fake]\nname = "fake-model"\n'
+            f'base_url = "{fake.base_url}"\n'
         )
         yield fake

@@ -25,7 +25,8 @@ GPT_4O = (2.5, 10.0)
 def configure(home: Path, server: FakeLLMServer, extra: str = "") -> None:
     """`gpt` (gpt-4o, priced) as the default model, `fake` (unpriced) beside it, both on the fake server."""
     (home / "config.toml").write_text(
-        f'model = "gpt"\n[models.gpt]\nname = "gpt-4o"\nbase_url = "{server.base_url}"\n'
+        f'model = "gpt"\n[sessions]\nauto_title = false\n'
+        f'[models.gpt]\nname = "gpt-4o"\nbase_url = "{server.base_url}"\n'
         f'[models.fake]\nname = "fake-model"\nbase_url = "{server.base_url}"\n{extra}'
     )
 
@@ -73,7 +74,7 @@ def test_an_unknown_model_has_tokens_and_no_cost(server: FakeLLMServer, project:
     assert (result["cost_usd"], result["cost_complete"]) == (None, False)
     assert result["usage"]["input_tokens"] > 0
     listed = run_cli("sessions", "list", cwd=project).stdout.splitlines()
-    assert listed[0].split() == ["ID", "UPDATED", "MSGS", "MODEL", "COST", "TITLE"]
+    assert listed[0].split() == ["ID", "AGE", "TURNS", "PROJECT", "COST", "NAME/TITLE"]
     assert listed[1].split()[-2:] == ["unknown", "hello"]
     assert "$0.00" not in run_cli("sessions", "list", cwd=project).stdout
 

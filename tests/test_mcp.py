@@ -67,7 +67,10 @@ def llm(code_puppy_home: Path) -> Iterator[FakeLLMServer]:
 
 def configure(home: Path, llm: FakeLLMServer, **servers: str) -> None:
     tables = "".join(f"\n[mcp_servers.{name}]\n{body}\n" for name, body in servers.items())
-    model = f'model = "fake"\n[models.fake]\nname = "fake-model"\nbase_url = "{llm.base_url}"\n'
+    model = (
+        f'model = "fake"\n[sessions]\nauto_title = false\n'
+        f'[models.fake]\nname = "fake-model"\nbase_url = "{llm.base_url}"\n'
+    )
     (home / "config.toml").write_text(model + tables)
 
 

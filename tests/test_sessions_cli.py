@@ -86,9 +86,9 @@ def test_list_show_export_delete(server: Any, project: Path, tmp_path: Path) -> 
     headless_json("-p", "other project", cwd=other_project)
 
     listed = run_cli("sessions", "list", cwd=project).stdout.splitlines()
-    assert listed[0].split() == ["ID", "UPDATED", "MSGS", "MODEL", "COST", "TITLE"]
+    assert listed[0].split() == ["ID", "AGE", "TURNS", "PROJECT", "COST", "NAME/TITLE"]
     assert len(listed) == 2 and listed[1].startswith(first["session_id"][:8])
-    assert listed[1].split()[3:5] == ["4", "fake"]
+    assert listed[1].split()[2:5] == ["1", f"…{str(project.resolve())[-22:]}", "unknown"]
     assert listed[1].endswith("what is this project about, in a few words please?")
     assert len(run_cli("sessions", "list", "--all", cwd=project).stdout.splitlines()) == 3
 

@@ -180,11 +180,20 @@ class Spending:
             if spent >= limit:
                 raise BudgetReached(f"budget {dollars(limit)} reached ({label}): {format_cost(spent)} spent")
 
-    def record(self, kind: RequestKind, model: Model, response: ModelResponse, *, run_id: str | None) -> RequestCost:
-        """Price `response`, store it, add it to the totals, and tell the listeners."""
+    def record(
+        self,
+        kind: RequestKind,
+        model: Model,
+        response: ModelResponse,
+        *,
+        run_id: str | None,
+        session_id: str | None = None,
+    ) -> RequestCost:
+        """Price `response`, store it, add it to the totals, and tell the listeners; it is `session_id`'s (default:
+        the session of the turn)."""
         usage = response.usage
         request = RequestCost(
-            session_id=self.session_id or "",
+            session_id=session_id or self.session_id or "",
             kind=kind,
             model=model.model_name,
             input_tokens=usage.input_tokens,
@@ -271,6 +280,9 @@ class CostMeter(AbstractCapability[Any]):
     _: KW_ONLY
     kind: RequestKind | None = None
     """The kind of every request it sees; None: the prompt's run, a follow-up run, or a delegated one, as it is."""
+    session_id: str | None = None
+    """The session its requests are for; None: the session of the turn (`Spending.session_id`). A helper running
+    beside the chat's turns (the title writer) names its own, which a `/new` meanwhile does not change."""
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
@@ -289,5 +301,5 @@ class CostMeter(AbstractCapability[Any]):
         kind = self.kind
         if kind is None:
             kind = ("main" if self.spending.run_index == 0 else "continuation") if in_main_run() else "delegate"
-        self.spending.record(kind, request_context.model, response, run_id=ctx.run_id)
+        self.spending.record(kind, request_context.model, response, run_id=ctx.run_id, session_id=self.session_id)
         return response

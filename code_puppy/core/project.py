@@ -39,6 +39,7 @@ from code_puppy.plugins import RegisterCommand
 from code_puppy.plugins.discovery import load_plugins
 from code_puppy.plugins.host import PluginHost
 from code_puppy.sandbox import ProjectSandbox, SandboxUnavailable
+from code_puppy.sessions.search import start_indexer
 from code_puppy.sessions.session import Session, open_session
 from code_puppy.sessions.store import build_serializers, open_store
 
@@ -101,6 +102,7 @@ class Project:
             )
         self._agent: Agent[RunDeps, str] | None = None
         self._stopped = False
+        self._indexer: threading.Event | None = None
         self.skill_names: set[str] = set()
         """The skills the model can load, once started."""
 
@@ -226,6 +228,8 @@ class Project:
             model=self.model_name,
             continue_last=self.options.continue_last,
             resume=self.options.resume,
+            fork=self.options.fork,
+            name=self.options.name,
         )
         recovered = await recover_interrupted_turn(session)
         return session, "; ".join(filter(None, (rewound, recovered))) or None
@@ -266,6 +270,8 @@ class Project:
         threading.Thread(target=build_serializers, name="code-puppy serializers").start()
         # Likewise the price table (~30 ms to load), which pricing the first response would otherwise wait for.
         threading.Thread(target=self.spending.priceable, args=(self.model(),), name="code-puppy prices").start()
+        # Sessions stored before the search index existed are read into it beside the run (sessions/search.py).
+        self._indexer = start_indexer(self.store.database.path)
         await self._agent.__aenter__()
 
     async def stop(self) -> None:
@@ -289,6 +295,8 @@ class Project:
         try:
             await self.stop()
         finally:
+            if self._indexer is not None:
+                self._indexer.set()
             self.store.close()
 
     async def __aenter__(self) -> Project:

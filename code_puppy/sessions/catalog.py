@@ -42,16 +42,33 @@ class SessionInfo:
     """The number of messages in the conversation's current history."""
     cache_epoch: int
     history_version: int
+    name: str | None = None
+    """What the user called it (`sessions rename`, `/rename`, `--name`); unique, and `-r NAME` resumes it."""
+    archived_at: datetime | None = None
+    """When it was archived: hidden from lists, pickers and `-c` until unarchived."""
+    turns: int = 0
+    """User prompts sent in the session (0 until an older session is indexed: `indexed`)."""
+    indexed: bool = True
+    """Whether its prompts and answers are in the search index (sessions stored before it existed: not yet)."""
+
+    @property
+    def label(self) -> str:
+        """Its name, else its title, else `(untitled)`."""
+        return self.name or self.title or "(untitled)"
 
 
 _NAMES = [field.name for field in fields(SessionInfo)]
 _COLUMNS = ", ".join(_NAMES)
+_ADDED_LATER = {"name": "NULL", "archived_at": "NULL", "turns": "0", "indexed": "0"}
+"""The columns of migration `m007_finding_sessions`, with what a store opened read-only without it reads as."""
 
 
 def _info(row: Any) -> SessionInfo:
     values = dict(zip(_NAMES, row, strict=True))
-    for moment in ("created_at", "updated_at"):
-        values[moment] = datetime.fromisoformat(values[moment])
+    for moment in ("created_at", "updated_at", "archived_at"):
+        if values[moment] is not None:
+            values[moment] = datetime.fromisoformat(values[moment])
+    values["indexed"] = bool(values["indexed"])
     return SessionInfo(**values)
 
 
@@ -105,23 +122,40 @@ class SessionCatalog:
 
     def __init__(self, database: Database) -> None:
         self._database = database
+        self._table: str | None = None
 
-    def create(self, project_dir: Path, *, session_id: str, model: str | None = None) -> SessionInfo:
+    @property
+    def table(self) -> str:
+        """What to select sessions from: the table, or, in a store opened read-only before its latest migrations,
+        the table with the columns it lacks filled in."""
+        if self._table is None:
+            with self._database.read() as db:
+                have = {row[1] for row in db.execute("PRAGMA table_info(sessions)")}
+            missing = {name: value for name, value in _ADDED_LATER.items() if name not in have}
+            columns = ", ".join(f"{missing[name]} AS {name}" if name in missing else name for name in _NAMES)
+            self._table = f"(SELECT {columns} FROM sessions) AS sessions" if missing else "sessions"
+        return self._table
+
+    def create(
+        self, project_dir: Path, *, session_id: str, model: str | None = None, name: str | None = None, title: str = ""
+    ) -> SessionInfo:
         """Record a session of `project_dir` under `session_id`.
 
         Raises:
-            ValueError: If a session with `session_id` exists.
+            ValueError: If a session with `session_id` exists, or another is called `name`.
         """
         now = timestamp(datetime.now(UTC))
         # Not synced: the save that follows syncs the log, this row with it; a power cut before that loses only an
         # empty session. One fsync less under the write lock that concurrent agents share.
         with self._database.write(durable=False) as db:
+            self._check_name_free(db, name, session_id)
             row = db.execute(
                 f"""
-                INSERT INTO sessions (id, project_dir, model, created_at, updated_at) VALUES (?, ?, ?, ?, ?)
+                INSERT INTO sessions (id, project_dir, model, created_at, updated_at, name, title, indexed)
+                VALUES (?, ?, ?, ?, ?, ?, ?, 1)
                 ON CONFLICT (id) DO NOTHING RETURNING {_COLUMNS}
                 """,
-                (session_id, str(project_dir.resolve()), model, now, now),
+                (session_id, str(project_dir.resolve()), model, now, now, name, title),
             ).fetchone()
         if row is None:
             raise ValueError(f"Session {session_id!r} already exists.")
@@ -154,38 +188,87 @@ class SessionCatalog:
             raise KeyError(session_id)
         return _info(row)
 
-    def find(self, id_or_prefix: str) -> list[SessionInfo]:
-        """The session with this id, or those whose id starts with it, newest first: none, one, or ambiguous."""
-        if not id_or_prefix:
+    def rename(self, session_id: str, name: str | None) -> SessionInfo:
+        """Call the session `name` (None: no name).
+
+        Raises:
+            KeyError: If there is no such session.
+            ValueError: If another session is called `name`.
+        """
+        with self._database.write() as db:
+            self._check_name_free(db, name, session_id)
+            row = db.execute(f"UPDATE sessions SET name = ? WHERE id = ? RETURNING {_COLUMNS}", (name, session_id))
+            found = row.fetchone()
+        if found is None:
+            raise KeyError(session_id)
+        return _info(found)
+
+    @staticmethod
+    def _check_name_free(db: sqlite3.Connection, name: str | None, session_id: str) -> None:
+        if name is None:
+            return
+        taken = db.execute("SELECT id FROM sessions WHERE name = ? AND id != ?", (name, session_id)).fetchone()
+        if taken is not None:
+            raise ValueError(f"another session ({taken[0][:8]}) is already called {name!r}")
+
+    def archive(self, session_id: str, *, archived: bool = True) -> SessionInfo:
+        """Hide the session from lists, pickers and `-c` (or show it again); its `archived_at` stays if it was.
+
+        Raises:
+            KeyError: If there is no such session.
+        """
+        moment = timestamp(datetime.now(UTC)) if archived else None
+        with self._database.write() as db:
+            row = db.execute(
+                f"""
+                UPDATE sessions SET archived_at = CASE WHEN ? THEN coalesce(archived_at, ?) END
+                WHERE id = ? RETURNING {_COLUMNS}
+                """,
+                (archived, moment, session_id),
+            ).fetchone()
+        if row is None:
+            raise KeyError(session_id)
+        return _info(row)
+
+    def find(self, reference: str) -> list[SessionInfo]:
+        """The session `reference` names: an exact id, else an exact name, else the sessions whose id starts with it,
+        newest first (none, one, or ambiguous). Archived sessions are found too."""
+        if not reference:
             return []
         with self._database.read() as db:
             rows = db.execute(
                 f"""
-                SELECT {_COLUMNS} FROM sessions WHERE substr(id, 1, length(:id)) = :id
-                ORDER BY id = :id DESC, updated_at DESC
+                SELECT {_COLUMNS} FROM {self.table}
+                WHERE id = :ref OR name = :ref OR substr(id, 1, length(:ref)) = :ref
+                ORDER BY id = :ref DESC, name IS :ref DESC, updated_at DESC
                 """,
-                {"id": id_or_prefix},
+                {"ref": reference},
             ).fetchall()
-        return [_info(rows[0])] if rows and rows[0][0] == id_or_prefix else [_info(row) for row in rows]
+        found = [_info(row) for row in rows]
+        if found and reference in (found[0].id, found[0].name):
+            return found[:1]
+        return found
 
-    def recent(self, project_dir: Path | None = None, *, limit: int | None = None) -> list[SessionInfo]:
+    def recent(
+        self, project_dir: Path | None = None, *, limit: int | None = None, archived: bool = False
+    ) -> list[SessionInfo]:
         """The sessions of `project_dir`, or of every project, with saved messages or a journaled turn (a prompt was
-        submitted), most recently updated first."""
+        submitted), most recently updated first; the archived ones instead with `archived`."""
         project = None if project_dir is None else str(project_dir.resolve())
         with self._database.read() as db:
             rows = db.execute(
                 f"""
-                SELECT {_COLUMNS} FROM sessions
+                SELECT {_COLUMNS} FROM {self.table}
                 WHERE (message_count > 0 OR id IN (SELECT session_id FROM journals))
-                    AND (:project IS NULL OR project_dir = :project)
+                    AND (:project IS NULL OR project_dir = :project) AND (archived_at IS NOT NULL) = :archived
                 ORDER BY updated_at DESC, created_at DESC, id DESC LIMIT :limit
                 """,
-                {"project": project, "limit": -1 if limit is None else limit},
+                {"project": project, "limit": -1 if limit is None else limit, "archived": archived},
             ).fetchall()
         return [_info(row) for row in rows]
 
     def latest(self, project_dir: Path) -> SessionInfo | None:
-        """The most recently updated session of `project_dir`, the one `--continue` resumes."""
+        """The most recently updated session of `project_dir` not archived, the one `--continue` resumes."""
         sessions = self.recent(project_dir, limit=1)
         return sessions[0] if sessions else None
 

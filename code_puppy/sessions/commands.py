@@ -1,13 +1,14 @@
-"""`code-puppy sessions list|show|export|check|repair`: what the command line shows of stored sessions."""
+"""`code-puppy sessions list|show|export|rename|archive|search|check|repair`: stored sessions on the command line."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import sqlite3
+import sys
 from collections.abc import Sequence
 from dataclasses import asdict
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
 
@@ -25,6 +26,7 @@ from pydantic_ai.messages import (
 )
 
 from code_puppy.agents.history_groups import describe_groups
+from code_puppy.errors import ConfigError
 
 from .catalog import SessionInfo
 from .checkpoints import CheckpointLog, checkpoint_lines
@@ -35,21 +37,123 @@ from .session import find_session
 from .store import SqliteConversationStore
 
 
-def list_sessions(store: SqliteConversationStore, project_dir: Path | None, out: TextIO) -> None:
-    """One line per session, newest first: id, updated, messages, model, cost, title."""
-    sessions = store.sessions.recent(project_dir)
+def list_sessions(
+    store: SqliteConversationStore, project_dir: Path | None, out: TextIO, *, archived: bool = False
+) -> None:
+    """One line per session, newest first: id, age, turns, project, cost, and its name or title."""
+    sessions = store.sessions.recent(project_dir, archived=archived)
     if not sessions:
         where = f" in {project_dir}" if project_dir is not None else ""
-        print(f"no sessions{where}", file=out)
+        print(f"no {'archived ' if archived else ''}sessions{where}", file=out)
         return
     costs = store.costs.session_totals(info.id for info in sessions)
-    print(f"{'ID':<10}{'UPDATED':<18}{'MSGS':>5}  {'MODEL':<28}{'COST':>10}  TITLE", file=out)
+    now = datetime.now(UTC)
+    print(f"{'ID':<10}{'AGE':>5}{'TURNS':>7}  {'PROJECT':<24}{'COST':>10}  NAME/TITLE", file=out)
     for info in sessions:
-        updated = info.updated_at.astimezone().strftime("%Y-%m-%d %H:%M")
-        model = (info.model or "-")[:27]
+        turns = str(info.turns) if info.indexed else "-"
         cost = _short_cost(costs.get(info.id))
-        title = info.title or "(untitled)"
-        print(f"{info.id[:8]:<10}{updated:<18}{info.message_count:>5}  {model:<28}{cost:>10}  {title}", file=out)
+        label = f"{info.name} · {info.title}" if info.name and info.title else info.label
+        line = f"{info.id[:8]:<10}{age(info.updated_at, now):>5}{turns:>7}  {_short_path(info.project_dir):<24}"
+        print(f"{line}{cost:>10}  {label}", file=out)
+
+
+def age(moment: datetime, now: datetime) -> str:
+    """How long ago `moment` was, in its largest unit: `40s`, `5m`, `3h`, `2d`, `7w`."""
+    seconds = max(0, int((now - moment).total_seconds()))
+    for unit, size in (("w", 604800), ("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def _short_path(path: str, width: int = 23) -> str:
+    """`path` with the home directory as `~`, its end kept when it is longer than `width`."""
+    home = str(Path.home())
+    shown = "~" + path[len(home) :] if path == home or path.startswith(home + "/") else path
+    return shown if len(shown) <= width else "…" + shown[-(width - 1) :]
+
+
+def rename_session(store: SqliteConversationStore, reference: str, name: str, out: TextIO) -> None:
+    """`sessions rename ID NAME`; a name another session has is a `ConfigError`."""
+    info = find_session(store, reference)
+    try:
+        store.sessions.rename(info.id, name)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    print(f"session {info.id[:8]} is now called {name!r}", file=out)
+
+
+def archive_session(store: SqliteConversationStore, reference: str, out: TextIO, *, archived: bool) -> None:
+    """`sessions archive ID` / `sessions unarchive ID`."""
+    info = find_session(store, reference)
+    store.sessions.archive(info.id, archived=archived)
+    if archived:
+        print(
+            f"archived session {info.id[:8]} ({info.label}); `code-puppy sessions unarchive` brings it back", file=out
+        )
+    else:
+        print(f"session {info.id[:8]} ({info.label}) is listed again", file=out)
+
+
+def search_sessions(
+    store: SqliteConversationStore, query: str, out: TextIO, *, project_dir: Path | None, as_json: bool, color: bool
+) -> int:
+    """`sessions search QUERY`: the matching sessions, best first, with their matching lines; 0 with matches, 1
+    without, a `ConfigError` (exit 2) for a query FTS5 cannot parse."""
+    from .search import MARK, SearchQueryError, catch_up, search
+
+    if not query.strip():
+        raise ConfigError("the search query is empty")
+    catch_up(store.database)
+    try:
+        hits = search(store.database, query, project_dir=project_dir)
+    except SearchQueryError as exc:
+        raise ConfigError(f'bad search query {query!r}: {exc} (words, "a phrase", AND, OR, NOT, prefix*)') from None
+    infos = {hit.session_id: store.sessions.find(hit.session_id)[0] for hit in hits}
+    if as_json:
+        plain = str.maketrans({MARK[0]: "", MARK[1]: ""})
+        document = [
+            {
+                "session_id": hit.session_id,
+                "name": infos[hit.session_id].name,
+                "title": infos[hit.session_id].title,
+                "project_dir": infos[hit.session_id].project_dir,
+                "updated_at": infos[hit.session_id].updated_at.isoformat(),
+                "matches": [
+                    {"role": role, "line": line.translate(plain), "marked": _marked(line, "[", "]")}
+                    for role, line in hit.lines
+                ],
+            }
+            for hit in hits
+        ]
+        json.dump(document, out)
+        out.write("\n")
+    else:
+        marks = ("\x1b[1;33m", "\x1b[0m") if color else ("[", "]")
+        now = datetime.now(UTC)
+        for hit in hits:
+            info = infos[hit.session_id]
+            print(
+                f"{info.id[:8]}  {age(info.updated_at, now):>4}  {_short_path(info.project_dir)}  {info.label}",
+                file=out,
+            )
+            for role, line in hit.lines:
+                print(f"    {'›' if role == 'user' else '‹'} {_marked(line, *marks)}", file=out)
+    if not hits:
+        print(
+            "no session matches" + ("" if project_dir is None else f" in {project_dir} (--all searches every project)"),
+            file=sys.stderr,
+        )
+    return 0 if hits else 1
+
+
+def _marked(line: str, start: str, end: str) -> str:
+    """`line` with the search's marks as `start` and `end`; a mark cut off by shortening is closed."""
+    from .search import MARK
+
+    if line.count(MARK[0]) > line.count(MARK[1]):
+        line += MARK[1]
+    return line.replace(MARK[0], start).replace(MARK[1], end)
 
 
 def _short_cost(totals: CostTotals | None) -> str:
@@ -111,6 +215,14 @@ def show_session(store: SqliteConversationStore, id_or_prefix: str, out: TextIO,
     conversation = asyncio.run(store.load(info.id))
     messages = conversation.messages if conversation is not None else []
     print(f"session {info.id} · {info.project_dir} · {info.model or '-'} · {info.message_count} messages", file=out)
+    if info.name or info.archived_at is not None:
+        archived = "" if info.archived_at is None else f"archived {info.archived_at.astimezone():%Y-%m-%d %H:%M}"
+        print(" · ".join(filter(None, (f"name: {info.name}" if info.name else "", archived))), file=out)
+    record = asyncio.run(store.read_record(info.id))
+    if record is not None and record.forked_from is not None:
+        source = store.sessions.find(record.forked_from)
+        what = f" ({source[0].label})" if source and source[0].id == record.forked_from else " (deleted since)"
+        print(f"forked from {record.forked_from}{what}", file=out)
     cost = store.costs.session_totals([info.id]).get(info.id)
     if cost is not None:
         print(
@@ -184,6 +296,7 @@ def _metadata(info: SessionInfo) -> dict[str, object]:
     data = asdict(info)
     data["created_at"] = info.created_at.isoformat()
     data["updated_at"] = info.updated_at.isoformat()
+    data["archived_at"] = None if info.archived_at is None else info.archived_at.isoformat()
     return data
 
 

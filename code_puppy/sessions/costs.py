@@ -18,10 +18,10 @@ from .schema import Database, timestamp
 
 __all__ = ("CostBook", "CostTotals", "RequestCost", "RequestKind", "format_cost")
 
-RequestKind = Literal["main", "continuation", "delegate", "compaction", "summary"]
+RequestKind = Literal["main", "continuation", "delegate", "compaction", "summary", "title"]
 """What a request was for: the prompt's run, a follow-up run of the turn, a run delegated from inside a run
-(`delegate_task`), a summary written by compaction (automatic or `/compact`), or one written by a history processor
-(`summarize_older_turns`)."""
+(`delegate_task`), a summary written by compaction (automatic or `/compact`), one written by a history processor
+(`summarize_older_turns`), or a session's title written after its first turn in the chat (`[sessions] auto_title`)."""
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,8 @@ def repair(path: Path) -> RepairReport:
     with sqlite3.connect(path, isolation_level=None) as target:  # foreign keys off: rows arrive in any order
         target.execute("BEGIN IMMEDIATE")
         _copy_rows(moved, target)
+        # The search index is not salvaged: every session is read into it again, lazily (sessions/search.py).
+        target.execute("UPDATE sessions SET indexed = 0, turns = 0")
         messages, kept, shortened, lost = _keep_whole_histories(target)
         target.execute("COMMIT")
     return RepairReport(moved, kept, messages, shortened, lost)

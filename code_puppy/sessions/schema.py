@@ -189,6 +189,49 @@ def m006_checkpoints(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX checkpoints_session ON checkpoints (session_id, id)")
 
 
+def m007_finding_sessions(db: sqlite3.Connection) -> None:
+    # `name`: what the user called the session (`sessions rename`, `/rename`, `--name`), unique, for `-r NAME`.
+    # `archived_at`: hidden from lists, pickers and `-c`, not deleted. `turns`: user prompts in the session.
+    # `search_text`: the text of user prompts and model answers (never tool output), one row per part, and `search`
+    # its FTS5 index (external content: the text is stored once; the triggers keep the index in step). A session
+    # whose `indexed` is 0 (every one stored before this migration) has not been read into it yet: sessions/search.py
+    # indexes those lazily, one short transaction each, rather than here, which would lock a large store for long.
+    db.execute("ALTER TABLE sessions ADD COLUMN name TEXT")
+    db.execute("ALTER TABLE sessions ADD COLUMN archived_at TEXT")
+    db.execute("ALTER TABLE sessions ADD COLUMN turns INTEGER NOT NULL DEFAULT 0")
+    db.execute("ALTER TABLE sessions ADD COLUMN indexed INTEGER NOT NULL DEFAULT 0")
+    db.execute("CREATE UNIQUE INDEX sessions_name ON sessions (name) WHERE name IS NOT NULL")
+    db.execute(
+        """
+        CREATE TABLE search_text (
+            id INTEGER PRIMARY KEY,
+            session_id TEXT NOT NULL,
+            role TEXT NOT NULL,
+            text TEXT NOT NULL
+        )
+        """
+    )
+    db.execute("CREATE INDEX search_text_session ON search_text (session_id, id)")
+    db.execute(
+        "CREATE VIRTUAL TABLE search USING fts5 (text, content = 'search_text', content_rowid = 'id', "
+        "tokenize = 'unicode61')"
+    )
+    db.execute(
+        """
+        CREATE TRIGGER search_text_inserted AFTER INSERT ON search_text BEGIN
+            INSERT INTO search (rowid, text) VALUES (new.id, new.text);
+        END
+        """
+    )
+    db.execute(
+        """
+        CREATE TRIGGER search_text_deleted AFTER DELETE ON search_text BEGIN
+            INSERT INTO search (search, rowid, text) VALUES ('delete', old.id, old.text);
+        END
+        """
+    )
+
+
 MIGRATIONS: list[Migration] = [
     m001_conversations,
     m002_sessions,
@@ -196,6 +239,7 @@ MIGRATIONS: list[Migration] = [
     m004_journal,
     m005_request_costs,
     m006_checkpoints,
+    m007_finding_sessions,
 ]
 """Applied in order; append new ones, never edit or reorder applied ones."""
 
@@ -394,6 +438,7 @@ def delete_conversation(db: sqlite3.Connection, conversation_id: str) -> bool:
     """
     discard_journal(db, conversation_id)
     db.execute("DELETE FROM checkpoints WHERE session_id = ?", (conversation_id,))
+    db.execute("DELETE FROM search_text WHERE session_id = ?", (conversation_id,))
     row = db.execute("DELETE FROM conversations WHERE id = ? RETURNING family", (conversation_id,)).fetchone()
     deleted = row is not None
     deleted |= db.execute("DELETE FROM sessions WHERE id = ?", (conversation_id,)).rowcount > 0

@@ -102,13 +102,38 @@ class Session:
         return cls(InMemoryConversationStore(), Conversation())
 
     @classmethod
-    async def start(cls, store: SqliteConversationStore, project_dir: Path, *, model: str | None) -> Session:
-        """A new, empty session of `project_dir`; it is listed once its first save lands."""
+    async def start(
+        cls, store: SqliteConversationStore, project_dir: Path, *, model: str | None, name: str | None = None
+    ) -> Session:
+        """A new, empty session of `project_dir` (called `name`); it is listed once its first save lands."""
         session = cls(store, Conversation(conversation_id=new_session_id()), model=model)
         session.project_dir = project_dir
         session._before_first_save = lambda: store.sessions.create(
-            project_dir, model=session.model, session_id=session.id
+            project_dir, model=session.model, session_id=session.id, name=name
         )
+        return session
+
+    @classmethod
+    async def fork(cls, store: SqliteConversationStore, info: SessionInfo, *, model: str | None) -> Session:
+        """A new session of the same project whose history is `info`'s, sharing its stored messages (the store's
+        `fork`); the original goes on unchanged. Listed at once."""
+        fork_id = new_session_id()
+        store.sessions.create(
+            Path(info.project_dir), session_id=fork_id, model=model or info.model, title=info.name or info.title
+        )
+        if await store.read_record(info.id) is None:  # nothing saved yet (a journaled first turn): an empty fork
+            conversation = Conversation(conversation_id=fork_id)
+        else:
+            conversation = await store.fork(info.id, new_conversation_id=fork_id)
+        session = cls(
+            store,
+            conversation,
+            model=model or info.model,
+            cache_epoch=info.cache_epoch,
+            history_version=info.history_version,
+        )
+        session._stored_revision = (0, 0)  # the fork's row starts from the defaults: its first save sets them
+        session.project_dir = Path(info.project_dir)
         return session
 
     @classmethod
@@ -122,6 +147,16 @@ class Session:
         if model is not None and model != info.model:
             session._before_first_save = lambda: store.sessions.update(info.id, model=session.model)
         return session
+
+    def rename(self, name: str) -> None:
+        """Call the session `name` (a new one is recorded now, listed once it has a turn).
+
+        Raises:
+            ValueError: Another session is called `name`.
+        """
+        assert isinstance(self.store, SqliteConversationStore)
+        self._create_row()
+        self.store.sessions.rename(self.id, name)
 
     def switch_model(self, model: str) -> None:
         """Record that the session goes on with `model`: now if it is stored, else with its first save."""
@@ -193,31 +228,44 @@ async def open_session(
     model: str | None,
     continue_last: bool = False,
     resume: str | None = None,
+    fork: bool = False,
+    name: str | None = None,
 ) -> Session:
-    """A new session, the latest of `project_dir` (`-c`), or the one `resume` names by id or unique prefix (`-r`).
+    """A new session, the latest of `project_dir` (`-c`), or the one `resume` names (`-r`: an id, a name, a unique id
+    prefix); with `fork`, a fork of the one continued. `name` names the session opened (`--name`).
 
     Everything the run needs from the store is read here, before anything is sent: a row that cannot be read is a
-    `StoreError` naming the file.
+    `StoreError` naming the file; a name another session has is a `ConfigError`.
     """
     try:
+        found: SessionInfo | None = None
         if resume is not None:
-            return await Session.resume(store, find_session(store, resume), model=model)
-        if continue_last:
-            latest = store.sessions.latest(project_dir)
-            if latest is None:
+            found = find_session(store, resume)
+        elif continue_last:
+            found = store.sessions.latest(project_dir)
+            if found is None:
                 raise ConfigError(f"no session to continue in {project_dir}; start one without -c")
-            return await Session.resume(store, latest, model=model)
-        return await Session.start(store, project_dir, model=model)
+        if name is not None:
+            other = store.sessions.find(name)
+            if other and other[0].name == name and (found is None or fork or other[0].id != found.id):
+                raise ConfigError(f"--name: another session ({other[0].id[:8]}) is already called {name!r}")
+        if found is None:
+            return await Session.start(store, project_dir, model=model, name=name)
+        session = await (Session.fork if fork else Session.resume)(store, found, model=model)
+        if name is not None:
+            store.sessions.rename(session.id, name)
+        return session
     except (sqlite3.DatabaseError, ValidationError) as exc:
         raise store_error(store.database.path, exc) from None
 
 
-def find_session(store: SqliteConversationStore, id_or_prefix: str) -> SessionInfo:
-    """The one session `id_or_prefix` names; `ConfigError` (exit 2) when it names none or several."""
-    matches = store.sessions.find(id_or_prefix)
+def find_session(store: SqliteConversationStore, reference: str) -> SessionInfo:
+    """The one session `reference` names (an exact id, an exact name, a unique id prefix); `ConfigError` (exit 2)
+    when it names none or several."""
+    matches = store.sessions.find(reference)
     if not matches:
-        raise ConfigError(f"no session matches '{id_or_prefix}' (code-puppy sessions list --all shows them)")
+        raise ConfigError(f"no session matches '{reference}' (code-puppy sessions list --all shows them)")
     if len(matches) > 1:
-        listed = ", ".join(f"{info.id} ({info.title or 'untitled'})" for info in matches[:10])
-        raise ConfigError(f"'{id_or_prefix}' matches {len(matches)} sessions: {listed}")
+        listed = ", ".join(f"{info.id} ({info.name or info.title or 'untitled'})" for info in matches[:10])
+        raise ConfigError(f"'{reference}' matches {len(matches)} sessions: {listed}")
     return matches[0]

@@ -56,7 +56,17 @@ _BUSY_COMMANDS = frozenset({"help", "queue", "steer", "usage", "budget", "permis
 
 
 def run_chat(options: RunOptions) -> int:
-    """Show the prompt, then load config, model, session and agent behind it (a bad config: exit 2 after all)."""
+    """Show the prompt, then load config, model, session and agent behind it (a bad config: exit 2 after all).
+    `-r` with no id (`resume == ""`): the session picker first; Esc there leaves without a chat."""
+    if options.resume == "":
+        from dataclasses import replace
+
+        from code_puppy.ui.picker import pick_at_start
+
+        picked = asyncio.run(pick_at_start(options.project_root))
+        if picked is None:
+            return 0
+        options = replace(options, resume=picked)
     return asyncio.run(Chat(options).run())
 
 

@@ -53,6 +53,8 @@ async def turn_job(chat: ChatControl, text: str, *, command: FileCommand | None 
     if runtime.session.notice:
         chat.screen.print(Text(runtime.session.notice, style="yellow"))
         runtime.session.notice = None
+    if outcome.error is None:
+        runtime.title_after_first_turn()
     return outcome.error is None
 
 

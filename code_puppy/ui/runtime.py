@@ -9,6 +9,7 @@ from typing import Any
 
 import pydantic_ai
 from pydantic_ai import Agent, RunContext
+from pydantic_ai.messages import ModelRequest, UserPromptPart
 from pydantic_ai.models import Model
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults
 
@@ -51,6 +52,7 @@ class ChatRuntime:
         self._confirm = confirm
         self._registry = RunRegistry(project.store.database)
         self._session_cost: tuple[tuple[str, int], CostTotals] | None = None
+        self._titling: set[asyncio.Task[None]] = set()
 
     @classmethod
     async def open(
@@ -89,7 +91,42 @@ class ChatRuntime:
         return self.project.model(self.model_name)
 
     async def close(self) -> None:
+        for task in self._titling:
+            task.cancel()
+        await asyncio.gather(*self._titling, return_exceptions=True)
         await self.project.close()
+
+    def title_after_first_turn(self) -> None:
+        """After a session's first turn, ask its model for a short title in the background (`[sessions]
+        auto_title`); the request is the session's, of kind `title`."""
+        session = self.session
+        prompts = sum(
+            isinstance(message, ModelRequest) and any(isinstance(part, UserPromptPart) for part in message.parts)
+            for message in session.messages
+        )
+        if prompts != 1 or not self.settings.sessions.auto_title:
+            return
+        task = asyncio.create_task(self._write_title(session, self.model))
+        self._titling.add(task)
+        task.add_done_callback(self._titling.discard)
+
+    async def _write_title(self, session: Session, model: Model) -> None:
+        from code_puppy.agents.session_title import write_title
+        from code_puppy.agents.spending import CostMeter
+
+        meter = CostMeter(self.project.spending, kind="title", session_id=session.id)
+        try:
+            title = await write_title(model, session.messages, capabilities=[meter])
+        except Exception:  # a title is a nicety: on any failure (a budget, the provider) the first prompt stays it
+            return
+        if title:
+            self.store.sessions.update(session.id, title=title)
+
+    async def fork(self) -> Session:
+        """Go on in a fork of this chat's session (its history, sharing the stored messages); the fork."""
+        info = find_session(self.store, self.session.id)
+        self.session = await Session.fork(self.store, info, model=self.model_name)
+        return self.session
 
     @contextlib.asynccontextmanager
     async def steerable(self) -> AsyncGenerator[None]:

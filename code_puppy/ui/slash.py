@@ -38,7 +38,9 @@ def register_builtins(commands: CommandRegistry, chat: ChatControl) -> None:
         ("model", builtins.model, "[NAME] show or switch the model"),
         ("new", builtins.new, "start a new session"),
         ("sessions", builtins.sessions, "list this project's sessions"),
-        ("resume", builtins.resume, "ID continue a stored session"),
+        ("resume", builtins.resume, "[ID|NAME] continue a stored session (no ID: pick one)"),
+        ("rename", builtins.rename, "NAME call this session NAME (`code-puppy -r NAME` resumes it)"),
+        ("fork", builtins.fork, "go on in a copy of this session; the original stays as it is"),
         ("usage", builtins.usage, "tokens and cost of this session, by kind and model"),
         ("budget", builtins.budget, "[USD|off] show the budgets, or set this chat's (--max-budget-usd)"),
         ("permissions", builtins.permissions, "[MODE] show or set the permission mode"),
@@ -106,12 +108,39 @@ class Builtins:
         return out.getvalue().rstrip()
 
     async def resume(self, args: str) -> str | None:
-        if not args:
-            return "usage: /resume ID (/sessions lists them)"
         runtime = await self._chat.ready()
+        if not args:
+            from code_puppy.errors import ConfigError
+            from code_puppy.ui.picker import pick_session
+
+            try:
+                picked = await pick_session(runtime.store, self._chat.project_root)
+            except ConfigError as exc:
+                return str(exc)
+            if picked is None:
+                return "no session picked"
+            args = picked
         await runtime.resume(args)
         show_resumed(self._chat)
         return None
+
+    async def rename(self, args: str) -> str:
+        if not args:
+            return "usage: /rename NAME"
+        runtime = await self._chat.ready()
+        try:
+            runtime.session.rename(args)
+        except ValueError as exc:
+            return str(exc)
+        return f"session {runtime.session.id[:8]} is now called {args!r}"
+
+    async def fork(self, args: str) -> str:
+        runtime = await self._chat.ready()
+        if not runtime.session.messages:
+            return "nothing to fork yet: this session has no turns"
+        source = runtime.session.id
+        fork = await runtime.fork()
+        return f"forked session {source[:8]} → {fork.id[:8]}; you are now in the fork ({len(fork.messages)} messages)"
 
     def usage(self, args: str) -> str:
         runtime = self._chat.runtime

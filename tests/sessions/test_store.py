@@ -379,6 +379,7 @@ async def test_session_metadata_follows_saves(store: SqliteConversationStore, tm
         message_count=4,
         cache_epoch=0,
         history_version=0,
+        turns=2,
     )
     updated = store.sessions.update(info.id, model="anthropic:claude-sonnet-4-5", cache_epoch=2, history_version=5)
     assert (updated.model, updated.cache_epoch, updated.history_version, updated.title) == (

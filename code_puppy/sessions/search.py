@@ -1,0 +1,191 @@
+"""Full-text search over sessions: `search_text`, the text of user prompts and model answers, and `search`, its SQLite
+FTS5 index.
+
+A save indexes the messages it appends in its own transaction (`index_new`), so the index never lags a saved
+session. Sessions stored before the index existed (`indexed = 0`) are read into it lazily by `catch_up`: one short
+`BEGIN IMMEDIATE` transaction per session, which is the lock that keeps two processes from indexing one twice. The
+chat and headless runs start it in a background thread (`start_indexer`); `code-puppy sessions search` runs it before
+it searches. Tool calls and their output are never indexed.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+from .schema import Database
+
+__all__ = ("MARK", "SearchHit", "SearchQueryError", "catch_up", "index_new", "search", "start_indexer", "text_parts")
+
+MARK = ("\x02", "\x03")
+"""What `search` puts around each matched term in a hit's line."""
+
+
+class SearchQueryError(ValueError):
+    """A query FTS5 cannot parse (an unbalanced quote, a stray operator); the message says what."""
+
+
+def text_parts(message_json: str) -> list[tuple[str, str]]:
+    """The searchable text of a stored message, as (role, text): its user prompts, or its answer's text parts."""
+    message: dict[str, Any] = json.loads(message_json)
+    found: list[tuple[str, str]] = []
+    for part in message.get("parts", ()):
+        kind = part.get("part_kind")
+        if message.get("kind") == "request" and kind == "user-prompt":
+            content = part.get("content")
+            items: list[Any] = [content] if isinstance(content, str) else list(content or ())
+            texts = [item if isinstance(item, str) else item.get("content") for item in items if _is_text(item)]
+            if text := "\n".join(t for t in texts if isinstance(t, str)).strip():
+                found.append(("user", text))
+        elif message.get("kind") == "response" and kind == "text" and (text := str(part.get("content", "")).strip()):
+            found.append(("model", text))
+    return found
+
+
+def _is_text(item: Any) -> bool:
+    return isinstance(item, str) or (
+        isinstance(item, dict) and cast(dict[str, Any], item).get("kind") == "text-content"
+    )
+
+
+def index_new(db: sqlite3.Connection, session_id: str, message_jsons: Iterable[str]) -> None:
+    """Index the messages a save appends to `session_id`, and count its new user prompts; inside its transaction."""
+    rows = [(text, session_id, role) for message in message_jsons for role, text in text_parts(message)]
+    db.executemany("INSERT INTO search_text (text, session_id, role) VALUES (?, ?, ?)", rows)
+    if prompts := sum(role == "user" for _, _, role in rows):
+        db.execute("UPDATE sessions SET turns = turns + ? WHERE id = ?", (prompts, session_id))
+
+
+def copy_index(db: sqlite3.Connection, source_id: str, fork_id: str) -> None:
+    """A fork starts with its source's index, turns and `indexed` mark; inside the transaction that writes the fork."""
+    db.execute(
+        "INSERT INTO search_text (text, session_id, role) SELECT text, ?, role FROM search_text WHERE session_id = ?",
+        (fork_id, source_id),
+    )
+    db.execute(
+        """
+        UPDATE sessions SET (turns, indexed) = (SELECT turns, indexed FROM sessions WHERE id = :source)
+        WHERE id = :fork AND EXISTS (SELECT 1 FROM sessions WHERE id = :source)
+        """,
+        {"source": source_id, "fork": fork_id},
+    )
+
+
+def catch_up(database: Database, *, stop: threading.Event | None = None) -> int:
+    """Index the sessions not indexed yet, newest first, one transaction each; how many this call indexed."""
+    with database.read() as db:
+        waiting = [row[0] for row in db.execute("SELECT id FROM sessions WHERE indexed = 0 ORDER BY updated_at DESC")]
+    done = 0
+    for session_id in waiting:
+        if stop is not None and stop.is_set():
+            break
+        with database.write() as db:
+            # Checked again under the write lock: another process may have indexed it meanwhile.
+            if db.execute("SELECT indexed FROM sessions WHERE id = ?", (session_id,)).fetchone() != (0,):
+                continue
+            messages = [
+                message
+                for (message,) in db.execute(
+                    """
+                    WITH RECURSIVE chain (id, parent_id, message) AS (
+                        SELECT entries.id, entries.parent_id, entries.message FROM entries
+                        JOIN conversations ON conversations.head_id = entries.id WHERE conversations.id = ?
+                        UNION ALL
+                        SELECT entries.id, entries.parent_id, entries.message
+                        FROM chain JOIN entries ON entries.id = chain.parent_id
+                    )
+                    SELECT message FROM chain
+                    """,
+                    (session_id,),
+                )
+            ]
+            # Rows a save made since the migration are part of the history read here: start from none.
+            db.execute("DELETE FROM search_text WHERE session_id = ?", (session_id,))
+            db.execute("UPDATE sessions SET turns = 0, indexed = 1 WHERE id = ?", (session_id,))
+            index_new(db, session_id, reversed(messages))
+        done += 1
+    return done
+
+
+def start_indexer(path: Path) -> threading.Event:
+    """Index older sessions in a background thread with its own connection; set the event returned to stop it
+    between two sessions. A failure (a locked or damaged store) leaves the rest for next time."""
+    stop = threading.Event()
+
+    def run() -> None:
+        try:
+            database = Database(path)
+        except Exception:  # the run that started it reports an unusable store; the index can wait
+            return
+        try:
+            catch_up(database, stop=stop)
+        except sqlite3.Error:
+            pass  # a busy store: what is not indexed yet is indexed by the next start, or before a search
+        finally:
+            database.close()
+
+    threading.Thread(target=run, name="code-puppy search index").start()
+    return stop
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    """A session that matched, with its best matching lines (each with `MARK` around the matched terms)."""
+
+    session_id: str
+    lines: list[tuple[str, str]]
+    """(role, line), best match first."""
+
+
+def search(
+    database: Database, query: str, *, project_dir: Path | None, limit: int = 50, lines_per_session: int = 3
+) -> list[SearchHit]:
+    """The sessions (of `project_dir`, or every project) whose prompts or answers match `query`, best first;
+    archived ones left out.
+
+    Raises:
+        SearchQueryError: FTS5 cannot parse `query`.
+    """
+    project = None if project_dir is None else str(project_dir.resolve())
+    try:
+        with database.read() as db:
+            rows: Sequence[tuple[str, str, str]] = db.execute(
+                """
+                SELECT search_text.session_id, search_text.role, highlight(search, 0, :open, :close)
+                FROM search JOIN search_text ON search_text.id = search.rowid
+                JOIN sessions ON sessions.id = search_text.session_id
+                WHERE search MATCH :query AND sessions.archived_at IS NULL
+                    AND (:project IS NULL OR sessions.project_dir = :project)
+                ORDER BY bm25(search) LIMIT 2000
+                """,
+                {"query": query, "open": MARK[0], "close": MARK[1], "project": project},
+            ).fetchall()
+    except sqlite3.OperationalError as exc:
+        if "fts5" in str(exc) or "no such column" in str(exc) or "unterminated" in str(exc):
+            raise SearchQueryError(str(exc)) from None
+        raise
+    hits: dict[str, list[tuple[str, str]]] = {}
+    for session_id, role, text in rows:
+        found = hits.get(session_id)
+        if found is None:
+            if len(hits) == limit:
+                continue
+            found = hits[session_id] = []
+        if len(found) < lines_per_session:
+            found.append((role, _matching_line(text)))
+    return [SearchHit(session_id, lines) for session_id, lines in hits.items()]
+
+
+def _matching_line(text: str, width: int = 160) -> str:
+    """The first line of `text` with a marked term, cut to about `width` characters around the first one."""
+    line = next((line for line in text.splitlines() if MARK[0] in line), text.splitlines()[0] if text else "")
+    start = line.find(MARK[0])
+    if len(line) <= width or start < width // 3:
+        return line[:width] + ("…" if len(line) > width else "")
+    begin = start - width // 3
+    return "…" + line[begin : begin + width] + ("…" if begin + width < len(line) else "")

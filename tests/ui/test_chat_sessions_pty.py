@@ -1,0 +1,82 @@
+"""Sessions in the interactive chat, in a real pseudo-terminal: the title written after the first turn, `/rename`,
+`/fork`; and headless runs, which never ask for a title."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+from tests.conftest import run_cli, wait_for
+from tests.fake_llm import FakeLLMServer, text
+from tests.pty_chat import PtyChat
+
+
+def auto_title(code_puppy_home: Path) -> None:
+    config = code_puppy_home / "config.toml"
+    config.write_text(config.read_text().replace("auto_title = false", "auto_title = true"))
+
+
+def request_kinds(code_puppy_home: Path) -> list[tuple[str, str]]:
+    with sqlite3.connect(code_puppy_home / "sessions.db") as db:
+        return db.execute("SELECT session_id, kind FROM requests ORDER BY id").fetchall()
+
+
+def sent_texts(server: FakeLLMServer, index: int) -> list[str]:
+    return [m["content"] for m in server.requests[index].body["messages"] if m["role"] in ("user", "assistant")]
+
+
+def test_title_rename_and_fork_in_the_chat(server: FakeLLMServer, project: Path, code_puppy_home: Path) -> None:
+    auto_title(code_puppy_home)
+    server.script(text("Sure, looking at the login form."), text('"Fixing the login form."'), text("Second answer."))
+    chat = PtyChat(project)
+    try:
+        chat.wait_for("session ")
+        chat.type("the login form is broken\r")
+        chat.wait_turn("Sure, looking at the login form.")
+
+        def listed() -> str:
+            return run_cli("sessions", "list", cwd=project).stdout
+
+        wait_for(lambda: "Fixing the login form" in listed(), what="the title in `sessions list`")
+        (line,) = listed().splitlines()[1:]
+        original = line.split()[0]
+        assert line.endswith("  Fixing the login form")
+        title_request = server.requests[1].body["messages"]
+        assert title_request[0]["role"] == "system" and "Reply with the title only" in title_request[0]["content"]
+        assert "the login form is broken" in title_request[1]["content"]
+        assert [kind for _, kind in request_kinds(code_puppy_home)] == ["main", "title"]
+        assert {session[:8] for session, _ in request_kinds(code_puppy_home)} == {original}
+
+        chat.type("/rename login fix\r")
+        chat.wait_for(f"session {original} is now called 'login fix'")
+        chat.type("/fork\r")
+        screen = chat.wait_for("you are now in the fork")
+        fork = screen.split(f"forked session {original} → ")[1][:8]
+        chat.type("and the second question\r")
+        chat.wait_turn("Second answer.")
+        assert sent_texts(server, 2) == [
+            "the login form is broken",
+            "Sure, looking at the login form.",
+            "and the second question",
+        ]
+        chat.type("/exit\r")
+        assert chat.wait_exit() == 0
+    finally:
+        chat.close()
+    assert len(server.requests) == 3  # the fork's turn was its second: no title for it
+    exported = json.loads(run_cli("sessions", "export", "login fix", cwd=project).stdout)
+    assert exported["session"]["id"].startswith(original) and len(exported["messages"]) == 2  # unchanged
+    shown = run_cli("sessions", "show", fork, cwd=project).stdout
+    assert f"forked from {exported['session']['id']} (login fix)" in shown
+    assert "and the second question" in shown
+
+
+def test_headless_runs_never_ask_for_a_title(server: FakeLLMServer, project: Path, code_puppy_home: Path) -> None:
+    auto_title(code_puppy_home)
+    server.script(text("Done."))
+    done = run_cli("-p", "name nothing", cwd=project)
+    assert done.returncode == 0, done.stderr
+    assert len(server.requests) == 1
+    assert [kind for _, kind in request_kinds(code_puppy_home)] == ["main"]
+    assert run_cli("sessions", "list", cwd=project).stdout.splitlines()[1].endswith("  name nothing")
