@@ -54,7 +54,7 @@ from code_puppy.options import RunOptions
 from code_puppy.paths import find_project_root
 from code_puppy.sessions.catalog import SessionInfo as StoredSession
 from code_puppy.sessions.runs import RunRegistry
-from code_puppy.sessions.session import Session, find_session, new_session_id
+from code_puppy.sessions.session import Session, find_session
 
 pydantic_ai.BANNER_ENABLED = False
 logger = logging.getLogger(__name__)
@@ -184,22 +184,8 @@ class AcpRuntime:
         messages, as the store forks), which goes on unchanged."""
         commands = SessionCommands()
         project = await self._project(cwd, servers, commands)
-        store = project.store
         try:
-            source = stored(project, session_id)
-            if await store.read_record(source.id) is None:
-                raise ConfigError(f"session {session_id} has no conversation yet to fork")
-            fork_id = new_session_id()
-            # The row first: the store's save of the fork brings it up to date (message count, usage).
-            store.sessions.create(project.root, model=project.model_name, session_id=fork_id)
-            await store.fork(source.id, new_conversation_id=fork_id)
-            forked = store.sessions.update(
-                fork_id,
-                title=source.title,
-                cache_epoch=source.cache_epoch,
-                history_version=source.history_version,
-            )
-            session = await Session.resume(store, forked, model=project.model_name)
+            session = await Session.fork(project.store, stored(project, session_id), model=project.model_name)
         except ConfigError as exc:
             await project.close()
             raise RequestError(-32602, str(exc)) from None
