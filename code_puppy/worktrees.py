@@ -113,6 +113,12 @@ def find(repo: Path, name: str) -> Worktree:
 def remove(repo: Path, worktree: Worktree, *, force: bool) -> str | None:
     """Remove `worktree` (its branch stays). Uncommitted changes stop it unless `force`, which first commits them on
     the worktree's branch; returns that commit's id, or None when there was nothing to commit."""
+    running = _running_sessions(worktree.path)
+    if running:
+        # Even with --force: its files would vanish under an agent that is still writing them.
+        raise WorktreeError(
+            f"an agent is running in worktree {worktree.name} (session {', '.join(running)}): stop it first"
+        )
     commit = None
     if worktree.changes:
         if not force:
@@ -208,3 +214,16 @@ def _latest_sessions(paths: list[Path]) -> dict[Path, str]:
 
     with open_store(readonly=True) as store:
         return {path: info.id for path in paths if (info := store.sessions.latest(path)) is not None}
+
+
+def _running_sessions(path: Path) -> list[str]:
+    """The sessions a live code-puppy process runs in `path`."""
+    from code_puppy.paths import data_dir
+
+    if not (data_dir() / "sessions.db").exists():
+        return []
+    from code_puppy.sessions.runs import RunRegistry
+    from code_puppy.sessions.store import open_store
+
+    with open_store() as store:
+        return [run.session_id[:8] for run in RunRegistry(store.database).running(project_dir=path)]

@@ -12,7 +12,7 @@ from code_puppy.agents.permissions import PermissionPolicy
 from code_puppy.checkpoints.shadow import ShadowRepo
 from code_puppy.sandbox.guard import ProtectedFiles
 from code_puppy.trust import project_trust, trust_project
-from tests.conftest import run_cli
+from tests.conftest import run_cli, start_cli, wait_for
 from tests.fake_llm import FakeLLMServer, call, text, tool_calls
 from tests.pty_chat import PtyChat
 
@@ -207,3 +207,22 @@ def test_the_chat_runs_in_the_worktree(committed: Path, server: FakeLLMServer) -
     assert (listed["name"], listed["branch"], listed["dirty"]) == ("chat", "code-puppy/chat", False)
     assert listed["session"] is not None  # the chat's session belongs to the worktree, not to the main checkout
     assert run_cli("sessions", "list", cwd=committed).stdout.startswith("no sessions")
+
+
+def test_remove_refuses_a_worktree_an_agent_is_running_in(committed: Path, server: FakeLLMServer) -> None:
+    server.script(text("done", delay=30))
+    busy = start_cli("-w", "busy", "-p", "hi", cwd=committed)
+    try:
+        wait_for(lambda: server.requests, what="the agent's request")
+
+        refused = run_cli("worktrees", "remove", "busy", "--force", cwd=committed)
+
+        assert refused.returncode == 1
+        assert refused.stderr.startswith("code-puppy: error: an agent is running in worktree busy (session ")
+        assert refused.stderr.count("\n") == 1
+        assert (committed / ".code-puppy" / "worktrees" / "busy").is_dir()
+    finally:
+        busy.terminate()
+        busy.communicate(timeout=20)
+
+    assert run_cli("worktrees", "remove", "busy", cwd=committed).returncode == 0
