@@ -106,8 +106,9 @@ def show_resumed(chat: ChatControl) -> None:
     if runtime is None:
         return
     lines = [line for line in transcript(runtime.session.messages) if line.strip()]
+    how = "forked into session" if runtime.project.options.fork else "resumed session"
     chat.screen.print(
-        Text(f"resumed session {runtime.session.id[:8]} · {len(runtime.session.messages)} messages", style="bold"),
+        Text(f"{how} {runtime.session.id[:8]} · {len(runtime.session.messages)} messages", style="bold"),
         *(Text(line[:200], style="dim") for line in lines[-8:]),
     )
     if runtime.recovered:

@@ -71,6 +71,16 @@ def test_title_rename_and_fork_in_the_chat(server: FakeLLMServer, project: Path,
     assert f"forked from {exported['session']['id']} (login fix)" in shown
     assert "and the second question" in shown
 
+    again = PtyChat(project, "-r", "login fix", "--fork")
+    try:
+        screen = again.wait_for("2 messages")
+        assert "forked into session " in screen and f"session {original}" not in screen
+        again.type("/exit\r")
+        assert again.wait_exit() == 0
+    finally:
+        again.close()
+    assert json.loads(run_cli("sessions", "export", "login fix", cwd=project).stdout) == exported
+
 
 def test_headless_runs_never_ask_for_a_title(server: FakeLLMServer, project: Path, code_puppy_home: Path) -> None:
     auto_title(code_puppy_home)
