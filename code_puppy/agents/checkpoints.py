@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator
+import threading
+import time
+from collections.abc import AsyncGenerator, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +17,9 @@ from pydantic_ai.messages import ToolCallPart
 
 from code_puppy.agents.permissions import EDIT_TOOL_NAMES, MCP_PERMISSION_KEY, SHELL_TOOL_NAMES, is_read_only
 from code_puppy.checkpoints.shadow import Change, CheckpointError, ShadowRepo
+
+REUSE_WITHIN = 1.0
+"""Seconds after a snapshot in which the next call of the same model response may start from it."""
 
 
 @dataclass(frozen=True)
@@ -38,12 +43,20 @@ class Checkpoints(AbstractCapability[Any]):
     First in the capability list, so its wrap is the outermost: the snapshots enclose the permission policy, the
     plugins' hooks and the sandbox's own restoring. The agent is built once, so the turn is the caller's to mark:
     `begin_turn` and `take`.
+
+    The calls of one model response run back to back (or at once), with no model request in between: the snapshot
+    before each call after the first is the last one taken in that response (if under `REUSE_WITHIN` ago: not after a
+    slow read-only call in between), not a new one, as nobody can meaningfully edit between them. The first call of a
+    response is always checked: the user may have edited while the model thought.
     """
 
     shadow: ShadowRepo
     _changes: dict[str, Change] = field(default_factory=dict[str, Change], init=False, repr=False)
     _skipped: set[str] = field(default_factory=set[str], init=False, repr=False)
     _failure: str | None = field(default=None, init=False, repr=False)
+    _maintaining: threading.Thread | None = field(default=None, init=False, repr=False)
+    _latest: tuple[Hashable, str, float] | None = field(default=None, init=False, repr=False)
+    """The model response (run id, step) of the latest snapshot, its tree, and when it was taken."""
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
@@ -51,7 +64,7 @@ class Checkpoints(AbstractCapability[Any]):
 
     def begin_turn(self) -> None:
         """A user turn starts: nothing of it changed yet."""
-        self._changes, self._skipped, self._failure = {}, set(), None
+        self._changes, self._skipped, self._failure, self._latest = {}, set(), None, None
 
     def take(self) -> TurnChanges:
         """The turn's changes (files changed and then put back as they were are left out); the turn is over."""
@@ -62,10 +75,17 @@ class Checkpoints(AbstractCapability[Any]):
 
     def maintain(self) -> None:
         """Between turns: keep the shadow repository small (`ShadowRepo.maintain`); a failure only costs space."""
-        try:
+        with contextlib.suppress(CheckpointError):
             self.shadow.maintain()
-        except CheckpointError as exc:
-            self._failure = str(exc)
+
+    def maintain_in_background(self) -> None:
+        """`maintain` in a thread of its own, so the turn does not wait for it (unless one still runs). The next
+        snapshot waits for it through the repository's lock; the thread is no daemon, so the process waits for it
+        before it exits and a pack is never cut short."""
+        if self._maintaining is not None and self._maintaining.is_alive():
+            return
+        self._maintaining = threading.Thread(target=self.maintain, name="checkpoints-maintain")
+        self._maintaining.start()
 
     async def wrap_tool_execute(
         self,
@@ -78,14 +98,20 @@ class Checkpoints(AbstractCapability[Any]):
     ) -> Any:
         if not _can_change_project(tool_def):
             return await handler(args)
-        async with self.tracked():
+        async with self.tracked(response=None if ctx.run_id is None else (ctx.run_id, ctx.run_step)):
             return await handler(args)
 
     @contextlib.asynccontextmanager
-    async def tracked(self) -> AsyncGenerator[None]:
+    async def tracked(self, *, response: Hashable | None = None) -> AsyncGenerator[None]:
         """Enclose something the agent does (a tool call, a command a plugin's hook runs): what changes in the project
-        meanwhile is the agent's."""
-        before = await self._snapshot()
+        meanwhile is the agent's. `response` names the model response a tool call belongs to (None: not a tool call,
+        always snapshotted before)."""
+        latest = self._latest
+        if latest is not None and latest[0] == response and time.monotonic() - latest[2] < REUSE_WITHIN:
+            before: str | None = latest[1]
+        else:
+            before = await self._snapshot()
+            self._remember(response, before)
         try:
             yield
         finally:
@@ -94,6 +120,14 @@ class Checkpoints(AbstractCapability[Any]):
                 after = self._snapshot_now()
                 if after is not None:
                     self._absorb(before, after)
+                self._remember(response, after)
+
+    def _remember(self, response: Hashable | None, tree: str | None) -> None:
+        """The latest snapshot, for the next call of the same response (none outside a response, or when it failed)."""
+        if response is None or tree is None:
+            self._latest = None
+        else:
+            self._latest = (response, tree, time.monotonic())
 
     async def _snapshot(self) -> str | None:
         try:

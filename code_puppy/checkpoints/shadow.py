@@ -33,8 +33,19 @@ CHECKPOINT_IGNORE = ".code-puppy/checkpointignore"
 """More paths to leave out of snapshots, in `.gitignore` syntax."""
 LOCK_WAIT = 30.0
 """Seconds to wait for another process's snapshot or rewind before reporting it."""
-PACK_AFTER = 500
-"""Loose objects in the shadow repository that make `maintain` pack them."""
+BULK_PATHS = 64
+"""A snapshot adding more files than this writes their contents straight into one pack (git's bulk check-in), not
+one loose object each: the first, full scan of a big project needs no packing afterwards."""
+_SETTINGS = (
+    ("core.bare", "false"),
+    ("gc.auto", "0"),
+    ("core.autocrlf", "false"),
+    # The index of 10,000 files is ~0.9 MB, rewritten by every update-index and write-tree: split, each writes only
+    # its changes, the rest stays in a shared file (the old one deleted at once when it is rewritten).
+    ("core.splitIndex", "true"),
+    ("splitIndex.sharedIndexExpire", "now"),
+    ("index.version", "4"),
+)
 _FILE_MODES = frozenset({"100644", "100755", "120000"})
 """What a checkpoint restores; gitlinks (nested repositories) are not content."""
 _IDENTITY = {
@@ -89,7 +100,14 @@ class ShadowRepo:
         repo = cls(root, data / "checkpoints" / name, git=git, max_file_bytes=int(max_file_mb * 1024 * 1024))
         if not (repo.directory / "HEAD").is_file():
             repo._create()
+        elif "splitIndex" not in (repo.directory / "config").read_text(errors="replace"):
+            with repo.lock():
+                repo._configure()  # made by an earlier version
         return repo
+
+    def _configure(self) -> None:
+        for key, value in _SETTINGS:
+            self.git("config", key, value)
 
     def _create(self) -> None:
         self.directory.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -97,8 +115,7 @@ class ShadowRepo:
             if (self.directory / "HEAD").is_file():
                 return
             self.git("init", "--quiet", "--bare", str(self.directory), worktree=False)
-            for key, value in (("core.bare", "false"), ("gc.auto", "0"), ("core.autocrlf", "false")):
-                self.git("config", key, value)
+            self._configure()
             info = self.directory / "info"
             info.mkdir(exist_ok=True)
             (info / "attributes").write_text("* -text -filter -diff\n")
@@ -132,15 +149,19 @@ class ShadowRepo:
             finally:
                 os.close(descriptor)  # releases the flock
 
-    def git(self, *args: str, input: bytes | None = None, worktree: bool = True) -> bytes:
-        """Run git on the shadow repository; its stdout.
+    def git(self, *args: str, input: bytes | None = None, worktree: bool = True, config: str | None = None) -> bytes:
+        """Run git on the shadow repository (with `config`, a `name=value` for this command only); its stdout.
 
         Raises:
             CheckpointError: git failed (its first line of stderr).
         """
         env = self._env if worktree else {k: v for k, v in self._env.items() if k not in ("GIT_DIR", "GIT_WORK_TREE")}
         done = subprocess.run(
-            [self._git, *args], input=input, capture_output=True, env=env, cwd=self.root if worktree else None
+            [self._git, *(("-c", config) if config else ()), *args],
+            input=input,
+            capture_output=True,
+            env=env,
+            cwd=self.root if worktree else None,
         )
         if done.returncode != 0:
             reason = (done.stderr.decode(errors="replace").strip().splitlines() or ["no message"])[0]
@@ -195,7 +216,8 @@ class ShadowRepo:
             return head[1]
         if paths:
             listing = b"".join(os.fsencode(path) + b"\0" for path in paths)
-            self.git("update-index", "--add", "--remove", "-z", "--stdin", input=listing)
+            bulk = "core.bigFileThreshold=1" if len(paths) > BULK_PATHS else None
+            self.git("update-index", "--add", "--remove", "-z", "--stdin", input=listing, config=bulk)
         tree = self.git("write-tree").decode().strip()
         if head is not None and head[1] == tree:
             return tree
@@ -211,15 +233,15 @@ class ShadowRepo:
         return tree
 
     def maintain(self) -> None:
-        """Pack the loose objects once there are many: a tree per folder per snapshot adds up, and packed they are
-        stored as deltas. Nothing is pruned: every snapshot stays reachable, so nothing is ever lost."""
+        """Pack what the last turn wrote (a blob per file changed, a tree per folder on its path, per snapshot): packed,
+        each version of a tree is stored as a delta of the one before. A geometric roll-up: the new objects join the
+        small packs of the turns before, and a pack is merged into a bigger one only once it is half its size, so each
+        turn's packing stays cheap and the packs stay few. Every object of the packs rolled up is kept, reachable or
+        not: nothing is ever pruned or lost."""
         with self.lock():
             counted = self.git("count-objects").decode().split()
-            if counted and int(counted[0]) >= PACK_AFTER:
-                self.git("repack", "-d", "-q")
-                packs = list((self.directory / "objects" / "pack").glob("*.pack"))
-                if len(packs) > 10:
-                    self.git("repack", "-a", "-d", "-q")
+            if counted and int(counted[0]) > 0:
+                self.git("repack", "-d", "-q", "--geometric=2")
 
     def _head(self) -> tuple[str, str] | None:
         """The latest snapshot's commit and tree, or None before the first (the ref file read directly: gc is off, so
