@@ -56,6 +56,8 @@ class Checkpoints(AbstractCapability[Any]):
     _failure: str | None = field(default=None, init=False, repr=False)
     _maintaining: threading.Thread | None = field(default=None, init=False, repr=False)
     _latest: tuple[Hashable, str, float] | None = field(default=None, init=False, repr=False)
+    _pending: tuple[Hashable, asyncio.Future[str | None]] | None = field(default=None, init=False, repr=False)
+    """The snapshot being taken before the first call of a response, which the calls started with it wait for."""
     """The model response (run id, step) of the latest snapshot, its tree, and when it was taken."""
 
     @classmethod
@@ -64,7 +66,8 @@ class Checkpoints(AbstractCapability[Any]):
 
     def begin_turn(self) -> None:
         """A user turn starts: nothing of it changed yet."""
-        self._changes, self._skipped, self._failure, self._latest = {}, set(), None, None
+        self._changes, self._skipped, self._failure = {}, set(), None
+        self._latest = self._pending = None
 
     def take(self) -> TurnChanges:
         """The turn's changes (files changed and then put back as they were are left out); the turn is over."""
@@ -106,12 +109,7 @@ class Checkpoints(AbstractCapability[Any]):
         """Enclose something the agent does (a tool call, a command a plugin's hook runs): what changes in the project
         meanwhile is the agent's. `response` names the model response a tool call belongs to (None: not a tool call,
         always snapshotted before)."""
-        latest = self._latest
-        if latest is not None and latest[0] == response and time.monotonic() - latest[2] < REUSE_WITHIN:
-            before: str | None = latest[1]
-        else:
-            before = await self._snapshot()
-            self._remember(response, before)
+        before = await self._before(response)
         try:
             yield
         finally:
@@ -121,6 +119,25 @@ class Checkpoints(AbstractCapability[Any]):
                 if after is not None:
                     self._absorb(before, after)
                 self._remember(response, after)
+
+    async def _before(self, response: Hashable | None) -> str | None:
+        """The snapshot before a call: the latest of its response, the one being taken for it (calls run at once), or a
+        new one."""
+        latest = self._latest
+        if latest is not None and latest[0] == response and time.monotonic() - latest[2] < REUSE_WITHIN:
+            return latest[1]
+        if response is not None and self._pending is not None and self._pending[0] == response:
+            return await asyncio.shield(self._pending[1])
+        pending = asyncio.ensure_future(self._snapshot())
+        if response is not None:
+            self._pending = (response, pending)
+        try:
+            before = await asyncio.shield(pending)
+        finally:
+            if self._pending is not None and self._pending[1] is pending:
+                self._pending = None
+        self._remember(response, before)
+        return before
 
     def _remember(self, response: Hashable | None, tree: str | None) -> None:
         """The latest snapshot, for the next call of the same response (none outside a response, or when it failed)."""

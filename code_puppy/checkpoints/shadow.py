@@ -21,8 +21,10 @@ import shutil
 import subprocess
 import threading
 import time
+import zlib
 from collections.abc import Generator, Iterable, Mapping
 from pathlib import Path
+from stat import S_ISDIR, S_ISLNK, S_ISREG, S_IXUSR
 
 Entry = tuple[str, str]
 """A file as git stores it: its mode (`100644`, `100755`, `120000` for a symlink) and its blob id."""
@@ -48,6 +50,7 @@ _SETTINGS = (
 )
 _FILE_MODES = frozenset({"100644", "100755", "120000"})
 """What a checkpoint restores; gitlinks (nested repositories) are not content."""
+_NO_OBJECT = "0" * 40
 _IDENTITY = {
     "GIT_AUTHOR_NAME": "code-puppy",
     "GIT_AUTHOR_EMAIL": "checkpoints@code-puppy.invalid",
@@ -72,6 +75,8 @@ class ShadowRepo:
         self._git = git
         self._thread_lock = threading.Lock()
         self._trees: dict[str, str] = {}
+        self._taken: tuple[str, str, dict[str, Change]] | None = None
+        """The latest snapshot of this object: the tree before it, its tree, and what changed in between."""
         """The tree of each snapshot commit seen, so that a snapshot finding nothing changed costs one `git status`."""
         self._env = {
             **{name: value for name, value in os.environ.items() if not name.startswith("GIT_")},
@@ -174,7 +179,14 @@ class ShadowRepo:
             return self.snapshot_held()
 
     def snapshot_held(self) -> str:
-        """`snapshot`, by a caller that holds `lock()` already."""
+        """`snapshot`, by a caller that holds `lock()` already.
+
+        The files `git status` lists are the only ones that can differ from the latest snapshot (the index is its stat
+        cache): a few are hashed and written here, each as the bytes read once, and go into the index with their ids
+        (`--index-info`), so what they changed since the latest snapshot is known without asking git again (`changes`).
+        Many (the first scan) are left to git, which writes them straight into a pack. The snapshot's commit is written
+        here too: the ref makes every snapshot reachable, and its tree is what `git status` compares the index to.
+        """
         # Whoever held the lock before died mid-snapshot (kill -9): git's own lock file of the index is left behind,
         # and would fail every snapshot from now on. Under our lock, no other git of ours can be using it.
         (self.directory / "code-puppy-index.lock").unlink(missing_ok=True)
@@ -183,14 +195,24 @@ class ShadowRepo:
             "status", "--porcelain=v2", "-z", "--untracked-files=all", "--ignored=matching", "--no-renames",
             "--ignore-submodules=all",
         )  # fmt: skip
+        previous: dict[str, Entry | None] = {}
+        """Each tracked path status lists: its entry in the latest snapshot (HEAD)."""
+        ahead: dict[str, Entry | None] = {}
+        """Paths whose index entry is newer than the latest snapshot and matches the file (a snapshot cut short)."""
         changed: list[str] = []
         ignored: list[str] = []
         for record in status.split(b"\0"):
             if not record:
                 continue
             kind = record[:1]
-            if kind == b"1":
-                changed.append(record.split(b" ", 8)[8].decode("utf-8", "surrogateescape"))
+            if kind == b"1":  # 1 XY sub mH mI mW hH hI path
+                fields = record.split(b" ", 8)
+                path = fields[8].decode("utf-8", "surrogateescape")
+                previous[path] = _file_entry(fields[3], fields[6])
+                if fields[1][1:2] == b".":
+                    ahead[path] = _file_entry(fields[4], fields[7])
+                else:
+                    changed.append(path)
             elif kind == b"?":
                 changed.append(record[2:].decode("utf-8", "surrogateescape"))
             elif kind == b"!" and not record.endswith(b"/"):
@@ -212,17 +234,27 @@ class ShadowRepo:
             self.skipped.discard(path)
             paths.append(path)
         head = self._head()
-        if not paths and head is not None:
+        if not paths and not ahead and head is not None:
+            self._taken = (head[1], head[1], {})
             return head[1]
-        if paths:
+        found: dict[str, Entry | None] | None = None
+        if len(paths) > BULK_PATHS:
             listing = b"".join(os.fsencode(path) + b"\0" for path in paths)
-            bulk = "core.bigFileThreshold=1" if len(paths) > BULK_PATHS else None
-            self.git("update-index", "--add", "--remove", "-z", "--stdin", input=listing, config=bulk)
+            self.git(
+                "update-index", "--add", "--remove", "-z", "--stdin", input=listing, config="core.bigFileThreshold=1"
+            )
+        elif paths:
+            found = self._store_files(paths, previous)
         tree = self.git("write-tree").decode().strip()
+        changes: dict[str, Change] = {}
+        if found is not None and head is not None:
+            for path, new in [*found.items(), *ahead.items()]:
+                if previous.get(path) != new:
+                    changes[path] = (previous.get(path), new)
+        self._taken = (head[1], tree, changes) if found is not None and head is not None else None
         if head is not None and head[1] == tree:
             return tree
-        parent = ("-p", head[0]) if head is not None else ()
-        commit = self.git("commit-tree", tree, *parent, "-m", "snapshot").decode().strip()
+        commit = self._store("commit", _commit_text(tree, head[0] if head is not None else None))
         # What `git update-ref HEAD` does, without its process: under the lock, a ref is one file replaced whole.
         ref = self.directory / "refs" / "heads" / "snapshots"
         ref.parent.mkdir(parents=True, exist_ok=True)
@@ -231,6 +263,53 @@ class ShadowRepo:
         os.replace(temporary, ref)
         self._trees[commit] = tree
         return tree
+
+    def _store_files(self, paths: Iterable[str], tracked: Mapping[str, Entry | None]) -> dict[str, Entry | None]:
+        """Store each file's content as a blob and put it in the index (or take it out: gone); each one's new entry.
+
+        A folder where a file was takes the file out; any other folder (a nested repository) is left alone.
+
+        Raises:
+            CheckpointError: A file cannot be read, or git failed.
+        """
+        found: dict[str, Entry | None] = {}
+        for path in paths:
+            location = self.root / path
+            try:
+                stat = os.lstat(location)
+                if S_ISLNK(stat.st_mode):
+                    found[path] = ("120000", self._store("blob", os.fsencode(os.readlink(location))))
+                elif S_ISREG(stat.st_mode):
+                    mode = "100755" if stat.st_mode & S_IXUSR else "100644"
+                    found[path] = (mode, self._store("blob", location.read_bytes()))
+                elif S_ISDIR(stat.st_mode) and tracked.get(path) is None:
+                    continue
+                else:
+                    found[path] = None
+            except (FileNotFoundError, NotADirectoryError):  # gone, or a file where its folder was
+                found[path] = None
+            except OSError as exc:
+                raise CheckpointError(f"cannot snapshot {path}: {exc.strerror}") from None
+        gone = [f"0 {_NO_OBJECT}\t{path}" for path, entry in found.items() if entry is None]
+        kept = [f"{entry[0]} {entry[1]}\t{path}" for path, entry in found.items() if entry is not None]
+        listing = b"".join(os.fsencode(line) + b"\0" for line in [*gone, *kept])
+        if listing:
+            self.git("update-index", "--add", "--replace", "-z", "--index-info", input=listing)
+        return found
+
+    def _store(self, kind: str, content: bytes) -> str:
+        """Write an object as git does, loose (`<kind> <size>\\0<content>`, deflated, named by its SHA-1); its id."""
+        raw = f"{kind} {len(content)}\0".encode() + content
+        name = hashlib.sha1(raw, usedforsecurity=False).hexdigest()
+        folder = self.directory / "objects" / name[:2]
+        target = folder / name[2:]
+        if not target.exists():  # also packed: a loose copy is harmless, and packing drops it
+            folder.mkdir(exist_ok=True)
+            temporary = folder / f"tmp_obj_{os.getpid()}_{threading.get_ident()}"
+            temporary.write_bytes(zlib.compress(raw))
+            temporary.chmod(0o444)
+            os.replace(temporary, target)
+        return name
 
     def maintain(self) -> None:
         """Pack what the last turn wrote (a blob per file changed, a tree per folder on its path, per snapshot): packed,
@@ -272,9 +351,13 @@ class ShadowRepo:
         return [item.decode("utf-8", "surrogateescape") for item in listed.split(b"\0") if item]
 
     def changes(self, before: str, after: str) -> dict[str, Change]:
-        """The files that differ between two snapshots, each with its entry in both."""
+        """The files that differ between two snapshots, each with its entry in both: known without git when `after`
+        is the latest snapshot and `before` the one before it."""
         if before == after:
             return {}
+        taken = self._taken
+        if taken is not None and taken[0] == before and taken[1] == after:
+            return dict(taken[2])
         diff = self.git("diff-tree", "-r", "-z", "--no-renames", before, after)
         fields = diff.split(b"\0")
         found: dict[str, Change] = {}
@@ -325,6 +408,17 @@ class ShadowRepo:
     def size(self) -> int:
         """Bytes the repository takes on disk."""
         return sum(file.stat().st_size for file in self.directory.rglob("*") if file.is_file())
+
+
+def _file_entry(mode: bytes, blob: bytes) -> Entry | None:
+    return (mode.decode(), blob.decode()) if mode.decode() in _FILE_MODES else None
+
+
+def _commit_text(tree: str, parent: str | None) -> bytes:
+    """A snapshot's commit object, as `git commit-tree` would write it."""
+    signature = f"{_IDENTITY['GIT_AUTHOR_NAME']} <{_IDENTITY['GIT_AUTHOR_EMAIL']}> {int(time.time())} +0000"
+    parents = f"parent {parent}\n" if parent is not None else ""
+    return f"tree {tree}\n{parents}author {signature}\ncommitter {signature}\n\nsnapshot\n".encode()
 
 
 def _covered(path: str, excluded: Iterable[str]) -> bool:

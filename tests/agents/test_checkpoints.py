@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from pydantic_ai.messages import ModelMessage, ToolCallPart
 from pydantic_ai.models.function import AgentInfo
 
 from code_puppy.agents.builder import build_pydantic_agent
+from code_puppy.agents.checkpoints import Checkpoints
 from code_puppy.agents.deps import RunDeps
 from code_puppy.checkpoints.shadow import ShadowRepo
 from code_puppy.config import Settings
@@ -84,6 +86,77 @@ async def test_a_turn_that_changes_nothing_makes_no_checkpoint(
 
     assert (outcome.error, outcome.checkpoint, outcome.checkpoint_note) == (None, None, None)
     assert CheckpointLog(store.database).of_session(session.id) == []
+
+
+async def test_the_calls_of_one_response_share_a_snapshot_before_and_the_next_response_takes_its_own(
+    project: Path, store: SqliteConversationStore, code_puppy_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (project / "mine.txt").write_text("mine0\n")
+    shadow = ShadowRepo.open(project, code_puppy_home, max_file_mb=1)
+    taken: list[str] = []
+    snapshot = shadow.snapshot
+
+    def counted() -> str:
+        taken.append(snapshot())
+        return taken[-1]
+
+    monkeypatch.setattr(shadow, "snapshot", counted)
+
+    def user_edits_while_the_model_thinks(messages: list[ModelMessage], info: AgentInfo) -> Reply:
+        (project / "mine.txt").write_text("mine1\n")
+        return [ToolCallPart("shell", {"command": "rm b.txt"}, tool_call_id="s")]
+
+    script = scripted(
+        [
+            ToolCallPart("write_file", {"path": "a.txt", "content": "a\n"}, tool_call_id="w1"),
+            ToolCallPart("write_file", {"path": "b.txt", "content": "b\n"}, tool_call_id="w2"),
+            ToolCallPart("shell", {"command": "echo c > c.txt"}, tool_call_id="s1"),
+        ],
+        user_edits_while_the_model_thinks,
+        "done",
+    )
+    agent = build_pydantic_agent(
+        Settings(), model=script.model, project_root=project, permission_mode="yolo", checkpoints=shadow
+    )
+    session = await Session.start(store, project, model="test")
+
+    async with agent:
+        outcome = await run_turn(agent, RunDeps(session), "three at once", Quiet())
+
+    assert outcome.error is None and outcome.checkpoint is not None
+    # The first response: one snapshot before its three calls, one after each; the second: its own before, one after.
+    assert len(taken) == 4 + 2
+    (checkpoint,) = CheckpointLog(store.database).of_session(session.id)
+    assert sorted(checkpoint.changes) == ["a.txt", "c.txt"]  # b.txt made and removed; mine.txt is the user's
+    assert checkpoint.changes["a.txt"][0] is None and checkpoint.changes["c.txt"][0] is None
+
+
+async def test_a_call_right_after_another_of_its_response_starts_from_its_snapshot_but_not_after_a_pause(
+    project: Path, code_puppy_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shadow = ShadowRepo.open(project, code_puppy_home, max_file_mb=1)
+    taken: list[str] = []
+    snapshot = shadow.snapshot
+
+    def counted() -> str:
+        taken.append(snapshot())
+        return taken[-1]
+
+    monkeypatch.setattr(shadow, "snapshot", counted)
+    checkpoints = Checkpoints(shadow)
+    checkpoints.begin_turn()
+    for name in ("a.txt", "b.txt"):  # one after the other, in one response
+        async with checkpoints.tracked(response=("run", 1)):
+            (project / name).write_text(name)
+    assert len(taken) == 3
+    async with checkpoints.tracked(response=("run", 2)):  # a new response: the user may have edited meanwhile
+        (project / "c.txt").write_text("c")
+    assert len(taken) == 5
+    monkeypatch.setattr("code_puppy.agents.checkpoints.REUSE_WITHIN", 0.0)  # a slow call of the response in between
+    async with checkpoints.tracked(response=("run", 2)):
+        (project / "d.txt").write_text("d")
+    assert len(taken) == 7
+    assert sorted(checkpoints.take().changes) == ["a.txt", "b.txt", "c.txt", "d.txt"]
 
 
 def test_a_repaired_database_keeps_its_checkpoints(project: Path, db_path: Path) -> None:
