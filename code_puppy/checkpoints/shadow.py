@@ -5,8 +5,9 @@ the project's `.git` is never read or changed and projects that are not git repo
 configuration and attributes are shut out (`GIT_CONFIG_GLOBAL=/dev/null`, `GIT_CONFIG_NOSYSTEM=1`, `info/attributes`
 of `* -text -filter -diff`): CRLF conversion or an LFS filter would otherwise store something other than the bytes.
 
-A snapshot is one `git status` walk (the persistent index is the stat cache), then the changed paths into the index
-and a commit of its tree, so every snapshot stays reachable (`gc.auto=0` besides). Directories `.gitignore` ignores as
+A snapshot is one `git status` walk (the persistent index, split so that each write is small, is the stat cache); when
+it lists changes, the changed files are stored and put into the index, `git write-tree`, and a commit of the tree, so
+every snapshot stays reachable (`gc.auto=0` besides, and nothing is ever pruned). Directories `.gitignore` ignores as
 a whole (`node_modules/`) are left out; smaller ignored files (`.env`) are kept, unless `.code-puppy/checkpointignore`
 names them; files over `max_file_mb` are skipped and listed. git stores a symlink as a link, never what it points to.
 """
