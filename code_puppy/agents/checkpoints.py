@@ -56,9 +56,9 @@ class Checkpoints(AbstractCapability[Any]):
     _failure: str | None = field(default=None, init=False, repr=False)
     _maintaining: threading.Thread | None = field(default=None, init=False, repr=False)
     _latest: tuple[Hashable, str, float] | None = field(default=None, init=False, repr=False)
+    """The model response (run id, step) of the latest snapshot, its tree, and when it was taken."""
     _pending: tuple[Hashable, asyncio.Future[str | None]] | None = field(default=None, init=False, repr=False)
     """The snapshot being taken before the first call of a response, which the calls started with it wait for."""
-    """The model response (run id, step) of the latest snapshot, its tree, and when it was taken."""
 
     @classmethod
     def get_serialization_name(cls) -> str | None:

@@ -176,3 +176,20 @@ def test_changes_known_from_the_snapshot_are_what_git_finds_between_the_trees(
     shadow.git("fsck", "--strict", "--no-dangling")  # raises if git finds anything wrong
     assert shadow.snapshot() == after
     assert shadow.git("status", "--porcelain=v2", "-uall") == b""
+
+
+def test_a_snapshot_cut_short_after_the_index_is_finished_by_the_next(
+    project: Path, shadow: ShadowRepo, code_puppy_home: Path
+) -> None:
+    (project / "a.txt").write_text("a0\n")
+    before = shadow.snapshot()
+    (project / "a.txt").write_text("a1\n")
+    (project / "b.txt").write_text("b\n")
+    shadow.git("update-index", "--add", "a.txt", "b.txt")  # killed before its tree and commit were written
+
+    after = shadow.snapshot()
+
+    known = shadow.changes(before, after)
+    assert known == ShadowRepo.open(project, code_puppy_home, max_file_mb=1).changes(before, after)
+    assert sorted(known) == ["a.txt", "b.txt"] and known["b.txt"][0] is None
+    assert shadow.git("status", "--porcelain=v2", "-uall") == b""
