@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import threading
 import time
 from collections.abc import AsyncGenerator, Hashable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pydantic_ai import RunContext, ToolDefinition
@@ -18,6 +20,8 @@ from pydantic_ai.messages import ToolCallPart
 from code_puppy.agents.permissions import EDIT_TOOL_NAMES, MCP_PERMISSION_KEY, SHELL_TOOL_NAMES, is_read_only
 from code_puppy.checkpoints.shadow import Change, CheckpointError, ShadowRepo
 
+FILE_EDITORS = frozenset({"write_file", "edit_file"})
+"""Tools that change the one file their `path` names: after them, a snapshot of that file is enough."""
 REUSE_WITHIN = 1.0
 """Seconds after a snapshot in which the next call of the same model response may start from it."""
 
@@ -101,21 +105,45 @@ class Checkpoints(AbstractCapability[Any]):
     ) -> Any:
         if not _can_change_project(tool_def):
             return await handler(args)
-        async with self.tracked(response=None if ctx.run_id is None else (ctx.run_id, ctx.run_step)):
+        response = None if ctx.run_id is None else (ctx.run_id, ctx.run_step)
+        edits = self._edited(args.get("path")) if tool_def.name in FILE_EDITORS else None
+        async with self.tracked(response=response, edits=edits):
             return await handler(args)
 
+    def _edited(self, path: object) -> tuple[str, ...] | None:
+        """The project-relative file a file editor's `path` names, as written and through any symlinks (None: not
+        one inside the project, so the snapshot after the call looks at everything)."""
+        if not isinstance(path, str) or not path:
+            return None
+        root = self.shadow.root
+        given = Path(path) if os.path.isabs(path) else root / path
+        found: set[str] = set()
+        for candidate in (os.path.normpath(given), os.path.realpath(given)):
+            try:
+                relative = Path(candidate).relative_to(root)
+            except ValueError:
+                return None
+            if not relative.parts or any(part.casefold() == ".git" for part in relative.parts):
+                return None
+            found.add(relative.as_posix())
+        return tuple(sorted(found))
+
     @contextlib.asynccontextmanager
-    async def tracked(self, *, response: Hashable | None = None) -> AsyncGenerator[None]:
+    async def tracked(
+        self, *, response: Hashable | None = None, edits: tuple[str, ...] | None = None
+    ) -> AsyncGenerator[None]:
         """Enclose something the agent does (a tool call, a command a plugin's hook runs): what changes in the project
         meanwhile is the agent's. `response` names the model response a tool call belongs to (None: not a tool call,
-        always snapshotted before)."""
+        always snapshotted before); `edits`, the only files it can change (a file editor's), so the snapshot after it
+        looks at them alone when the latest snapshot holds them (what else changed meanwhile is not the call's, and the
+        next snapshot sees it)."""
         before = await self._before(response)
         try:
             yield
         finally:
             if before is not None:
                 # Cancelled or not, what the call changed is the agent's: a Ctrl-C must not hide it from the rewind.
-                after = self._snapshot_now()
+                after = self._snapshot_now(edits)
                 if after is not None:
                     self._absorb(before, after)
                 self._remember(response, after)
@@ -153,8 +181,10 @@ class Checkpoints(AbstractCapability[Any]):
             self._failure = str(exc)
             return None
 
-    def _snapshot_now(self) -> str | None:
+    def _snapshot_now(self, edits: tuple[str, ...] | None = None) -> str | None:
         try:
+            if edits is not None and (tree := self.shadow.snapshot_files(edits)) is not None:
+                return tree
             return self.shadow.snapshot()
         except CheckpointError as exc:
             self._failure = str(exc)

@@ -78,6 +78,9 @@ class ShadowRepo:
         self._trees: dict[str, str] = {}
         self._taken: tuple[str, str, dict[str, Change]] | None = None
         """The latest snapshot of this object: the tree before it, its tree, and what changed in between."""
+        self._last: str | None = None
+        self._signature: tuple[int, int, int] | None = None
+        """The latest snapshot's tree, and its index file as this object left it (None: a snapshot failed halfway)."""
         """The tree of each snapshot commit seen, so that a snapshot finding nothing changed costs one `git status`."""
         self._env = {
             **{name: value for name, value in os.environ.items() if not name.startswith("GIT_")},
@@ -191,6 +194,7 @@ class ShadowRepo:
         # Whoever held the lock before died mid-snapshot (kill -9): git's own lock file of the index is left behind,
         # and would fail every snapshot from now on. Under our lock, no other git of ours can be using it.
         (self.directory / "code-puppy-index.lock").unlink(missing_ok=True)
+        self._signature = None  # until this snapshot is whole
         self._write_excludes()
         status = self.git(
             "status", "--porcelain=v2", "-z", "--untracked-files=all", "--ignored=matching", "--no-renames",
@@ -237,7 +241,7 @@ class ShadowRepo:
         head = self._head()
         if not paths and not ahead and head is not None:
             self._taken = (head[1], head[1], {})
-            return head[1]
+            return self._commit(head[1], head)
         found: dict[str, Entry | None] | None = None
         if len(paths) > BULK_PATHS:
             listing = b"".join(os.fsencode(path) + b"\0" for path in paths)
@@ -253,17 +257,62 @@ class ShadowRepo:
                 if previous.get(path) != new:
                     changes[path] = (previous.get(path), new)
         self._taken = (head[1], tree, changes) if found is not None and head is not None else None
-        if head is not None and head[1] == tree:
-            return tree
-        commit = self._store("commit", _commit_text(tree, head[0] if head is not None else None))
-        # What `git update-ref HEAD` does, without its process: under the lock, a ref is one file replaced whole.
-        ref = self.directory / "refs" / "heads" / "snapshots"
-        ref.parent.mkdir(parents=True, exist_ok=True)
-        temporary = ref.with_name(".snapshots.new")
-        temporary.write_text(commit + "\n")
-        os.replace(temporary, ref)
-        self._trees[commit] = tree
+        return self._commit(tree, head)
+
+    def snapshot_files(self, paths: Iterable[str]) -> str | None:
+        """A snapshot that looks at `paths` (project-relative) only, after a call that can change nothing else (a file
+        editor): no `git status` walk. None when only a full `snapshot` will do: a path the latest snapshot does not
+        hold (a new file: only `git status` knows whether it is ignored), or an index changed since this object's
+        latest snapshot (by another process, or a snapshot that failed halfway)."""
+        with self.lock():
+            head = self._head()
+            if head is None or head[1] != self._last or self._signature is None:
+                return None
+            if self._index_signature() != self._signature:
+                return None
+            wanted = sorted(set(paths))
+            previous = self.entries(head[1], wanted)
+            if not wanted or any(entry is None for entry in previous.values()):
+                return None
+            self._signature = None  # until this snapshot is whole
+            kept: list[str] = []
+            for path in wanted:
+                with contextlib.suppress(OSError):
+                    if os.lstat(self.root / path).st_size > self.max_file_bytes and not (self.root / path).is_symlink():
+                        self.skipped.add(path)
+                        continue
+                self.skipped.discard(path)
+                kept.append(path)
+            found = self._store_files(kept, previous)
+            tree = self.git("write-tree").decode().strip()
+            self._taken = (
+                head[1],
+                tree,
+                {path: (previous[path], new) for path, new in found.items() if new != previous[path]},
+            )
+            return self._commit(tree, head)
+
+    def _commit(self, tree: str, head: tuple[str, str] | None) -> str:
+        """Make `tree` the latest snapshot (unless it is already), with a commit of it on the latest; `tree`."""
+        if head is None or head[1] != tree:
+            commit = self._store("commit", _commit_text(tree, head[0] if head is not None else None))
+            # What `git update-ref HEAD` does, without its process: under the lock, a ref is one file replaced whole.
+            ref = self.directory / "refs" / "heads" / "snapshots"
+            ref.parent.mkdir(parents=True, exist_ok=True)
+            temporary = ref.with_name(".snapshots.new")
+            temporary.write_text(commit + "\n")
+            os.replace(temporary, ref)
+            self._trees[commit] = tree
+        self._last, self._signature = tree, self._index_signature()
         return tree
+
+    def _index_signature(self) -> tuple[int, int, int] | None:
+        """What tells whether the index file was rewritten since (git replaces it whole, by a rename)."""
+        try:
+            stat = os.stat(self.directory / "code-puppy-index")
+        except OSError:
+            return None
+        return stat.st_ino, stat.st_mtime_ns, stat.st_size
 
     def _store_files(self, paths: Iterable[str], tracked: Mapping[str, Entry | None]) -> dict[str, Entry | None]:
         """Store each file's content as a blob and put it in the index (or take it out: gone); each one's new entry.

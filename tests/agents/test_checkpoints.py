@@ -159,6 +159,36 @@ async def test_a_call_right_after_another_of_its_response_starts_from_its_snapsh
     assert sorted(checkpoints.take().changes) == ["a.txt", "b.txt", "c.txt", "d.txt"]
 
 
+async def test_after_a_file_editor_only_its_file_is_looked_at_and_what_else_changed_meanwhile_is_not_the_calls(
+    project: Path, code_puppy_home: Path, outside: Path
+) -> None:
+    (project / "real.txt").write_text("r0\n")
+    (project / "link.txt").symlink_to("real.txt")
+    shadow = ShadowRepo.open(project, code_puppy_home, max_file_mb=1)
+    statuses: list[str] = []
+    git = shadow.git
+
+    def counted(*args: str, **options: object) -> bytes:
+        statuses.extend(args[:1] if args[0] == "status" else [])
+        return git(*args, **options)  # type: ignore[arg-type]
+
+    shadow.git = counted  # type: ignore[method-assign]
+    checkpoints = Checkpoints(shadow)
+    checkpoints.begin_turn()
+    edits = checkpoints._edited("link.txt")  # pyright: ignore[reportPrivateUsage]
+    assert edits == ("link.txt", "real.txt")
+    assert checkpoints._edited(str(outside / "x.txt")) is None  # pyright: ignore[reportPrivateUsage]
+    async with checkpoints.tracked(response=("run", 1), edits=edits):
+        (project / "real.txt").write_text("r1\n")  # the editor, through the link
+        (project / "mine.txt").write_text("the user's, meanwhile\n")
+    assert len(statuses) == 1  # before the call only
+    async with checkpoints.tracked(response=("run", 2), edits=("new.txt",)):  # a new file: a full snapshot after
+        (project / "new.txt").write_text("n\n")
+    assert len(statuses) == 3
+
+    assert sorted(checkpoints.take().changes) == ["new.txt", "real.txt"]
+
+
 def test_a_repaired_database_keeps_its_checkpoints(project: Path, db_path: Path) -> None:
     from code_puppy.sessions.repair import repair
 

@@ -193,3 +193,25 @@ def test_a_snapshot_cut_short_after_the_index_is_finished_by_the_next(
     assert known == ShadowRepo.open(project, code_puppy_home, max_file_mb=1).changes(before, after)
     assert sorted(known) == ["a.txt", "b.txt"] and known["b.txt"][0] is None
     assert shadow.git("status", "--porcelain=v2", "-uall") == b""
+
+
+def test_a_snapshot_of_named_files_only_when_the_latest_snapshot_holds_them_and_nobody_else_changed_the_index(
+    project: Path, shadow: ShadowRepo, code_puppy_home: Path
+) -> None:
+    (project / "a.txt").write_text("a0\n")
+    before = shadow.snapshot()
+    (project / "a.txt").write_text("a1\n")
+    (project / "other.txt").write_text("not looked at\n")
+
+    after = shadow.snapshot_files(["a.txt"])
+
+    assert after is not None and after != before
+    assert shadow.changes(before, after) == ShadowRepo.open(project, code_puppy_home, max_file_mb=1).changes(
+        before, after
+    )
+    assert list(shadow.changes(before, after)) == ["a.txt"]
+    assert shadow.snapshot_files(["new.txt"]) is None  # not in the latest snapshot: only git status knows if ignored
+    ShadowRepo.open(project, code_puppy_home, max_file_mb=1).snapshot()  # another process's snapshot
+    assert shadow.snapshot_files(["a.txt"]) is None
+    assert list(shadow.changes(after, shadow.snapshot())) == ["other.txt"]
+    assert shadow.snapshot_files(["a.txt"]) is not None  # its own latest snapshot again
