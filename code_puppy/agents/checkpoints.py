@@ -51,7 +51,9 @@ class Checkpoints(AbstractCapability[Any]):
     The calls of one model response run back to back (or at once), with no model request in between: the snapshot
     before each call after the first is the last one taken in that response (if under `REUSE_WITHIN` ago: not after a
     slow read-only call in between), not a new one, as nobody can meaningfully edit between them. The first call of a
-    response is always checked: the user may have edited while the model thought.
+    response is always checked: the user may have edited while the model thought. A file editor's snapshots look at
+    its file alone (`tracked`'s `edits`), and a later call of the response that can change anything starts from them
+    only if the response's first snapshot looked at everything.
     """
 
     shadow: ShadowRepo
@@ -59,8 +61,9 @@ class Checkpoints(AbstractCapability[Any]):
     _skipped: set[str] = field(default_factory=set[str], init=False, repr=False)
     _failure: str | None = field(default=None, init=False, repr=False)
     _maintaining: threading.Thread | None = field(default=None, init=False, repr=False)
-    _latest: tuple[Hashable, str, float] | None = field(default=None, init=False, repr=False)
-    """The model response (run id, step) of the latest snapshot, its tree, and when it was taken."""
+    _latest: tuple[Hashable, str, float, bool] | None = field(default=None, init=False, repr=False)
+    """The model response (run id, step) of the latest snapshot, its tree, when it was taken, and whether everything
+    in the project was looked at since the response came (not only the files of file editors)."""
     _pending: tuple[Hashable, asyncio.Future[str | None]] | None = field(default=None, init=False, repr=False)
     """The snapshot being taken before the first call of a response, which the calls started with it wait for."""
 
@@ -134,28 +137,31 @@ class Checkpoints(AbstractCapability[Any]):
     ) -> AsyncGenerator[None]:
         """Enclose something the agent does (a tool call, a command a plugin's hook runs): what changes in the project
         meanwhile is the agent's. `response` names the model response a tool call belongs to (None: not a tool call,
-        always snapshotted before); `edits`, the only files it can change (a file editor's), so the snapshot after it
-        looks at them alone when the latest snapshot holds them (what else changed meanwhile is not the call's, and the
-        next snapshot sees it)."""
-        before = await self._before(response)
+        always snapshotted before). `edits` are the only files it can change (a file editor's): the snapshots before
+        and after it look at them alone when the latest snapshot holds them, as nothing else can be the call's (what
+        else changed meanwhile, the next whole snapshot sees, and it is not taken for the agent's)."""
+        before, whole = await self._before(response, edits)
         try:
             yield
         finally:
             if before is not None:
                 # Cancelled or not, what the call changed is the agent's: a Ctrl-C must not hide it from the rewind.
-                after = self._snapshot_now(edits)
+                after, after_whole = self._snapshot_now(edits)
                 if after is not None:
                     self._absorb(before, after)
-                self._remember(response, after)
+                self._remember(response, after, whole=whole or after_whole)
 
-    async def _before(self, response: Hashable | None) -> str | None:
-        """The snapshot before a call: the latest of its response, the one being taken for it (calls run at once), or a
-        new one."""
+    async def _before(self, response: Hashable | None, edits: tuple[str, ...] | None) -> tuple[str | None, bool]:
+        """The snapshot before a call, and whether everything in the project was looked at since the response came:
+        the latest of its response if so, the whole one being taken for it (calls run at once), or a new one."""
         latest = self._latest
-        if latest is not None and latest[0] == response and time.monotonic() - latest[2] < REUSE_WITHIN:
-            return latest[1]
+        if latest is not None and latest[0] == response and latest[3] and time.monotonic() - latest[2] < REUSE_WITHIN:
+            return latest[1], True
         if response is not None and self._pending is not None and self._pending[0] == response:
-            return await asyncio.shield(self._pending[1])
+            return await asyncio.shield(self._pending[1]), True
+        if edits is not None and (tree := await asyncio.to_thread(self._files_only, edits)) is not None:
+            self._remember(response, tree, whole=False)
+            return tree, False
         pending = asyncio.ensure_future(self._snapshot())
         if response is not None:
             self._pending = (response, pending)
@@ -164,28 +170,33 @@ class Checkpoints(AbstractCapability[Any]):
         finally:
             if self._pending is not None and self._pending[1] is pending:
                 self._pending = None
-        self._remember(response, before)
-        return before
+        self._remember(response, before, whole=True)
+        return before, True
 
-    def _remember(self, response: Hashable | None, tree: str | None) -> None:
+    def _remember(self, response: Hashable | None, tree: str | None, *, whole: bool) -> None:
         """The latest snapshot, for the next call of the same response (none outside a response, or when it failed)."""
         if response is None or tree is None:
             self._latest = None
         else:
-            self._latest = (response, tree, time.monotonic())
+            self._latest = (response, tree, time.monotonic(), whole)
 
     async def _snapshot(self) -> str | None:
+        return (await asyncio.to_thread(self._snapshot_now))[0]
+
+    def _snapshot_now(self, edits: tuple[str, ...] | None = None) -> tuple[str | None, bool]:
+        """A snapshot of `edits` alone if it can be, else of everything; its tree, and whether it is the latter."""
+        if edits is not None and (tree := self._files_only(edits)) is not None:
+            return tree, False
         try:
-            return await asyncio.to_thread(self.shadow.snapshot)
+            return self.shadow.snapshot(), True
         except CheckpointError as exc:
             self._failure = str(exc)
-            return None
+            return None, True
 
-    def _snapshot_now(self, edits: tuple[str, ...] | None = None) -> str | None:
+    def _files_only(self, edits: tuple[str, ...]) -> str | None:
+        """`ShadowRepo.snapshot_files`; None when only a whole snapshot will do, or it failed (one is taken next)."""
         try:
-            if edits is not None and (tree := self.shadow.snapshot_files(edits)) is not None:
-                return tree
-            return self.shadow.snapshot()
+            return self.shadow.snapshot_files(edits)
         except CheckpointError as exc:
             self._failure = str(exc)
             return None

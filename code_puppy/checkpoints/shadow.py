@@ -283,8 +283,9 @@ class ShadowRepo:
                         continue
                 self.skipped.discard(path)
                 kept.append(path)
-            found = self._store_files(kept, previous)
-            tree = self.git("write-tree").decode().strip()
+            found = self._store_files(kept, previous, index_all=False)
+            changed = any(found[path] != previous[path] for path in found)
+            tree = self.git("write-tree").decode().strip() if changed else head[1]
             self._taken = (
                 head[1],
                 tree,
@@ -295,7 +296,8 @@ class ShadowRepo:
     def _commit(self, tree: str, head: tuple[str, str] | None) -> str:
         """Make `tree` the latest snapshot (unless it is already), with a commit of it on the latest; `tree`."""
         if head is None or head[1] != tree:
-            commit = self._store("commit", _commit_text(tree, head[0] if head is not None else None))
+            commit, raw = _object("commit", _commit_text(tree, head[0] if head is not None else None))
+            self._store(commit, raw)
             # What `git update-ref HEAD` does, without its process: under the lock, a ref is one file replaced whole.
             ref = self.directory / "refs" / "heads" / "snapshots"
             ref.parent.mkdir(parents=True, exist_ok=True)
@@ -314,8 +316,12 @@ class ShadowRepo:
             return None
         return stat.st_ino, stat.st_mtime_ns, stat.st_size
 
-    def _store_files(self, paths: Iterable[str], tracked: Mapping[str, Entry | None]) -> dict[str, Entry | None]:
-        """Store each file's content as a blob and put it in the index (or take it out: gone); each one's new entry.
+    def _store_files(
+        self, paths: Iterable[str], latest: Mapping[str, Entry | None], *, index_all: bool = True
+    ) -> dict[str, Entry | None]:
+        """Store each file's content as a blob (unless the latest snapshot has it: `latest`, each path's entry in it)
+        and put it in the index, or take it out (gone); each one's new entry. `index_all=False`: only the paths that
+        differ from `latest` go into the index (when the index is known to hold `latest`).
 
         A folder where a file was takes the file out; any other folder (a nested repository) is left alone.
 
@@ -328,29 +334,34 @@ class ShadowRepo:
             try:
                 stat = os.lstat(location)
                 if S_ISLNK(stat.st_mode):
-                    found[path] = ("120000", self._store("blob", os.fsencode(os.readlink(location))))
+                    mode, content = "120000", os.fsencode(os.readlink(location))
                 elif S_ISREG(stat.st_mode):
-                    mode = "100755" if stat.st_mode & S_IXUSR else "100644"
-                    found[path] = (mode, self._store("blob", location.read_bytes()))
-                elif S_ISDIR(stat.st_mode) and tracked.get(path) is None:
+                    mode, content = ("100755" if stat.st_mode & S_IXUSR else "100644"), location.read_bytes()
+                elif S_ISDIR(stat.st_mode) and latest.get(path) is None:
                     continue
                 else:
                     found[path] = None
+                    continue
             except (FileNotFoundError, NotADirectoryError):  # gone, or a file where its folder was
                 found[path] = None
+                continue
             except OSError as exc:
                 raise CheckpointError(f"cannot snapshot {path}: {exc.strerror}") from None
-        gone = [f"0 {_NO_OBJECT}\t{path}" for path, entry in found.items() if entry is None]
-        kept = [f"{entry[0]} {entry[1]}\t{path}" for path, entry in found.items() if entry is not None]
+            name, raw = _object("blob", content)
+            if latest.get(path) != (mode, name):
+                self._store(name, raw)
+            found[path] = (mode, name)
+        listed = [path for path in found if index_all or found[path] != latest.get(path)]
+        gone = [f"0 {_NO_OBJECT}\t{path}" for path in listed if found[path] is None]
+        kept = [f"{entry[0]} {entry[1]}\t{path}" for path in listed if (entry := found[path]) is not None]
         listing = b"".join(os.fsencode(line) + b"\0" for line in [*gone, *kept])
         if listing:
             self.git("update-index", "--add", "--replace", "-z", "--index-info", input=listing)
         return found
 
-    def _store(self, kind: str, content: bytes) -> str:
-        """Write an object as git does, loose (`<kind> <size>\\0<content>`, deflated, named by its SHA-1); its id."""
-        raw = f"{kind} {len(content)}\0".encode() + content
-        name = hashlib.sha1(raw, usedforsecurity=False).hexdigest()
+    def _store(self, name: str, raw: bytes) -> None:
+        """Write an object (`_object`) loose, as git does: deflated, in a file named by its id, made whole by a
+        rename."""
         folder = self.directory / "objects" / name[:2]
         target = folder / name[2:]
         if not target.exists():  # also packed: a loose copy is harmless, and packing drops it
@@ -359,7 +370,6 @@ class ShadowRepo:
             temporary.write_bytes(zlib.compress(raw))
             temporary.chmod(0o444)
             os.replace(temporary, target)
-        return name
 
     def maintain(self) -> None:
         """Pack what the last turn wrote (a blob per file changed, a tree per folder on its path, per snapshot): packed,
@@ -462,6 +472,12 @@ class ShadowRepo:
 
 def _file_entry(mode: bytes, blob: bytes) -> Entry | None:
     return (mode.decode(), blob.decode()) if mode.decode() in _FILE_MODES else None
+
+
+def _object(kind: str, content: bytes) -> tuple[str, bytes]:
+    """A git object: its id (the SHA-1 of `<kind> <size>\\0<content>`) and those bytes."""
+    raw = f"{kind} {len(content)}\0".encode() + content
+    return hashlib.sha1(raw, usedforsecurity=False).hexdigest(), raw
 
 
 def _commit_text(tree: str, parent: str | None) -> bytes:

@@ -108,9 +108,9 @@ async def test_the_calls_of_one_response_share_a_snapshot_before_and_the_next_re
 
     script = scripted(
         [
-            ToolCallPart("write_file", {"path": "a.txt", "content": "a\n"}, tool_call_id="w1"),
-            ToolCallPart("write_file", {"path": "b.txt", "content": "b\n"}, tool_call_id="w2"),
-            ToolCallPart("shell", {"command": "echo c > c.txt"}, tool_call_id="s1"),
+            ToolCallPart("shell", {"command": "echo a > a.txt"}, tool_call_id="s1"),
+            ToolCallPart("shell", {"command": "echo b > b.txt"}, tool_call_id="s2"),
+            ToolCallPart("shell", {"command": "echo c > c.txt"}, tool_call_id="s3"),
         ],
         user_edits_while_the_model_thinks,
         "done",
@@ -187,6 +187,24 @@ async def test_after_a_file_editor_only_its_file_is_looked_at_and_what_else_chan
     assert len(statuses) == 3
 
     assert sorted(checkpoints.take().changes) == ["new.txt", "real.txt"]
+
+
+async def test_a_command_after_a_file_editor_of_its_response_still_looks_at_everything_before_it(
+    project: Path, code_puppy_home: Path
+) -> None:
+    (project / "a.txt").write_text("a0\n")
+    shadow = ShadowRepo.open(project, code_puppy_home, max_file_mb=1)
+    checkpoints = Checkpoints(shadow)
+    checkpoints.begin_turn()
+    async with checkpoints.tracked(response=("run", 1)):
+        (project / "b.txt").write_text("b\n")
+    (project / "mine.txt").write_text("the user's, while the model thought\n")
+    async with checkpoints.tracked(response=("run", 2), edits=("a.txt",)):  # looks at a.txt alone
+        (project / "a.txt").write_text("a1\n")
+    async with checkpoints.tracked(response=("run", 2)):  # a command: mine.txt is seen before it, so not its change
+        (project / "c.txt").write_text("c\n")
+
+    assert sorted(checkpoints.take().changes) == ["a.txt", "b.txt", "c.txt"]
 
 
 def test_a_repaired_database_keeps_its_checkpoints(project: Path, db_path: Path) -> None:
