@@ -5,8 +5,9 @@ the project's `.git` is never read or changed and projects that are not git repo
 configuration and attributes are shut out (`GIT_CONFIG_GLOBAL=/dev/null`, `GIT_CONFIG_NOSYSTEM=1`, `info/attributes`
 of `* -text -filter -diff`): CRLF conversion or an LFS filter would otherwise store something other than the bytes.
 
-A snapshot is one `git status` walk (the persistent index is the stat cache), then the changed paths into the index
-and a commit of its tree, so every snapshot stays reachable (`gc.auto=0` besides). Directories `.gitignore` ignores as
+A snapshot is one `git status` walk (the persistent index, split so that each write is small, is the stat cache); when
+it lists changes, the changed files are stored and put into the index, `git write-tree`, and a commit of the tree, so
+every snapshot stays reachable (`gc.auto=0` besides, and nothing is ever pruned). Directories `.gitignore` ignores as
 a whole (`node_modules/`) are left out; smaller ignored files (`.env`) are kept, unless `.code-puppy/checkpointignore`
 names them; files over `max_file_mb` are skipped and listed. git stores a symlink as a link, never what it points to.
 """
@@ -21,8 +22,10 @@ import shutil
 import subprocess
 import threading
 import time
+import zlib
 from collections.abc import Generator, Iterable, Mapping
 from pathlib import Path
+from stat import S_ISDIR, S_ISLNK, S_ISREG, S_IXUSR
 
 from code_puppy.paths import WORKTREES_DIR
 
@@ -35,10 +38,22 @@ CHECKPOINT_IGNORE = ".code-puppy/checkpointignore"
 """More paths to leave out of snapshots, in `.gitignore` syntax."""
 LOCK_WAIT = 30.0
 """Seconds to wait for another process's snapshot or rewind before reporting it."""
-PACK_AFTER = 500
-"""Loose objects in the shadow repository that make `maintain` pack them."""
+BULK_PATHS = 64
+"""A snapshot adding more files than this writes their contents straight into one pack (git's bulk check-in), not
+one loose object each: the first, full scan of a big project needs no packing afterwards."""
+_SETTINGS = (
+    ("core.bare", "false"),
+    ("gc.auto", "0"),
+    ("core.autocrlf", "false"),
+    # The index of 10,000 files is ~0.9 MB, rewritten by every update-index and write-tree: split, each writes only
+    # its changes, the rest stays in a shared file (the old one deleted at once when it is rewritten).
+    ("core.splitIndex", "true"),
+    ("splitIndex.sharedIndexExpire", "now"),
+    ("index.version", "4"),
+)
 _FILE_MODES = frozenset({"100644", "100755", "120000"})
 """What a checkpoint restores; gitlinks (nested repositories) are not content."""
+_NO_OBJECT = "0" * 40
 _IDENTITY = {
     "GIT_AUTHOR_NAME": "code-puppy",
     "GIT_AUTHOR_EMAIL": "checkpoints@code-puppy.invalid",
@@ -63,6 +78,11 @@ class ShadowRepo:
         self._git = git
         self._thread_lock = threading.Lock()
         self._trees: dict[str, str] = {}
+        self._taken: tuple[str, str, dict[str, Change]] | None = None
+        """The latest snapshot of this object: the tree before it, its tree, and what changed in between."""
+        self._last: str | None = None
+        self._signature: tuple[int, int, int] | None = None
+        """The latest snapshot's tree, and its index file as this object left it (None: a snapshot failed halfway)."""
         """The tree of each snapshot commit seen, so that a snapshot finding nothing changed costs one `git status`."""
         self._env = {
             **{name: value for name, value in os.environ.items() if not name.startswith("GIT_")},
@@ -91,7 +111,14 @@ class ShadowRepo:
         repo = cls(root, data / "checkpoints" / name, git=git, max_file_bytes=int(max_file_mb * 1024 * 1024))
         if not (repo.directory / "HEAD").is_file():
             repo._create()
+        elif "splitIndex" not in (repo.directory / "config").read_text(errors="replace"):
+            with repo.lock():
+                repo._configure()  # made by an earlier version
         return repo
+
+    def _configure(self) -> None:
+        for key, value in _SETTINGS:
+            self.git("config", key, value)
 
     def _create(self) -> None:
         self.directory.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -99,8 +126,7 @@ class ShadowRepo:
             if (self.directory / "HEAD").is_file():
                 return
             self.git("init", "--quiet", "--bare", str(self.directory), worktree=False)
-            for key, value in (("core.bare", "false"), ("gc.auto", "0"), ("core.autocrlf", "false")):
-                self.git("config", key, value)
+            self._configure()
             info = self.directory / "info"
             info.mkdir(exist_ok=True)
             (info / "attributes").write_text("* -text -filter -diff\n")
@@ -134,15 +160,19 @@ class ShadowRepo:
             finally:
                 os.close(descriptor)  # releases the flock
 
-    def git(self, *args: str, input: bytes | None = None, worktree: bool = True) -> bytes:
-        """Run git on the shadow repository; its stdout.
+    def git(self, *args: str, input: bytes | None = None, worktree: bool = True, config: str | None = None) -> bytes:
+        """Run git on the shadow repository (with `config`, a `name=value` for this command only); its stdout.
 
         Raises:
             CheckpointError: git failed (its first line of stderr).
         """
         env = self._env if worktree else {k: v for k, v in self._env.items() if k not in ("GIT_DIR", "GIT_WORK_TREE")}
         done = subprocess.run(
-            [self._git, *args], input=input, capture_output=True, env=env, cwd=self.root if worktree else None
+            [self._git, *(("-c", config) if config else ()), *args],
+            input=input,
+            capture_output=True,
+            env=env,
+            cwd=self.root if worktree else None,
         )
         if done.returncode != 0:
             reason = (done.stderr.decode(errors="replace").strip().splitlines() or ["no message"])[0]
@@ -155,23 +185,41 @@ class ShadowRepo:
             return self.snapshot_held()
 
     def snapshot_held(self) -> str:
-        """`snapshot`, by a caller that holds `lock()` already."""
+        """`snapshot`, by a caller that holds `lock()` already.
+
+        The files `git status` lists are the only ones that can differ from the latest snapshot (the index is its stat
+        cache): a few are hashed and written here, each as the bytes read once, and go into the index with their ids
+        (`--index-info`), so what they changed since the latest snapshot is known without asking git again (`changes`).
+        Many (the first scan) are left to git, which writes them straight into a pack. The snapshot's commit is written
+        here too: the ref makes every snapshot reachable, and its tree is what `git status` compares the index to.
+        """
         # Whoever held the lock before died mid-snapshot (kill -9): git's own lock file of the index is left behind,
         # and would fail every snapshot from now on. Under our lock, no other git of ours can be using it.
         (self.directory / "code-puppy-index.lock").unlink(missing_ok=True)
+        self._signature = None  # until this snapshot is whole
         self._write_excludes()
         status = self.git(
             "status", "--porcelain=v2", "-z", "--untracked-files=all", "--ignored=matching", "--no-renames",
             "--ignore-submodules=all",
         )  # fmt: skip
+        previous: dict[str, Entry | None] = {}
+        """Each tracked path status lists: its entry in the latest snapshot (HEAD)."""
+        ahead: dict[str, Entry | None] = {}
+        """Paths whose index entry is newer than the latest snapshot and matches the file (a snapshot cut short)."""
         changed: list[str] = []
         ignored: list[str] = []
         for record in status.split(b"\0"):
             if not record:
                 continue
             kind = record[:1]
-            if kind == b"1":
-                changed.append(record.split(b" ", 8)[8].decode("utf-8", "surrogateescape"))
+            if kind == b"1":  # 1 XY sub mH mI mW hH hI path
+                fields = record.split(b" ", 8)
+                path = fields[8].decode("utf-8", "surrogateescape")
+                previous[path] = _file_entry(fields[3], fields[6])
+                if fields[1][1:2] == b".":
+                    ahead[path] = _file_entry(fields[4], fields[7])
+                else:
+                    changed.append(path)
             elif kind == b"?":
                 changed.append(record[2:].decode("utf-8", "surrogateescape"))
             elif kind == b"!" and not record.endswith(b"/"):
@@ -193,35 +241,148 @@ class ShadowRepo:
             self.skipped.discard(path)
             paths.append(path)
         head = self._head()
-        if not paths and head is not None:
-            return head[1]
-        if paths:
+        if not paths and not ahead and head is not None:
+            self._taken = (head[1], head[1], {})
+            return self._commit(head[1], head)
+        found: dict[str, Entry | None] | None = None
+        if len(paths) > BULK_PATHS:
             listing = b"".join(os.fsencode(path) + b"\0" for path in paths)
-            self.git("update-index", "--add", "--remove", "-z", "--stdin", input=listing)
+            self.git(
+                "update-index", "--add", "--remove", "-z", "--stdin", input=listing, config="core.bigFileThreshold=1"
+            )
+        elif paths:
+            found = self._store_files(paths, previous)
         tree = self.git("write-tree").decode().strip()
-        if head is not None and head[1] == tree:
-            return tree
-        parent = ("-p", head[0]) if head is not None else ()
-        commit = self.git("commit-tree", tree, *parent, "-m", "snapshot").decode().strip()
-        # What `git update-ref HEAD` does, without its process: under the lock, a ref is one file replaced whole.
-        ref = self.directory / "refs" / "heads" / "snapshots"
-        ref.parent.mkdir(parents=True, exist_ok=True)
-        temporary = ref.with_name(".snapshots.new")
-        temporary.write_text(commit + "\n")
-        os.replace(temporary, ref)
-        self._trees[commit] = tree
+        changes: dict[str, Change] = {}
+        if found is not None and head is not None:
+            for path, new in [*found.items(), *ahead.items()]:
+                if previous.get(path) != new:
+                    changes[path] = (previous.get(path), new)
+        self._taken = (head[1], tree, changes) if found is not None and head is not None else None
+        return self._commit(tree, head)
+
+    def snapshot_files(self, paths: Iterable[str]) -> str | None:
+        """A snapshot that looks at `paths` (project-relative) only, after a call that can change nothing else (a file
+        editor): no `git status` walk. None when only a full `snapshot` will do: a path the latest snapshot does not
+        hold (a new file: only `git status` knows whether it is ignored), or an index changed since this object's
+        latest snapshot (by another process, or a snapshot that failed halfway)."""
+        with self.lock():
+            head = self._head()
+            if head is None or head[1] != self._last or self._signature is None:
+                return None
+            if self._index_signature() != self._signature:
+                return None
+            wanted = sorted(set(paths))
+            previous = self.entries(head[1], wanted)
+            if not wanted or any(entry is None for entry in previous.values()):
+                return None
+            self._signature = None  # until this snapshot is whole
+            kept: list[str] = []
+            for path in wanted:
+                with contextlib.suppress(OSError):
+                    if os.lstat(self.root / path).st_size > self.max_file_bytes and not (self.root / path).is_symlink():
+                        self.skipped.add(path)
+                        continue
+                self.skipped.discard(path)
+                kept.append(path)
+            found = self._store_files(kept, previous, index_all=False)
+            changed = any(found[path] != previous[path] for path in found)
+            tree = self.git("write-tree").decode().strip() if changed else head[1]
+            self._taken = (
+                head[1],
+                tree,
+                {path: (previous[path], new) for path, new in found.items() if new != previous[path]},
+            )
+            return self._commit(tree, head)
+
+    def _commit(self, tree: str, head: tuple[str, str] | None) -> str:
+        """Make `tree` the latest snapshot (unless it is already), with a commit of it on the latest; `tree`."""
+        if head is None or head[1] != tree:
+            commit, raw = _object("commit", _commit_text(tree, head[0] if head is not None else None))
+            self._store(commit, raw)
+            # What `git update-ref HEAD` does, without its process: under the lock, a ref is one file replaced whole.
+            ref = self.directory / "refs" / "heads" / "snapshots"
+            ref.parent.mkdir(parents=True, exist_ok=True)
+            temporary = ref.with_name(".snapshots.new")
+            temporary.write_text(commit + "\n")
+            os.replace(temporary, ref)
+            self._trees[commit] = tree
+        self._last, self._signature = tree, self._index_signature()
         return tree
 
+    def _index_signature(self) -> tuple[int, int, int] | None:
+        """What tells whether the index file was rewritten since (git replaces it whole, by a rename)."""
+        try:
+            stat = os.stat(self.directory / "code-puppy-index")
+        except OSError:
+            return None
+        return stat.st_ino, stat.st_mtime_ns, stat.st_size
+
+    def _store_files(
+        self, paths: Iterable[str], latest: Mapping[str, Entry | None], *, index_all: bool = True
+    ) -> dict[str, Entry | None]:
+        """Store each file's content as a blob (unless the latest snapshot has it: `latest`, each path's entry in it)
+        and put it in the index, or take it out (gone); each one's new entry. `index_all=False`: only the paths that
+        differ from `latest` go into the index (when the index is known to hold `latest`).
+
+        A folder where a file was takes the file out; any other folder (a nested repository) is left alone.
+
+        Raises:
+            CheckpointError: A file cannot be read, or git failed.
+        """
+        found: dict[str, Entry | None] = {}
+        for path in paths:
+            location = self.root / path
+            try:
+                stat = os.lstat(location)
+                if S_ISLNK(stat.st_mode):
+                    mode, content = "120000", os.fsencode(os.readlink(location))
+                elif S_ISREG(stat.st_mode):
+                    mode, content = ("100755" if stat.st_mode & S_IXUSR else "100644"), location.read_bytes()
+                elif S_ISDIR(stat.st_mode) and latest.get(path) is None:
+                    continue
+                else:
+                    found[path] = None
+                    continue
+            except (FileNotFoundError, NotADirectoryError):  # gone, or a file where its folder was
+                found[path] = None
+                continue
+            except OSError as exc:
+                raise CheckpointError(f"cannot snapshot {path}: {exc.strerror}") from None
+            name, raw = _object("blob", content)
+            if latest.get(path) != (mode, name):
+                self._store(name, raw)
+            found[path] = (mode, name)
+        listed = [path for path in found if index_all or found[path] != latest.get(path)]
+        gone = [f"0 {_NO_OBJECT}\t{path}" for path in listed if found[path] is None]
+        kept = [f"{entry[0]} {entry[1]}\t{path}" for path in listed if (entry := found[path]) is not None]
+        listing = b"".join(os.fsencode(line) + b"\0" for line in [*gone, *kept])
+        if listing:
+            self.git("update-index", "--add", "--replace", "-z", "--index-info", input=listing)
+        return found
+
+    def _store(self, name: str, raw: bytes) -> None:
+        """Write an object (`_object`) loose, as git does: deflated, in a file named by its id, made whole by a
+        rename."""
+        folder = self.directory / "objects" / name[:2]
+        target = folder / name[2:]
+        if not target.exists():  # also packed: a loose copy is harmless, and packing drops it
+            folder.mkdir(exist_ok=True)
+            temporary = folder / f"tmp_obj_{os.getpid()}_{threading.get_ident()}"
+            temporary.write_bytes(zlib.compress(raw))
+            temporary.chmod(0o444)
+            os.replace(temporary, target)
+
     def maintain(self) -> None:
-        """Pack the loose objects once there are many: a tree per folder per snapshot adds up, and packed they are
-        stored as deltas. Nothing is pruned: every snapshot stays reachable, so nothing is ever lost."""
+        """Pack what the last turn wrote (a blob per file changed, a tree per folder on its path, per snapshot): packed,
+        each version of a tree is stored as a delta of the one before. A geometric roll-up: the new objects join the
+        small packs of the turns before, and a pack is merged into a bigger one only once it is half its size, so each
+        turn's packing stays cheap and the packs stay few. Every object of the packs rolled up is kept, reachable or
+        not: nothing is ever pruned or lost."""
         with self.lock():
             counted = self.git("count-objects").decode().split()
-            if counted and int(counted[0]) >= PACK_AFTER:
-                self.git("repack", "-d", "-q")
-                packs = list((self.directory / "objects" / "pack").glob("*.pack"))
-                if len(packs) > 10:
-                    self.git("repack", "-a", "-d", "-q")
+            if counted and int(counted[0]) > 0:
+                self.git("repack", "-d", "-q", "--geometric=2")
 
     def _head(self) -> tuple[str, str] | None:
         """The latest snapshot's commit and tree, or None before the first (the ref file read directly: gc is off, so
@@ -253,9 +414,13 @@ class ShadowRepo:
         return [item.decode("utf-8", "surrogateescape") for item in listed.split(b"\0") if item]
 
     def changes(self, before: str, after: str) -> dict[str, Change]:
-        """The files that differ between two snapshots, each with its entry in both."""
+        """The files that differ between two snapshots, each with its entry in both: known without git when `after`
+        is the latest snapshot and `before` the one before it."""
         if before == after:
             return {}
+        taken = self._taken
+        if taken is not None and taken[0] == before and taken[1] == after:
+            return dict(taken[2])
         diff = self.git("diff-tree", "-r", "-z", "--no-renames", before, after)
         fields = diff.split(b"\0")
         found: dict[str, Change] = {}
@@ -306,6 +471,23 @@ class ShadowRepo:
     def size(self) -> int:
         """Bytes the repository takes on disk."""
         return sum(file.stat().st_size for file in self.directory.rglob("*") if file.is_file())
+
+
+def _file_entry(mode: bytes, blob: bytes) -> Entry | None:
+    return (mode.decode(), blob.decode()) if mode.decode() in _FILE_MODES else None
+
+
+def _object(kind: str, content: bytes) -> tuple[str, bytes]:
+    """A git object: its id (the SHA-1 of `<kind> <size>\\0<content>`) and those bytes."""
+    raw = f"{kind} {len(content)}\0".encode() + content
+    return hashlib.sha1(raw, usedforsecurity=False).hexdigest(), raw
+
+
+def _commit_text(tree: str, parent: str | None) -> bytes:
+    """A snapshot's commit object, as `git commit-tree` would write it."""
+    signature = f"{_IDENTITY['GIT_AUTHOR_NAME']} <{_IDENTITY['GIT_AUTHOR_EMAIL']}> {int(time.time())} +0000"
+    parents = f"parent {parent}\n" if parent is not None else ""
+    return f"tree {tree}\n{parents}author {signature}\ncommitter {signature}\n\nsnapshot\n".encode()
 
 
 def _covered(path: str, excluded: Iterable[str]) -> bool:

@@ -176,7 +176,7 @@ async def run_turn(
     if checkpoints is not None:
         outcome.checkpoint, outcome.checkpoint_note = record_turn(checkpoints.take(), deps.session, prompt, run_ids)
         if outcome.checkpoint is not None:
-            await asyncio.to_thread(checkpoints.maintain)
+            checkpoints.maintain_in_background()
     return outcome
 
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from pydantic_ai.messages import ModelMessage, ToolCallPart
 from pydantic_ai.models.function import AgentInfo
 
 from code_puppy.agents.builder import build_pydantic_agent
+from code_puppy.agents.checkpoints import Checkpoints
 from code_puppy.agents.deps import RunDeps
 from code_puppy.checkpoints.shadow import ShadowRepo
 from code_puppy.config import Settings
@@ -84,6 +86,125 @@ async def test_a_turn_that_changes_nothing_makes_no_checkpoint(
 
     assert (outcome.error, outcome.checkpoint, outcome.checkpoint_note) == (None, None, None)
     assert CheckpointLog(store.database).of_session(session.id) == []
+
+
+async def test_the_calls_of_one_response_share_a_snapshot_before_and_the_next_response_takes_its_own(
+    project: Path, store: SqliteConversationStore, code_puppy_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (project / "mine.txt").write_text("mine0\n")
+    shadow = ShadowRepo.open(project, code_puppy_home, max_file_mb=1)
+    taken: list[str] = []
+    snapshot = shadow.snapshot
+
+    def counted() -> str:
+        taken.append(snapshot())
+        return taken[-1]
+
+    monkeypatch.setattr(shadow, "snapshot", counted)
+
+    def user_edits_while_the_model_thinks(messages: list[ModelMessage], info: AgentInfo) -> Reply:
+        (project / "mine.txt").write_text("mine1\n")
+        return [ToolCallPart("shell", {"command": "rm b.txt"}, tool_call_id="s")]
+
+    script = scripted(
+        [
+            ToolCallPart("shell", {"command": "echo a > a.txt"}, tool_call_id="s1"),
+            ToolCallPart("shell", {"command": "echo b > b.txt"}, tool_call_id="s2"),
+            ToolCallPart("shell", {"command": "echo c > c.txt"}, tool_call_id="s3"),
+        ],
+        user_edits_while_the_model_thinks,
+        "done",
+    )
+    agent = build_pydantic_agent(
+        Settings(), model=script.model, project_root=project, permission_mode="yolo", checkpoints=shadow
+    )
+    session = await Session.start(store, project, model="test")
+
+    async with agent:
+        outcome = await run_turn(agent, RunDeps(session), "three at once", Quiet())
+
+    assert outcome.error is None and outcome.checkpoint is not None
+    # The first response: one snapshot before its three calls, one after each; the second: its own before, one after.
+    assert len(taken) == 4 + 2
+    (checkpoint,) = CheckpointLog(store.database).of_session(session.id)
+    assert sorted(checkpoint.changes) == ["a.txt", "c.txt"]  # b.txt made and removed; mine.txt is the user's
+    assert checkpoint.changes["a.txt"][0] is None and checkpoint.changes["c.txt"][0] is None
+
+
+async def test_a_call_right_after_another_of_its_response_starts_from_its_snapshot_but_not_after_a_pause(
+    project: Path, code_puppy_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shadow = ShadowRepo.open(project, code_puppy_home, max_file_mb=1)
+    taken: list[str] = []
+    snapshot = shadow.snapshot
+
+    def counted() -> str:
+        taken.append(snapshot())
+        return taken[-1]
+
+    monkeypatch.setattr(shadow, "snapshot", counted)
+    checkpoints = Checkpoints(shadow)
+    checkpoints.begin_turn()
+    for name in ("a.txt", "b.txt"):  # one after the other, in one response
+        async with checkpoints.tracked(response=("run", 1)):
+            (project / name).write_text(name)
+    assert len(taken) == 3
+    async with checkpoints.tracked(response=("run", 2)):  # a new response: the user may have edited meanwhile
+        (project / "c.txt").write_text("c")
+    assert len(taken) == 5
+    monkeypatch.setattr("code_puppy.agents.checkpoints.REUSE_WITHIN", 0.0)  # a slow call of the response in between
+    async with checkpoints.tracked(response=("run", 2)):
+        (project / "d.txt").write_text("d")
+    assert len(taken) == 7
+    assert sorted(checkpoints.take().changes) == ["a.txt", "b.txt", "c.txt", "d.txt"]
+
+
+async def test_after_a_file_editor_only_its_file_is_looked_at_and_what_else_changed_meanwhile_is_not_the_calls(
+    project: Path, code_puppy_home: Path, outside: Path
+) -> None:
+    (project / "real.txt").write_text("r0\n")
+    (project / "link.txt").symlink_to("real.txt")
+    shadow = ShadowRepo.open(project, code_puppy_home, max_file_mb=1)
+    statuses: list[str] = []
+    git = shadow.git
+
+    def counted(*args: str, **options: object) -> bytes:
+        statuses.extend(args[:1] if args[0] == "status" else [])
+        return git(*args, **options)  # type: ignore[arg-type]
+
+    shadow.git = counted  # type: ignore[method-assign]
+    checkpoints = Checkpoints(shadow)
+    checkpoints.begin_turn()
+    edits = checkpoints._edited("link.txt")  # pyright: ignore[reportPrivateUsage]
+    assert edits == ("link.txt", "real.txt")
+    assert checkpoints._edited(str(outside / "x.txt")) is None  # pyright: ignore[reportPrivateUsage]
+    async with checkpoints.tracked(response=("run", 1), edits=edits):
+        (project / "real.txt").write_text("r1\n")  # the editor, through the link
+        (project / "mine.txt").write_text("the user's, meanwhile\n")
+    assert len(statuses) == 1  # before the call only
+    async with checkpoints.tracked(response=("run", 2), edits=("new.txt",)):  # a new file: a full snapshot after
+        (project / "new.txt").write_text("n\n")
+    assert len(statuses) == 3
+
+    assert sorted(checkpoints.take().changes) == ["new.txt", "real.txt"]
+
+
+async def test_a_command_after_a_file_editor_of_its_response_still_looks_at_everything_before_it(
+    project: Path, code_puppy_home: Path
+) -> None:
+    (project / "a.txt").write_text("a0\n")
+    shadow = ShadowRepo.open(project, code_puppy_home, max_file_mb=1)
+    checkpoints = Checkpoints(shadow)
+    checkpoints.begin_turn()
+    async with checkpoints.tracked(response=("run", 1)):
+        (project / "b.txt").write_text("b\n")
+    (project / "mine.txt").write_text("the user's, while the model thought\n")
+    async with checkpoints.tracked(response=("run", 2), edits=("a.txt",)):  # looks at a.txt alone
+        (project / "a.txt").write_text("a1\n")
+    async with checkpoints.tracked(response=("run", 2)):  # a command: mine.txt is seen before it, so not its change
+        (project / "c.txt").write_text("c\n")
+
+    assert sorted(checkpoints.take().changes) == ["a.txt", "b.txt", "c.txt"]
 
 
 def test_a_repaired_database_keeps_its_checkpoints(project: Path, db_path: Path) -> None:

@@ -128,3 +128,90 @@ def test_a_snapshot_after_one_killed_midway_still_works(project: Path, shadow: S
     (project / "README.md").write_text("changed\n")
 
     assert list(shadow.changes(first, shadow.snapshot())) == ["README.md"]
+
+
+def test_changes_known_from_the_snapshot_are_what_git_finds_between_the_trees(
+    project: Path, shadow: ShadowRepo, code_puppy_home: Path, outside: Path
+) -> None:
+    (project / "edit.txt").write_text("e0\n")
+    (project / "same.txt").write_text("s\n")
+    (project / "gone.txt").write_text("g\n")
+    (project / "run.sh").write_text("#!/bin/sh\n")
+    (project / "becomes_dir").write_text("file\n")
+    (project / "was_dir").mkdir()
+    (project / "was_dir" / "inner.txt").write_text("i\n")
+    (project / "link").symlink_to("edit.txt")
+    (project / ".gitignore").write_text("*.log\n")
+    before = shadow.snapshot()
+    (project / "edit.txt").write_bytes(b"e1\r\n")
+    os.utime(project / "same.txt", (1, 1))  # touched, same content: no change
+    (project / "gone.txt").unlink()
+    (project / "run.sh").chmod(0o755)
+    (project / "becomes_dir").unlink()
+    (project / "becomes_dir").mkdir()
+    (project / "becomes_dir" / "x.txt").write_text("x\n")
+    (project / "was_dir" / "inner.txt").unlink()
+    (project / "was_dir").rmdir()
+    (project / "was_dir").write_text("now a file\n")
+    (project / "link").unlink()
+    (project / "link").symlink_to(outside)
+    (project / "new.txt").write_text("n\n")
+    (project / "debug.log").write_text("ignored, small: kept\n")
+    after = shadow.snapshot()
+
+    known = shadow.changes(before, after)
+    from_git = ShadowRepo.open(project, code_puppy_home, max_file_mb=1).changes(before, after)  # a diff-tree
+
+    assert known == from_git
+    assert sorted(known) == [
+        "becomes_dir", "becomes_dir/x.txt", "debug.log", "edit.txt", "gone.txt", "link", "new.txt", "run.sh",
+        "was_dir", "was_dir/inner.txt",
+    ]  # fmt: skip
+    assert known["run.sh"][1] is not None and known["run.sh"][1][0] == "100755"
+    assert known["link"][1] is not None and known["link"][1][0] == "120000"
+    blobs = shadow.read_blobs(entry[1] for _, entry in known.values() if entry is not None)
+    assert blobs[known["edit.txt"][1][1]] == b"e1\r\n"  # type: ignore[index]
+    assert blobs[known["link"][1][1]] == os.fsencode(str(outside))
+    # The objects written without git are sound, and the index agrees with the files and the snapshot.
+    shadow.git("fsck", "--strict", "--no-dangling")  # raises if git finds anything wrong
+    assert shadow.snapshot() == after
+    assert shadow.git("status", "--porcelain=v2", "-uall") == b""
+
+
+def test_a_snapshot_cut_short_after_the_index_is_finished_by_the_next(
+    project: Path, shadow: ShadowRepo, code_puppy_home: Path
+) -> None:
+    (project / "a.txt").write_text("a0\n")
+    before = shadow.snapshot()
+    (project / "a.txt").write_text("a1\n")
+    (project / "b.txt").write_text("b\n")
+    shadow.git("update-index", "--add", "a.txt", "b.txt")  # killed before its tree and commit were written
+
+    after = shadow.snapshot()
+
+    known = shadow.changes(before, after)
+    assert known == ShadowRepo.open(project, code_puppy_home, max_file_mb=1).changes(before, after)
+    assert sorted(known) == ["a.txt", "b.txt"] and known["b.txt"][0] is None
+    assert shadow.git("status", "--porcelain=v2", "-uall") == b""
+
+
+def test_a_snapshot_of_named_files_only_when_the_latest_snapshot_holds_them_and_nobody_else_changed_the_index(
+    project: Path, shadow: ShadowRepo, code_puppy_home: Path
+) -> None:
+    (project / "a.txt").write_text("a0\n")
+    before = shadow.snapshot()
+    (project / "a.txt").write_text("a1\n")
+    (project / "other.txt").write_text("not looked at\n")
+
+    after = shadow.snapshot_files(["a.txt"])
+
+    assert after is not None and after != before
+    assert shadow.changes(before, after) == ShadowRepo.open(project, code_puppy_home, max_file_mb=1).changes(
+        before, after
+    )
+    assert list(shadow.changes(before, after)) == ["a.txt"]
+    assert shadow.snapshot_files(["new.txt"]) is None  # not in the latest snapshot: only git status knows if ignored
+    ShadowRepo.open(project, code_puppy_home, max_file_mb=1).snapshot()  # another process's snapshot
+    assert shadow.snapshot_files(["a.txt"]) is None
+    assert list(shadow.changes(after, shadow.snapshot())) == ["other.txt"]
+    assert shadow.snapshot_files(["a.txt"]) is not None  # its own latest snapshot again
