@@ -44,13 +44,18 @@ class Worktree:
     """The paths with uncommitted changes (modified, staged, untracked), as `git status` names them."""
 
 
+NAME_MAX = 64
+"""The longest worktree name: it is a folder and part of a branch name."""
+
+
 def check_name(name: str) -> str:
     """`name` when it can name a worktree folder and a branch; else a `ConfigError` (exit 2)."""
-    bad = not name or name.startswith((".", "-")) or "/" in name or "\\" in name or ".." in name
-    if bad or any(character.isspace() or character in "~^:?*[@{}" or ord(character) < 32 for character in name):
+    bad = not name or name.startswith((".", "-")) or name.endswith((".", ".lock")) or len(name) > NAME_MAX
+    if bad or ".." in name or any(not (character.isalnum() or character in "-_.") for character in name):
+        shown = name if len(name) <= NAME_MAX else name[:NAME_MAX] + "…"
         raise ConfigError(
-            f"bad worktree name {name!r}: use letters, digits, '-', '_' and '.' (no slashes, no '..', not starting "
-            "with '.' or '-')"
+            f"bad worktree name {shown!r}: use up to {NAME_MAX} letters, digits, '-', '_' and '.' (no '..', not "
+            "starting with '.' or '-', not ending with '.' or '.lock')"
         )
     return name
 
@@ -113,11 +118,27 @@ def find(repo: Path, name: str) -> Worktree:
 def remove(repo: Path, worktree: Worktree, *, force: bool) -> str | None:
     """Remove `worktree` (its branch stays). Uncommitted changes stop it unless `force`, which first commits them on
     the worktree's branch; returns that commit's id, or None when there was nothing to commit."""
+    # These stop it even with --force: what would be lost is not this worktree's to commit.
     running = _running_sessions(worktree.path)
     if running:
-        # Even with --force: its files would vanish under an agent that is still writing them.
         raise WorktreeError(
             f"an agent is running in worktree {worktree.name} (session {', '.join(running)}): stop it first"
+        )
+    nested = _nested_repositories(worktree.path)
+    if nested:
+        raise WorktreeError(
+            f"worktree {worktree.name} holds git repositories of its own ({', '.join(nested)}): their history would "
+            f"go with it; move them out, or remove it yourself with `git worktree remove`"
+        )
+    if (
+        worktree.branch is None
+        and not _git(
+            worktree.path, "for-each-ref", "--count=1", "--contains=HEAD", "refs/heads", "refs/remotes", "refs/tags"
+        ).strip()
+    ):
+        raise WorktreeError(
+            f"worktree {worktree.name} has a detached HEAD with commits on no branch: put them on one first "
+            f"(`git -C {worktree.path} switch -c NAME`)"
         )
     commit = None
     if worktree.changes:
@@ -136,6 +157,20 @@ def remove(repo: Path, worktree: Worktree, *, force: bool) -> str | None:
     # Clean now, but for ignored files (build output), which go with the folder.
     _git(repo, "worktree", "remove", "--force", str(worktree.path))
     return commit
+
+
+def _nested_repositories(path: Path) -> list[str]:
+    """The folders under worktree `path` that are git repositories of their own (submodules, a cloned or `git init`ed
+    folder), which `git add` would only record as a commit id."""
+    found: list[str] = []
+    for folder, subfolders, files in os.walk(path):
+        here = Path(folder)
+        if here != path and (".git" in subfolders or ".git" in files):
+            found.append(here.relative_to(path).as_posix())
+            subfolders.clear()
+            continue
+        subfolders[:] = [name for name in subfolders if name != ".git"]
+    return sorted(found)
 
 
 def _changes(path: Path) -> tuple[str, ...]:

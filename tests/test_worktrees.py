@@ -111,6 +111,10 @@ def test_remove_takes_a_clean_worktree_and_keeps_its_branch(committed: Path) -> 
         (("-w", "a/b", "-p", "hi"), "bad worktree name 'a/b'"),
         (("-w", "..", "-p", "hi"), "bad worktree name '..'"),
         (("worktrees", "remove", "x..y"), "bad worktree name 'x..y'"),
+        (("-w", "a.lock", "-p", "hi"), "bad worktree name 'a.lock'"),
+        (("-w", "a.", "-p", "hi"), "bad worktree name 'a.'"),
+        (("-w", "x" * 300, "-p", "hi"), f"bad worktree name '{'x' * 64}…'"),
+        (("-w", "ä\x1b[2J", "-p", "hi"), "bad worktree name 'ä\\x1b[2J'"),
     ],
 )
 def test_a_bad_name_is_one_line_and_exit_2(committed: Path, args: tuple[str, ...], message: str) -> None:
@@ -226,3 +230,35 @@ def test_remove_refuses_a_worktree_an_agent_is_running_in(committed: Path, serve
         busy.communicate(timeout=20)
 
     assert run_cli("worktrees", "remove", "busy", cwd=committed).returncode == 0
+
+
+def test_remove_never_loses_a_nested_repository_or_commits_on_no_branch(committed: Path) -> None:
+    git(committed, "worktree", "add", "-q", "-b", "code-puppy/nest", ".code-puppy/worktrees/nest")
+    worktree = committed / ".code-puppy" / "worktrees" / "nest"
+    inner = worktree / "sub"
+    inner.mkdir()
+    git(inner, "init", "-q")
+    (inner / "work.txt").write_text("only here\n")
+    git(inner, "add", "-A")
+    git(inner, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", "inner work")
+
+    refused = run_cli("worktrees", "remove", "nest", "--force", cwd=committed)
+
+    assert refused.returncode == 1
+    assert "holds git repositories of its own (sub)" in refused.stderr and refused.stderr.count("\n") == 1
+    assert git(inner, "log", "--format=%s") == "inner work\n"
+    assert git(worktree, "status", "--porcelain") == "?? sub/\n"  # nothing staged or committed on its behalf
+
+    git(committed, "worktree", "add", "-q", "--detach", ".code-puppy/worktrees/loose")
+    loose = committed / ".code-puppy" / "worktrees" / "loose"
+    (loose / "more.txt").write_text("more\n")
+    git(loose, "add", "-A")
+    git(loose, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", "on no branch")
+
+    refused = run_cli("worktrees", "remove", "loose", "--force", cwd=committed)
+
+    assert refused.returncode == 1
+    assert "has a detached HEAD with commits on no branch" in refused.stderr
+    assert loose.is_dir()
+    git(loose, "checkout", "-q", "--detach", "main" if git(committed, "branch", "--list", "main") else "master")
+    assert run_cli("worktrees", "remove", "loose", cwd=committed).returncode == 0  # detached at a branch's commit
