@@ -2,8 +2,9 @@
 
 Each file becomes one session of the project its transcript ran in (the project root of its `cwd`, as code-puppy
 finds it, when that folder exists here; the `cwd` itself otherwise). The session's id is derived from the file's own
-session id (a UUID 5 of the format and that id), so importing a file again finds the session it made and adds
-nothing. The session's created and updated times are those of its first and last message.
+session id (a UUID 5 of the format and that id), so importing a file again finds the session it made: a transcript
+that grew since (the session went on in Claude Code or Codex) adds its new messages, one that did not adds nothing.
+The session's created and updated times are those of its first and last message.
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from pydantic_ai import Conversation
+from pydantic_ai.messages import ModelMessage
 
 from code_puppy.paths import find_project_root
 
+from .catalog import SessionInfo
 from .schema import timestamp
 from .session import Session
 from .store import SqliteConversationStore
@@ -36,13 +39,16 @@ class Outcome:
 
     transcript: Transcript
     status: str
-    """`imported`, `would import` (--dry-run), `already imported`, `not imported` (a file named that could not be),
+    """`imported`, `would import` (--dry-run), `updated` / `would update` (a transcript that grew since its import),
+    `already imported`, `not imported` (a file named that could not be),
     or `skipped` (a file found in a folder that holds no conversation: Claude Code's sub-agent files, Codex's
     history.jsonl)."""
     session_id: str | None = None
     project_dir: Path | None = None
     reason: str = ""
-    """Why it was not imported."""
+    """Why it was not imported (or, already imported, not updated)."""
+    added: int = 0
+    """Messages an update added."""
 
     def as_json(self) -> dict[str, Any]:
         transcript = self.transcript
@@ -55,6 +61,7 @@ class Outcome:
             "messages": len(transcript.messages),
             "skipped": dict(sorted(transcript.skipped.items())),
             "malformed_lines": len(transcript.problems),
+            **({"added": self.added} if self.status in ("updated", "would update") else {}),
             **({"reason": self.reason} if self.reason else {}),
         }
 
@@ -120,8 +127,8 @@ def _import(
     session_id = session_id_for(transcript)
     project = _project(transcript, default_project)
     found = store.sessions.find(session_id) if store is not None else []
-    if found and found[0].id == session_id:
-        return Outcome(transcript, "already imported", session_id, Path(found[0].project_dir))
+    if store is not None and found and found[0].id == session_id:
+        return _update(store, transcript, found[0], dry_run=dry_run)
     if dry_run or store is None:
         return Outcome(transcript, "would import", session_id, project)
     try:
@@ -131,13 +138,42 @@ def _import(
     session = Session(store, Conversation(conversation_id=session_id))
     session.project_dir = project
     asyncio.run(session.set_message_history(transcript.messages))
-    if times := [message.timestamp for message in transcript.messages if message.timestamp is not None]:
-        with store.database.write() as db:
-            db.execute(
-                "UPDATE sessions SET created_at = ?, updated_at = ? WHERE id = ?",
-                (timestamp(min(times)), timestamp(max(times)), session_id),
-            )
+    _set_times(store, session_id, transcript.messages, first=True)
     return Outcome(transcript, "imported", session_id, project)
+
+
+def _update(store: SqliteConversationStore, transcript: Transcript, info: SessionInfo, *, dry_run: bool) -> Outcome:
+    """Add the messages a transcript gained since it was imported as `info` (nothing when it did not grow)."""
+    project = Path(info.project_dir)
+    session = asyncio.run(Session.resume(store, info, model=None))
+    stored = session.messages
+    if [_key(message) for message in transcript.messages[: len(stored)]] != [_key(message) for message in stored]:
+        reason = "the transcript no longer starts with the imported messages; nothing added"
+        return Outcome(transcript, "already imported", info.id, project, reason=reason)
+    new = transcript.messages[len(stored) :]
+    if not new:
+        return Outcome(transcript, "already imported", info.id, project)
+    if dry_run:
+        return Outcome(transcript, "would update", info.id, project, added=len(new))
+    asyncio.run(session.set_message_history([*stored, *new]))
+    _set_times(store, info.id, new, first=False)
+    return Outcome(transcript, "updated", info.id, project, added=len(new))
+
+
+def _key(message: ModelMessage) -> list[tuple[str, object, object]]:
+    """What identifies a message across an import and a later read of the same transcript."""
+    return [
+        (part.part_kind, getattr(part, "content", None), getattr(part, "tool_call_id", None)) for part in message.parts
+    ]
+
+
+def _set_times(store: SqliteConversationStore, session_id: str, messages: list[ModelMessage], *, first: bool) -> None:
+    """The session's updated time is its last message's; with `first`, its created time is its first message's."""
+    if times := [message.timestamp for message in messages if message.timestamp is not None]:
+        with store.database.write() as db:
+            if first:
+                db.execute("UPDATE sessions SET created_at = ? WHERE id = ?", (timestamp(min(times)), session_id))
+            db.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (timestamp(max(times)), session_id))
 
 
 def _project(transcript: Transcript, default_project: Path) -> Path:
@@ -155,6 +191,8 @@ def _line(outcome: Outcome) -> str:
     return (
         f"{transcript.path}: {outcome.status} ({transcript.format}) as session {outcome.session_id} of "
         f"{outcome.project_dir}: {len(transcript.messages)} messages"
+        + (f" ({outcome.added} new)" if outcome.added else "")
+        + (f"; {outcome.reason}" if outcome.reason else "")
         + (f"; skipped {skipped}" if skipped else "")
         + (f"; {len(transcript.problems)} malformed line(s)" if transcript.problems else "")
     )

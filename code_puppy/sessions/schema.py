@@ -387,8 +387,10 @@ def _connect(path: Path, *, readonly: bool, immutable: bool = False) -> sqlite3.
     except sqlite3.Error as exc:
         raise StoreError(_describe(path, exc)) from None
     try:
-        # How long a statement waits for another process's write transaction before failing as locked.
-        connection.execute("PRAGMA busy_timeout = 5000")
+        # How long a statement waits for another process's write transaction before failing as locked: long, since
+        # transactions are short and many agents on a loaded machine can queue behind one another (a dead process's
+        # lock goes with it).
+        connection.execute("PRAGMA busy_timeout = 30000")
         if readonly:
             connection.execute("SELECT name FROM schema_migrations").fetchall()
         else:

@@ -163,12 +163,20 @@ async def test_delegated_sub_agent_runs_never_write_the_main_history(project: Pa
     assert result.output == "main answer"
 
 
+# Not runs, so no response to persist: an import writes a transcript's messages as a session's history, and the
+# transcript reader fills in the messages of a file it parsed.
+NOT_RUNS = {"sessions/importing.py", "sessions/transcripts.py"}
+
+
 def test_no_other_module_writes_history_directly() -> None:
-    """Only history_persistence.py calls set_message_history; only Session assigns conversation messages."""
+    """Only history_persistence.py calls set_message_history; only Session assigns conversation messages (imports,
+    which are not runs, aside)."""
     offenders: list[str] = []
     for path in PACKAGE.rglob("*.py"):
         tree = ast.parse(path.read_text())
         relative = path.relative_to(PACKAGE).as_posix()
+        if relative in NOT_RUNS:
+            continue
         for node in ast.walk(tree):
             if (
                 isinstance(node, ast.Call)

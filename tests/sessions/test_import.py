@@ -355,3 +355,42 @@ def test_a_call_the_transcript_never_answered_gets_a_result_and_a_late_result_is
     )
     assert len(transcript.messages) == 4
     assert transcript.skipped == {"tool_result without an open tool_use": 1}
+
+
+def test_a_transcript_that_grew_adds_its_new_messages(project: Path, tmp_path: Path, code_puppy_home: Path) -> None:
+    transcript = claude_transcript(tmp_path / f"{CLAUDE_SESSION}.jsonl", project)
+    first = run_cli("sessions", "import", str(transcript), "--output-format", "json", cwd=project)
+    [session_id] = imported_ids(first.stdout)
+    common = {"cwd": str(project), "sessionId": CLAUDE_SESSION, "version": "2.0.61", "isSidechain": False}
+    later = [
+        {
+            **common,
+            "type": "user",
+            "uuid": "u9",
+            "timestamp": "2025-11-03T09:00:00.000Z",
+            "message": {"role": "user", "content": "And in French?"},
+        },
+        {
+            **common,
+            "type": "assistant",
+            "uuid": "u10",
+            "timestamp": "2025-11-03T09:00:01.000Z",
+            "message": {"id": "msg_09", "role": "assistant", "content": [{"type": "text", "text": "Bonjour."}]},
+        },
+    ]
+    with transcript.open("a") as file:
+        file.writelines(json.dumps(record) + "\n" for record in later)
+
+    dry = run_cli("sessions", "import", str(transcript), "--dry-run", "--output-format", "json", cwd=project)
+    grown = run_cli("sessions", "import", str(transcript), cwd=project)
+    again = run_cli("sessions", "import", str(transcript), "--output-format", "json", cwd=project)
+
+    assert [f["status"] for f in json.loads(dry.stdout)["files"]] == ["would update"]
+    assert json.loads(dry.stdout)["files"][0]["added"] == 2
+    assert grown.returncode == 0 and f"updated (claude-code) as session {session_id}" in grown.stdout
+    assert "(2 new)" in grown.stdout
+    assert json.loads(again.stdout)["files"][0]["status"] == "already imported"
+    exported = json.loads(run_cli("sessions", "export", session_id, cwd=project).stdout)
+    texts = json.dumps(exported["messages"])
+    assert texts.count("And in French?") == 1 and texts.count("Bonjour.") == 1
+    assert exported["messages"][-1]["parts"][0]["content"] == "Bonjour."
