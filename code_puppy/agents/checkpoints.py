@@ -181,13 +181,18 @@ class Checkpoints(AbstractCapability[Any]):
             self._latest = (response, tree, time.monotonic(), whole)
 
     async def _snapshot(self) -> str | None:
-        return (await asyncio.to_thread(self._snapshot_now))[0]
+        """The snapshot before a call: the latest one when nothing changed since it (`ShadowRepo.unchanged`), else a
+        new one."""
+        return (await asyncio.to_thread(self._snapshot_now, None, reuse=True))[0]
 
-    def _snapshot_now(self, edits: tuple[str, ...] | None = None) -> tuple[str | None, bool]:
-        """A snapshot of `edits` alone if it can be, else of everything; its tree, and whether it is the latter."""
+    def _snapshot_now(self, edits: tuple[str, ...] | None = None, *, reuse: bool = False) -> tuple[str | None, bool]:
+        """A snapshot of `edits` alone if it can be, else of everything (`reuse`: the latest one, if nothing changed
+        since it); its tree, and whether it is the latter."""
         if edits is not None and (tree := self._files_only(edits)) is not None:
             return tree, False
         try:
+            if reuse and (tree := self.shadow.unchanged()) is not None:
+                return tree, True
             return self.shadow.snapshot(), True
         except CheckpointError as exc:
             self._failure = str(exc)
