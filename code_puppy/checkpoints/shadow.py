@@ -34,6 +34,8 @@ Entry = tuple[str, str]
 """A file as git stores it: its mode (`100644`, `100755`, `120000` for a symlink) and its blob id."""
 Change = tuple[Entry | None, Entry | None]
 """A path's state before and after (None: it did not exist)."""
+_FileStat = tuple[int, int, int] | None
+"""A file's identity, size and time (None: there is none)."""
 
 CHECKPOINT_IGNORE = ".code-puppy/checkpointignore"
 """More paths to leave out of snapshots, in `.gitignore` syntax."""
@@ -90,9 +92,9 @@ class ShadowRepo:
         self._watcher: Watcher | None = None
         self._watching = True
         """False once the watcher could not start or failed: every snapshot walks, for the rest of the process."""
-        self._clean: tuple[str, int, tuple[int, int, int] | None] | None = None
-        """The latest whole snapshot's tree, the watcher's count of events before its walk began, and the user's global
-        ignore file then (None: it cannot be reused, `unchanged`)."""
+        self._clean: tuple[str, int, tuple[_FileStat, ...]] | None = None
+        """The latest whole snapshot's tree, the watcher's count of events before its walk began, and the ignore files
+        a watch may not see then (`_ignore_files`; None: it cannot be reused, `unchanged`)."""
         self._env = {
             **{name: value for name, value in os.environ.items() if not name.startswith("GIT_")},
             **_IDENTITY,
@@ -209,7 +211,7 @@ class ShadowRepo:
         self._write_excludes()
         # Before the walk: what changed from now on raises an event the next `unchanged` reads.
         token = self._watcher.token() if self._watcher is not None else None
-        outside = _global_ignore()
+        outside = _ignore_files(self.root)
         self.walks += 1
         status = self.git(
             "status", "--porcelain=v2", "-z", "--untracked-files=all", "--ignored=matching", "--no-renames",
@@ -277,7 +279,7 @@ class ShadowRepo:
         self._taken = (head[1], tree, changes) if found is not None and head is not None else None
         return self._watch(self._commit(tree, head), token, outside, left_out)
 
-    def _watch(self, tree: str, token: int | None, outside: tuple[int, int, int] | None, left_out: list[str]) -> str:
+    def _watch(self, tree: str, token: int | None, outside: tuple[_FileStat, ...], left_out: list[str]) -> str:
         """After a whole snapshot: `tree` can be reused while nothing changes (`token`, when the watcher covered all
         the walk did); the watches follow the folders left out (started at the first snapshot)."""
         if not self._watching:
@@ -299,7 +301,7 @@ class ShadowRepo:
     def unchanged(self) -> str | None:
         """The latest snapshot's tree, when it is known to still hold without a walk: the folder watcher saw nothing
         change in the project since the walk of that snapshot began (and it was a whole snapshot of this object,
-        nobody else changed the shadow repository since, and the user's global ignore file is as it was). None: take
+        nobody else changed the shadow repository since, and the ignore files are as they were). None: take
         a `snapshot`."""
         with self.lock():
             clean, watcher = self._clean, self._watcher
@@ -308,7 +310,7 @@ class ShadowRepo:
             head = self._head()
             if head is None or head[1] != clean[0] or self._index_signature() != self._signature:
                 return None
-            if _global_ignore() != clean[2] or not watcher.clean(clean[1]):
+            if _ignore_files(self.root) != clean[2] or not watcher.clean(clean[1]):
                 self._clean = None
                 return None
             return clean[0]
@@ -532,15 +534,20 @@ class ShadowRepo:
         return sum(file.stat().st_size for file in self.directory.rglob("*") if file.is_file())
 
 
-def _global_ignore() -> tuple[int, int, int] | None:
-    """The user's global ignore file, which git reads even with its configuration shut out (`core.excludesFile`'s
-    default): its identity, size and time; None when there is none."""
+def _ignore_files(root: Path) -> tuple[_FileStat, ...]:
+    """The ignore files a folder watch may not see: the user's global one, which git reads even with its
+    configuration shut out (`core.excludesFile`'s default), and `.code-puppy/checkpointignore`, in a folder `.gitignore`
+    may leave out; each one's identity, size and time (None: there is none)."""
     config = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    try:
-        stat = os.stat(os.path.join(config, "git", "ignore"))
-    except OSError:
-        return None
-    return stat.st_ino, stat.st_size, stat.st_mtime_ns
+    found: list[_FileStat] = []
+    for path in (os.path.join(config, "git", "ignore"), root / CHECKPOINT_IGNORE):
+        try:
+            stat = os.stat(path)
+        except OSError:
+            found.append(None)
+        else:
+            found.append((stat.st_ino, stat.st_size, stat.st_mtime_ns))
+    return tuple(found)
 
 
 def _file_entry(mode: bytes, blob: bytes) -> Entry | None:

@@ -149,10 +149,12 @@ async def test_a_call_right_after_another_of_its_response_starts_from_its_snapsh
         async with checkpoints.tracked(response=("run", 1)):
             (project / name).write_text(name)
     assert len(taken) == 3
+    (project / "mine.txt").write_text("mine")  # the user, while the model thinks
     async with checkpoints.tracked(response=("run", 2)):  # a new response: the user may have edited meanwhile
         (project / "c.txt").write_text("c")
     assert len(taken) == 5
     monkeypatch.setattr("code_puppy.agents.checkpoints.REUSE_WITHIN", 0.0)  # a slow call of the response in between
+    (project / "mine.txt").write_text("mine, again")
     async with checkpoints.tracked(response=("run", 2)):
         (project / "d.txt").write_text("d")
     assert len(taken) == 7
