@@ -51,9 +51,10 @@ class Checkpoints(AbstractCapability[Any]):
     The calls of one model response run back to back (or at once), with no model request in between: the snapshot
     before each call after the first is the last one taken in that response (if under `REUSE_WITHIN` ago: not after a
     slow read-only call in between), not a new one, as nobody can meaningfully edit between them. The first call of a
-    response is always checked: the user may have edited while the model thought. A file editor's snapshots look at
-    its file alone (`tracked`'s `edits`), and a later call of the response that can change anything starts from them
-    only if the response's first snapshot looked at everything.
+    response is always checked: the user may have edited while the model thought (on Linux, the folder watcher can
+    prove nothing changed since the latest snapshot, which is then reused: `ShadowRepo.unchanged`). A file editor's
+    snapshots look at its file alone (`tracked`'s `edits`), and a later call of the response that can change anything
+    starts from them only if the response's first snapshot looked at everything.
     """
 
     shadow: ShadowRepo

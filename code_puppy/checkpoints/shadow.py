@@ -10,6 +10,9 @@ it lists changes, the changed files are stored and put into the index, `git writ
 every snapshot stays reachable (`gc.auto=0` besides, and nothing is ever pruned). Directories `.gitignore` ignores as
 a whole (`node_modules/`) are left out; smaller ignored files (`.env`) are kept, unless `.code-puppy/checkpointignore`
 names them; files over `max_file_mb` are skipped and listed. git stores a symlink as a link, never what it points to.
+
+On Linux a folder watcher (`watch.py`) can prove that nothing a snapshot covers changed since its walk began: the
+snapshot before a tool call is then the latest one (`unchanged`), with no walk. The snapshot after a call always walks.
 """
 
 from __future__ import annotations
