@@ -168,10 +168,12 @@ class Watcher:
         self._stale = False
         old = self._paths
         self._paths, self._watched = {}, {}
-        pending = [""]
+        if not self._add("", syncing=True):
+            self._fail("cannot watch the project's root")
+        pending = self._subfolders("")
         while pending and self.healthy:
             folder = pending.pop()
-            if self._add(folder):
+            if self._add(folder, syncing=True):
                 pending.extend(self._subfolders(folder))
         for wd in set(old) - set(self._paths):
             self._libc.rm_watch(self._fd, wd)  # its IN_IGNORED is not counted
@@ -195,8 +197,9 @@ class Watcher:
             self._fail(f"cannot list {folder or '.'}: {exc.strerror}")
         return found
 
-    def _add(self, folder: str) -> bool:
-        """Watch `folder`; False when it is gone (its parent's event tells) or the watcher failed."""
+    def _add(self, folder: str, *, syncing: bool = False) -> bool:
+        """Watch `folder`; False when it is gone (its parent's event tells), watched under another path, or the watcher
+        failed."""
         if not self.healthy:
             return False
         if MAX_WATCHES is not None and folder not in self._watched and len(self._watched) >= MAX_WATCHES:
@@ -223,9 +226,10 @@ class Watcher:
             return False
         known = self._paths.get(wd)
         if known is not None and known != folder:
-            # Within a sync: the same folder under two paths (a bind mount); in a drain: a folder moved in from
-            # elsewhere in the project. Either way its path is in doubt.
-            self._stale = True
+            if syncing:  # the same folder under two paths (a bind mount): events would name the wrong one
+                self._fail(f"{folder} and {known} are one folder")
+            else:  # a folder moved in from elsewhere in the project: its path is in doubt until the next sync
+                self._stale = True
             return False
         self._paths[wd] = folder
         self._watched[folder] = wd

@@ -199,3 +199,29 @@ async def test_a_checkpointignore_change_in_a_folder_git_ignores_is_seen(project
     (project / ".code-puppy" / "checkpointignore").write_text("")  # private/ is snapshotted from now on
     assert await turn.call(lambda: (project / "a.txt").write_text("a\n")) == 1
     assert turn.changes() == ["a.txt"]  # not private/notes.txt
+
+
+async def test_a_filesystem_not_known_to_be_local_is_not_watched(
+    project: Path, code_puppy_home: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(watch, "_LOCAL", frozenset())  # as if the project were on NFS: statfs says what it is
+    caplog.set_level("DEBUG", logger=watch.__name__)
+    shadow = ShadowRepo.open(project, code_puppy_home, max_file_mb=1)
+    shadow.snapshot()
+    assert "is not on a local filesystem" in caplog.text
+    turn = Turn(shadow)
+    await turn.call(lambda: None)
+    assert await turn.call(lambda: None) == 1
+
+
+async def test_more_new_folders_at_once_than_a_drain_watches_are_left_to_the_walk_and_the_next_sync(
+    project: Path, shadow: ShadowRepo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(watch, "NEW_FOLDERS_AT_ONCE", 2)
+    turn = Turn(shadow)
+    await turn.call(lambda: (project / "one" / "two" / "three" / "four").mkdir(parents=True))
+    assert await turn.call(lambda: None) == 1  # not all were watched before the walk after the command
+    assert await turn.call(lambda: None) == 0  # they are since the sync after it
+    (project / "one" / "two" / "three" / "four" / "mine.txt").write_text("the user's\n")
+    assert await turn.call(lambda: (project / "a.txt").write_text("a\n")) == 1
+    assert turn.changes() == ["a.txt"]
