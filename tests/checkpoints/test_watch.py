@@ -225,3 +225,22 @@ async def test_more_new_folders_at_once_than_a_drain_watches_are_left_to_the_wal
     (project / "one" / "two" / "three" / "four" / "mine.txt").write_text("the user's\n")
     assert await turn.call(lambda: (project / "a.txt").write_text("a\n")) == 1
     assert turn.changes() == ["a.txt"]
+
+
+async def test_a_change_to_the_users_global_ignore_file_is_seen(
+    project: Path, code_puppy_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "config"
+    (config / "git").mkdir(parents=True)
+    (config / "git" / "ignore").write_text("scratch/\n")  # outside the project: no folder watch sees it
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(config))
+    (project / "scratch").mkdir()
+    (project / "scratch" / "notes.txt").write_text("the user's\n")
+    shadow = ShadowRepo.open(project, code_puppy_home, max_file_mb=1)
+    shadow.snapshot()
+    turn = Turn(shadow)
+    await turn.call(lambda: None)
+    assert await turn.call(lambda: None) == 0
+    (config / "git" / "ignore").write_text("")  # scratch/ is snapshotted from now on
+    assert await turn.call(lambda: (project / "a.txt").write_text("a\n")) == 1
+    assert turn.changes() == ["a.txt"]  # not scratch/notes.txt
