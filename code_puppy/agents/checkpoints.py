@@ -51,9 +51,10 @@ class Checkpoints(AbstractCapability[Any]):
     The calls of one model response run back to back (or at once), with no model request in between: the snapshot
     before each call after the first is the last one taken in that response (if under `REUSE_WITHIN` ago: not after a
     slow read-only call in between), not a new one, as nobody can meaningfully edit between them. The first call of a
-    response is always checked: the user may have edited while the model thought. A file editor's snapshots look at
-    its file alone (`tracked`'s `edits`), and a later call of the response that can change anything starts from them
-    only if the response's first snapshot looked at everything.
+    response is always checked: the user may have edited while the model thought (on Linux, the folder watcher can
+    prove nothing changed since the latest snapshot, which is then reused: `ShadowRepo.unchanged`). A file editor's
+    snapshots look at its file alone (`tracked`'s `edits`), and a later call of the response that can change anything
+    starts from them only if the response's first snapshot looked at everything.
     """
 
     shadow: ShadowRepo
@@ -181,13 +182,18 @@ class Checkpoints(AbstractCapability[Any]):
             self._latest = (response, tree, time.monotonic(), whole)
 
     async def _snapshot(self) -> str | None:
-        return (await asyncio.to_thread(self._snapshot_now))[0]
+        """The snapshot before a call: the latest one when nothing changed since it (`ShadowRepo.unchanged`), else a
+        new one."""
+        return (await asyncio.to_thread(self._snapshot_now, None, reuse=True))[0]
 
-    def _snapshot_now(self, edits: tuple[str, ...] | None = None) -> tuple[str | None, bool]:
-        """A snapshot of `edits` alone if it can be, else of everything; its tree, and whether it is the latter."""
+    def _snapshot_now(self, edits: tuple[str, ...] | None = None, *, reuse: bool = False) -> tuple[str | None, bool]:
+        """A snapshot of `edits` alone if it can be, else of everything (`reuse`: the latest one, if nothing changed
+        since it); its tree, and whether it is the latter."""
         if edits is not None and (tree := self._files_only(edits)) is not None:
             return tree, False
         try:
+            if reuse and (tree := self.shadow.unchanged()) is not None:
+                return tree, True
             return self.shadow.snapshot(), True
         except CheckpointError as exc:
             self._failure = str(exc)

@@ -10,6 +10,9 @@ it lists changes, the changed files are stored and put into the index, `git writ
 every snapshot stays reachable (`gc.auto=0` besides, and nothing is ever pruned). Directories `.gitignore` ignores as
 a whole (`node_modules/`) are left out; smaller ignored files (`.env`) are kept, unless `.code-puppy/checkpointignore`
 names them; files over `max_file_mb` are skipped and listed. git stores a symlink as a link, never what it points to.
+
+On Linux a folder watcher (`watch.py`) can prove that nothing a snapshot covers changed since its walk began: the
+snapshot before a tool call is then the latest one (`unchanged`), with no walk. The snapshot after a call always walks.
 """
 
 from __future__ import annotations
@@ -27,12 +30,15 @@ from collections.abc import Generator, Iterable, Mapping
 from pathlib import Path
 from stat import S_ISDIR, S_ISLNK, S_ISREG, S_IXUSR
 
+from code_puppy.checkpoints.watch import Watcher
 from code_puppy.paths import WORKTREES_DIR
 
 Entry = tuple[str, str]
 """A file as git stores it: its mode (`100644`, `100755`, `120000` for a symlink) and its blob id."""
 Change = tuple[Entry | None, Entry | None]
 """A path's state before and after (None: it did not exist)."""
+_FileStat = tuple[int, int, int] | None
+"""A file's identity, size and time (None: there is none)."""
 
 CHECKPOINT_IGNORE = ".code-puppy/checkpointignore"
 """More paths to leave out of snapshots, in `.gitignore` syntax."""
@@ -84,6 +90,14 @@ class ShadowRepo:
         self._signature: tuple[int, int, int] | None = None
         """The latest snapshot's tree, and its index file as this object left it (None: a snapshot failed halfway)."""
         """The tree of each snapshot commit seen, so that a snapshot finding nothing changed costs one `git status`."""
+        self.walks = 0
+        """`git status` walks taken by this object."""
+        self._watcher: Watcher | None = None
+        self._watching = True
+        """False once the watcher could not start or failed: every snapshot walks, for the rest of the process."""
+        self._clean: tuple[str, int, tuple[_FileStat, ...]] | None = None
+        """The latest whole snapshot's tree, the watcher's count of events before its walk began, and the ignore files
+        a watch may not see then (`_ignore_files`; None: it cannot be reused, `unchanged`)."""
         self._env = {
             **{name: value for name, value in os.environ.items() if not name.startswith("GIT_")},
             **_IDENTITY,
@@ -196,8 +210,12 @@ class ShadowRepo:
         # Whoever held the lock before died mid-snapshot (kill -9): git's own lock file of the index is left behind,
         # and would fail every snapshot from now on. Under our lock, no other git of ours can be using it.
         (self.directory / "code-puppy-index.lock").unlink(missing_ok=True)
-        self._signature = None  # until this snapshot is whole
+        self._signature = self._clean = None  # until this snapshot is whole
         self._write_excludes()
+        # Before the walk: what changed from now on raises an event the next `unchanged` reads.
+        token = self._watcher.token() if self._watcher is not None else None
+        outside = _ignore_files(self.root)
+        self.walks += 1
         status = self.git(
             "status", "--porcelain=v2", "-z", "--untracked-files=all", "--ignored=matching", "--no-renames",
             "--ignore-submodules=all",
@@ -208,6 +226,8 @@ class ShadowRepo:
         """Paths whose index entry is newer than the latest snapshot and matches the file (a snapshot cut short)."""
         changed: list[str] = []
         ignored: list[str] = []
+        left_out: list[str] = []
+        """Folders ignored as a whole: not snapshotted, so not watched."""
         for record in status.split(b"\0"):
             if not record:
                 continue
@@ -222,8 +242,9 @@ class ShadowRepo:
                     changed.append(path)
             elif kind == b"?":
                 changed.append(record[2:].decode("utf-8", "surrogateescape"))
-            elif kind == b"!" and not record.endswith(b"/"):
-                ignored.append(record[2:].decode("utf-8", "surrogateescape"))
+            elif kind == b"!":
+                path = record[2:].decode("utf-8", "surrogateescape")
+                (left_out if path.endswith("/") else ignored).append(path.rstrip("/"))
         if ignored and (self.root / CHECKPOINT_IGNORE).is_file():
             excluded = self._checkpoint_ignored()
             ignored = [path for path in ignored if not _covered(path, excluded)]
@@ -243,7 +264,7 @@ class ShadowRepo:
         head = self._head()
         if not paths and not ahead and head is not None:
             self._taken = (head[1], head[1], {})
-            return self._commit(head[1], head)
+            return self._watch(self._commit(head[1], head), token, outside, left_out)
         found: dict[str, Entry | None] | None = None
         if len(paths) > BULK_PATHS:
             listing = b"".join(os.fsencode(path) + b"\0" for path in paths)
@@ -259,7 +280,50 @@ class ShadowRepo:
                 if previous.get(path) != new:
                     changes[path] = (previous.get(path), new)
         self._taken = (head[1], tree, changes) if found is not None and head is not None else None
-        return self._commit(tree, head)
+        return self._watch(self._commit(tree, head), token, outside, left_out)
+
+    def _watch(self, tree: str, token: int | None, outside: tuple[_FileStat, ...], left_out: list[str]) -> str:
+        """After a whole snapshot: `tree` can be reused while nothing changes (`token`, when the watcher covered all
+        the walk did); the watches follow the folders left out (started at the first snapshot)."""
+        if not self._watching:
+            return tree
+        skip = [*left_out, WORKTREES_DIR.rstrip("/")]
+        if self._watcher is None:
+            self._watcher = Watcher.start(self.root, skip)
+            self._watching = self._watcher is not None
+            return tree  # watched since after the walk only: the next walk is the first one known
+        if not self._watcher.healthy:
+            self._watcher, self._watching = None, False
+            return tree
+        if self._watcher.needs_sync(skip):
+            self._watcher.sync(skip)  # a folder the walk covered may have been unwatched during it
+        elif token is not None:
+            self._clean = (tree, token, outside)
+        return tree
+
+    def unchanged(self) -> str | None:
+        """The latest snapshot's tree, when it is known to still hold without a walk: the folder watcher saw nothing
+        change in the project since the walk of that snapshot began (and it was a whole snapshot of this object,
+        nobody else changed the shadow repository since, and the ignore files are as they were). None: take
+        a `snapshot`."""
+        with self.lock():
+            clean, watcher = self._clean, self._watcher
+            if clean is None or watcher is None or clean[0] != self._last or self._signature is None:
+                return None
+            head = self._head()
+            if head is None or head[1] != clean[0] or self._index_signature() != self._signature:
+                return None
+            if _ignore_files(self.root) != clean[2] or not watcher.clean(clean[1]):
+                self._clean = None
+                return None
+            return clean[0]
+
+    def close(self) -> None:
+        """Stop watching the project's folders (the repository can still be used, each snapshot a walk)."""
+        with self._thread_lock:
+            if self._watcher is not None:
+                self._watcher.close()
+            self._watcher, self._watching, self._clean = None, False, None
 
     def snapshot_files(self, paths: Iterable[str]) -> str | None:
         """A snapshot that looks at `paths` (project-relative) only, after a call that can change nothing else (a file
@@ -471,6 +535,22 @@ class ShadowRepo:
     def size(self) -> int:
         """Bytes the repository takes on disk."""
         return sum(file.stat().st_size for file in self.directory.rglob("*") if file.is_file())
+
+
+def _ignore_files(root: Path) -> tuple[_FileStat, ...]:
+    """The ignore files a folder watch may not see: the user's global one, which git reads even with its
+    configuration shut out (`core.excludesFile`'s default), and `.code-puppy/checkpointignore`, in a folder `.gitignore`
+    may leave out; each one's identity, size and time (None: there is none)."""
+    config = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    found: list[_FileStat] = []
+    for path in (os.path.join(config, "git", "ignore"), root / CHECKPOINT_IGNORE):
+        try:
+            stat = os.stat(path)
+        except OSError:
+            found.append(None)
+        else:
+            found.append((stat.st_ino, stat.st_size, stat.st_mtime_ns))
+    return tuple(found)
 
 
 def _file_entry(mode: bytes, blob: bytes) -> Entry | None:

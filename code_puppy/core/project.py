@@ -297,6 +297,8 @@ class Project:
         finally:
             if self._indexer is not None:
                 self._indexer.set()
+            if self.shadow is not None:
+                self.shadow.close()
             self.store.close()
 
     async def __aenter__(self) -> Project:

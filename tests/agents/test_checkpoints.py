@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -149,10 +151,12 @@ async def test_a_call_right_after_another_of_its_response_starts_from_its_snapsh
         async with checkpoints.tracked(response=("run", 1)):
             (project / name).write_text(name)
     assert len(taken) == 3
+    (project / "mine.txt").write_text("mine")  # the user, while the model thinks
     async with checkpoints.tracked(response=("run", 2)):  # a new response: the user may have edited meanwhile
         (project / "c.txt").write_text("c")
     assert len(taken) == 5
     monkeypatch.setattr("code_puppy.agents.checkpoints.REUSE_WITHIN", 0.0)  # a slow call of the response in between
+    (project / "mine.txt").write_text("mine, again")
     async with checkpoints.tracked(response=("run", 2)):
         (project / "d.txt").write_text("d")
     assert len(taken) == 7
@@ -261,3 +265,51 @@ async def test_an_editors_write_is_checkpointed_from_the_disk_it_saved_to(
     assert before is not None and after is not None
     blobs = shadow.read_blobs([before[1], after[1]])
     assert (blobs[before[1]], blobs[after[1]]) == (b"a0\n", b"a0 saved\n")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the folder watcher is Linux's")
+async def test_between_shell_calls_the_users_edit_is_seen_and_without_one_the_latest_snapshot_is_reused(
+    project: Path, store: SqliteConversationStore, code_puppy_home: Path
+) -> None:
+    (project / "mine.txt").write_text("mine0\n")
+    shadow = ShadowRepo.open(project, code_puppy_home, max_file_mb=1)
+    walks: list[int] = []
+
+    def user_edits_while_the_model_thinks(messages: list[ModelMessage], info: AgentInfo) -> Reply:
+        walks.append(shadow.walks)
+        (project / "mine.txt").write_text("mine1\n")
+        return [ToolCallPart("shell", {"command": "mkdir -p out/deep && echo b > out/deep/b.txt"}, tool_call_id="s2")]
+
+    def nothing_changes_meanwhile(messages: list[ModelMessage], info: AgentInfo) -> Reply:
+        walks.append(shadow.walks)
+        return [ToolCallPart("shell", {"command": "echo c > out/deep/c.txt"}, tool_call_id="s3")]
+
+    def the_user_writes_in_the_agents_new_folder(messages: list[ModelMessage], info: AgentInfo) -> Reply:
+        walks.append(shadow.walks)
+        (project / "out" / "deep" / "mine.txt").write_text("the user's\n")
+        return [ToolCallPart("shell", {"command": "echo d > d.txt"}, tool_call_id="s4")]
+
+    def done(messages: list[ModelMessage], info: AgentInfo) -> Reply:
+        walks.append(shadow.walks)
+        return "done"
+
+    script = scripted(
+        [ToolCallPart("shell", {"command": "echo a > a.txt"}, tool_call_id="s1")],
+        user_edits_while_the_model_thinks,
+        nothing_changes_meanwhile,
+        the_user_writes_in_the_agents_new_folder,
+        done,
+    )
+    agent = build_pydantic_agent(
+        Settings(), model=script.model, project_root=project, permission_mode="yolo", checkpoints=shadow
+    )
+    session = await Session.start(store, project, model="test")
+    async with agent:
+        outcome = await run_turn(agent, RunDeps(session), "four commands", Quiet())
+
+    assert outcome.error is None and outcome.checkpoint is not None
+    # Each command's snapshot after it walks; the one before walks when the user changed something meanwhile (s2, s4)
+    # and reuses the latest when nothing did (s3). The first, before s1, starts the watcher.
+    assert [after - before for before, after in pairwise(walks)] == [2, 1, 2]
+    (checkpoint,) = CheckpointLog(store.database).of_session(session.id)
+    assert sorted(checkpoint.changes) == ["a.txt", "d.txt", "out/deep/b.txt", "out/deep/c.txt"]
