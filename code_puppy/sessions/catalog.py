@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from pydantic_ai.conversation_store import ConversationRecord
-from pydantic_ai.messages import ModelMessage, ModelRequest, TextContent, UserPromptPart
+from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
+
+from code_puppy.mentions import typed_text
 
 from .schema import Database, delete_conversation, timestamp
 
@@ -80,10 +82,7 @@ def title_of(messages: Sequence[ModelMessage], *, limit: int = TITLE_LENGTH) -> 
         for part in message.parts:
             if not isinstance(part, UserPromptPart):
                 continue
-            items = [part.content] if isinstance(part.content, str) else part.content
-            words = " ".join(
-                item if isinstance(item, str) else item.content for item in items if isinstance(item, str | TextContent)
-            ).split()
+            words = typed_text(part.content).split()
             if words:
                 text = " ".join(words)
                 return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"

@@ -18,6 +18,7 @@ from pydantic_ai.messages import (
     ModelRequest,
     ModelResponse,
     SystemPromptPart,
+    TextContent,
     TextPart,
     ThinkingPart,
     ToolCallPart,
@@ -27,6 +28,7 @@ from pydantic_ai.messages import (
 
 from code_puppy.agents.history_groups import describe_groups
 from code_puppy.errors import ConfigError
+from code_puppy.mentions import is_attachment, typed_text
 
 from .catalog import SessionInfo
 from .checkpoints import CheckpointLog, checkpoint_lines
@@ -262,8 +264,10 @@ def transcript(messages: Sequence[ModelMessage]) -> list[str]:
     for message in messages:
         for part in message.parts:
             if isinstance(message, ModelRequest) and isinstance(part, UserPromptPart):
-                content = part.content if isinstance(part.content, str) else " ".join(map(str, part.content))
-                lines += ["", "› " + content.replace("\n", "\n  ")]
+                lines += ["", "› " + typed_text(part.content).replace("\n", "\n  ")]
+                if not isinstance(part.content, str):
+                    attached = [item for item in part.content if isinstance(item, TextContent) and is_attachment(item)]
+                    lines += [f"  (attached: {(item.content.splitlines() or [''])[0][:120]})" for item in attached]
             elif isinstance(part, SystemPromptPart):
                 lines.append(f"[system] {part.content[:200]}")
             elif isinstance(part, ToolReturnPart):

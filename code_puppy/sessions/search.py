@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+from code_puppy.mentions import is_attachment
+
 from .schema import Database
 
 __all__ = ("MARK", "SearchHit", "SearchQueryError", "catch_up", "index_new", "search", "start_indexer", "text_parts")
@@ -39,7 +41,8 @@ def text_parts(message_json: str) -> list[tuple[str, str]]:
         if message.get("kind") == "request" and kind == "user-prompt":
             content = part.get("content")
             items: list[Any] = [content] if isinstance(content, str) else list(content or ())
-            texts = [item if isinstance(item, str) else item.get("content") for item in items if _is_text(item)]
+            # `!cmd` output, `@file` contents and notes are attachments: never indexed (they may hold secrets).
+            texts = [item if isinstance(item, str) else item.get("content") for item in items if _is_typed(item)]
             if text := "\n".join(t for t in texts if isinstance(t, str)).strip():
                 found.append(("user", text))
         elif message.get("kind") == "response" and kind == "text" and (text := str(part.get("content", "")).strip()):
@@ -47,9 +50,9 @@ def text_parts(message_json: str) -> list[tuple[str, str]]:
     return found
 
 
-def _is_text(item: Any) -> bool:
+def _is_typed(item: Any) -> bool:
     return isinstance(item, str) or (
-        isinstance(item, dict) and cast(dict[str, Any], item).get("kind") == "text-content"
+        isinstance(item, dict) and cast(dict[str, Any], item).get("kind") == "text-content" and not is_attachment(item)
     )
 
 
