@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import sqlite3
 from pathlib import Path
 from typing import Any
 
 from code_puppy.sessions.schema import Database
 from code_puppy.sessions.search import catch_up
-from tests.conftest import run_cli
+from tests.conftest import run_cli, start_cli
 from tests.fake_llm import FakeLLMServer, text
 
 
@@ -243,3 +245,59 @@ def test_resume_without_an_id_needs_the_interactive_chat(server: FakeLLMServer, 
     no_terminal = run_cli("-r", cwd=project)
     assert (no_terminal.returncode, no_terminal.stderr) == (2, expected)
     assert not server.requests
+
+
+def test_concurrent_searches_and_a_run_on_a_big_upgraded_store_never_hit_a_locked_database(
+    server: FakeLLMServer, project: Path, code_puppy_home: Path
+) -> None:
+    """Only one process indexes the sessions stored before search existed, in short transactions: searches wait
+    for it, and a run saving meanwhile is never told the store is locked."""
+    server.script(text("the pelican answer"), text("b"), text("again"))
+    headless("-p", "the pelican question", cwd=project)
+    headless("-c", "-p", "a second turn", cwd=project)
+    db_path = code_puppy_home / "sessions.db"
+    _downgrade(db_path)
+    with sqlite3.connect(db_path) as db:  # 600 more sessions with the same history, as an old store could have
+        db.row_factory = sqlite3.Row
+        (conversation,) = [dict(row) for row in db.execute("SELECT * FROM conversations")]
+        (session,) = [dict(row) for row in db.execute("SELECT * FROM sessions")]
+        for table, row in (("conversations", conversation), ("sessions", session)):
+            db.executemany(
+                f"INSERT INTO {table} ({', '.join(row)}) VALUES ({', '.join('?' for _ in row)})",
+                [tuple({**row, "id": f"{n:08d}-clone"}.values()) for n in range(600)],
+            )
+    searches = [start_cli("sessions", "search", "pelican", "--all", cwd=project) for _ in range(4)]
+    run = start_cli("-c", "-p", "a third turn", cwd=project)
+    outputs = [process.communicate(timeout=120) for process in [*searches, run]]
+    assert run.returncode == 0 and outputs[-1][1] == "", outputs[-1][1]
+    for process, (out, err) in zip(searches, outputs, strict=False):
+        assert process.returncode == 0, err
+        assert len(out.splitlines()) == 3 * 50  # the 50 best sessions, each with its question and answer
+        assert set(err.splitlines()) <= {f"indexing {n} sessions stored before search existed…" for n in range(602)}
+    assert any(err.startswith("indexing ") for _, err in outputs[:-1])  # the first search said why it took long
+    with sqlite3.connect(db_path) as db:
+        assert db.execute("SELECT count(*) FROM sessions WHERE indexed = 0").fetchone() == (0,)
+
+
+def test_a_background_indexer_leaves_the_work_to_the_process_that_holds_the_index_lock(
+    server: FakeLLMServer, project: Path, code_puppy_home: Path
+) -> None:
+    server.script(text("a"), text("b"))
+    headless("-p", "alpha", cwd=project)
+    db_path = code_puppy_home / "sessions.db"
+    _downgrade(db_path)
+    lock = os.open(db_path.with_name("sessions.db.index-lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another process indexing
+        headless("-p", "beta", cwd=project)  # its background indexer finds the lock taken and does nothing
+        with sqlite3.connect(db_path) as db:
+            assert db.execute("SELECT count(*) FROM sessions WHERE indexed = 0").fetchone() == (1,)
+        database = Database(db_path)
+        try:
+            assert catch_up(database, wait=False) == 0
+        finally:
+            database.close()
+    finally:
+        os.close(lock)
+    found = run_cli("sessions", "search", "alpha", cwd=project)
+    assert (found.returncode, found.stderr) == (0, "indexing 1 sessions stored before search existed…\n")

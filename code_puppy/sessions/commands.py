@@ -106,7 +106,13 @@ def search_sessions(
 
     if not query.strip():
         raise ConfigError("the search query is empty")
-    catch_up(store.database)
+    try:
+        catch_up(
+            store.database,
+            announce=lambda count: print(f"indexing {count} sessions stored before search existed…", file=sys.stderr),
+        )
+    except sqlite3.OperationalError as exc:  # a store busy for longer than the busy timeout: search what is indexed
+        print(f"some older sessions are not indexed yet ({exc}): the results may miss them", file=sys.stderr)
     try:
         hits = search(store.database, query, project_dir=project_dir)
     except SearchQueryError as exc:

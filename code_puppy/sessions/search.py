@@ -2,18 +2,25 @@
 FTS5 index.
 
 A save indexes the messages it appends in its own transaction (`index_new`), so the index never lags a saved
-session. Sessions stored before the index existed (`indexed = 0`) are read into it lazily by `catch_up`: one short
-`BEGIN IMMEDIATE` transaction per session, which is the lock that keeps two processes from indexing one twice. The
-chat and headless runs start it in a background thread (`start_indexer`); `code-puppy sessions search` runs it before
-it searches. Tool calls and their output are never indexed.
+session. Sessions stored before the index existed (`indexed = 0`) are read into it lazily by `catch_up`, in short
+`BEGIN IMMEDIATE` transactions (a batch of sessions each, about `BATCH_SECONDS` long) so that the runs saving turns
+meanwhile wait little, and by one process at a time: it holds an `fcntl` lock on `sessions.db.index-lock`. The chat
+and headless runs start it in a background thread (`start_indexer`), which does nothing when another process holds
+the lock and stops at the first SQLite error (what is left waits for later); `code-puppy sessions search` waits for the
+lock and runs it before it searches. Tool calls, their output and attachments (`!cmd` output, `@file` contents) are
+never indexed.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import sqlite3
 import threading
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Generator, Iterable, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -23,6 +30,9 @@ from code_puppy.mentions import is_attachment
 from .schema import Database
 
 __all__ = ("MARK", "SearchHit", "SearchQueryError", "catch_up", "index_new", "search", "start_indexer", "text_parts")
+
+BATCH_SECONDS = 0.03
+"""About how long one transaction of `catch_up` holds the write lock."""
 
 MARK = ("\x02", "\x03")
 """What `search` puts around each matched term in a hit's line."""
@@ -79,45 +89,86 @@ def copy_index(db: sqlite3.Connection, source_id: str, fork_id: str) -> None:
     )
 
 
-def catch_up(database: Database, *, stop: threading.Event | None = None) -> int:
-    """Index the sessions not indexed yet, newest first, one transaction each; how many this call indexed."""
-    with database.read() as db:
-        waiting = [row[0] for row in db.execute("SELECT id FROM sessions WHERE indexed = 0 ORDER BY updated_at DESC")]
-    done = 0
-    for session_id in waiting:
-        if stop is not None and stop.is_set():
-            break
-        with database.write() as db:
-            # Checked again under the write lock: another process may have indexed it meanwhile.
-            if db.execute("SELECT indexed FROM sessions WHERE id = ?", (session_id,)).fetchone() != (0,):
-                continue
-            messages = [
-                message
-                for (message,) in db.execute(
-                    """
-                    WITH RECURSIVE chain (id, parent_id, message) AS (
-                        SELECT entries.id, entries.parent_id, entries.message FROM entries
-                        JOIN conversations ON conversations.head_id = entries.id WHERE conversations.id = ?
-                        UNION ALL
-                        SELECT entries.id, entries.parent_id, entries.message
-                        FROM chain JOIN entries ON entries.id = chain.parent_id
-                    )
-                    SELECT message FROM chain
-                    """,
-                    (session_id,),
-                )
-            ]
-            # Rows a save made since the migration are part of the history read here: start from none.
-            db.execute("DELETE FROM search_text WHERE session_id = ?", (session_id,))
-            db.execute("UPDATE sessions SET turns = 0, indexed = 1 WHERE id = ?", (session_id,))
-            index_new(db, session_id, reversed(messages))
-        done += 1
+def catch_up(
+    database: Database,
+    *,
+    wait: bool = True,
+    stop: threading.Event | None = None,
+    announce: Callable[[int], None] | None = None,
+) -> int:
+    """Index the sessions not indexed yet, newest first, in short transactions; how many this call indexed.
+
+    Only one process at a time indexes: without `wait`, another's indexing makes this do nothing; with it, this waits
+    for the other to finish, then indexes what is left. `announce` hears how many sessions wait, when some do.
+    """
+    if not (waiting := _not_indexed(database)):
+        return 0
+    if announce is not None:
+        announce(len(waiting))
+    with _indexing(database.path, wait=wait) as alone:
+        if not alone:
+            return 0
+        waiting = _not_indexed(database)  # another process may have indexed some meanwhile
+        done = 0
+        while waiting and not (stop is not None and stop.is_set()):
+            with database.write() as db:
+                began = time.perf_counter()
+                while waiting and time.perf_counter() - began < BATCH_SECONDS:
+                    done += _index_stored(db, waiting.pop())
     return done
 
 
+def _not_indexed(database: Database) -> list[str]:
+    """The sessions not indexed yet, oldest first (`catch_up` pops the newest)."""
+    with database.read() as db:
+        return [row[0] for row in db.execute("SELECT id FROM sessions WHERE indexed = 0 ORDER BY updated_at")]
+
+
+@contextmanager
+def _indexing(store: Path, *, wait: bool) -> Generator[bool]:
+    """The lock beside the store that keeps indexing to one process; whether this one got it (always, with `wait`)."""
+    descriptor = os.open(store.with_name(f"{store.name}.index-lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(descriptor)  # releases the lock
+
+
+def _index_stored(db: sqlite3.Connection, session_id: str) -> int:
+    """Index one stored session's whole history, inside a write transaction; 1 if it needed it, else 0."""
+    if db.execute("SELECT indexed FROM sessions WHERE id = ?", (session_id,)).fetchone() != (0,):
+        return 0
+    messages = [
+        message
+        for (message,) in db.execute(
+            """
+            WITH RECURSIVE chain (id, parent_id, message) AS (
+                SELECT entries.id, entries.parent_id, entries.message FROM entries
+                JOIN conversations ON conversations.head_id = entries.id WHERE conversations.id = ?
+                UNION ALL
+                SELECT entries.id, entries.parent_id, entries.message
+                FROM chain JOIN entries ON entries.id = chain.parent_id
+            )
+            SELECT message FROM chain
+            """,
+            (session_id,),
+        )
+    ]
+    # Rows a save made since the migration are part of the history read here: start from none.
+    db.execute("DELETE FROM search_text WHERE session_id = ?", (session_id,))
+    db.execute("UPDATE sessions SET turns = 0, indexed = 1 WHERE id = ?", (session_id,))
+    index_new(db, session_id, reversed(messages))
+    return 1
+
+
 def start_indexer(path: Path) -> threading.Event:
-    """Index older sessions in a background thread with its own connection; set the event returned to stop it
-    between two sessions. A failure (a locked or damaged store) leaves the rest for next time."""
+    """Index older sessions in a background thread with its own connection, unless another process is indexing; set
+    the event returned to stop it between two batches. A failure (a busy or damaged store) leaves the rest for later."""
     stop = threading.Event()
 
     def run() -> None:
@@ -126,9 +177,9 @@ def start_indexer(path: Path) -> threading.Event:
         except Exception:  # the run that started it reports an unusable store; the index can wait
             return
         try:
-            catch_up(database, stop=stop)
-        except sqlite3.Error:
-            pass  # a busy store: what is not indexed yet is indexed by the next start, or before a search
+            catch_up(database, wait=False, stop=stop)
+        except (sqlite3.Error, OSError):
+            pass  # a busy store: what is not indexed yet is indexed by a later start, or before a search
         finally:
             database.close()
 

@@ -248,7 +248,7 @@ def test_shell_escape_multiline_input_and_per_project_history(
         {
             "type": "text",
             "text": '<shell-command exit_code="0">\n$ echo from-the-shell\nfrom-the-shell\n</shell-command>',
-        },  # noqa: E501
+        },
     ]
     (history,) = (code_puppy_home / "history").iterdir()
     assert "+first line\n+second line\n+third line\n" in history.read_text()
