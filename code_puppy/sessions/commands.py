@@ -100,12 +100,17 @@ def archive_session(store: SqliteConversationStore, reference: str, out: TextIO,
 def search_sessions(
     store: SqliteConversationStore, query: str, out: TextIO, *, project_dir: Path | None, as_json: bool, color: bool
 ) -> int:
-    """`sessions search QUERY`: the matching sessions, best first, with their matching lines; 0 with matches, 1
-    without, a `ConfigError` (exit 2) for a query FTS5 cannot parse."""
+    """`sessions search QUERY`: the sessions matching every word of it, best first, with their matching lines; 0 with
+    matches, 1 without, a `ConfigError` (exit 2) for an empty or non-UTF-8 query."""
     from .search import MARK, SearchQueryError, catch_up, search
 
     if not query.strip():
         raise ConfigError("the search query is empty")
+    shown = query if len(query) <= 60 else query[:60] + "…"
+    try:
+        query.encode()
+    except UnicodeEncodeError:
+        raise ConfigError(f"the search query {shown!r} is not valid UTF-8") from None
     try:
         catch_up(
             store.database,
@@ -116,7 +121,7 @@ def search_sessions(
     try:
         hits = search(store.database, query, project_dir=project_dir)
     except SearchQueryError as exc:
-        raise ConfigError(f'bad search query {query!r}: {exc} (words, "a phrase", AND, OR, NOT, prefix*)') from None
+        raise ConfigError(f"search query {shown!r}: {exc}") from None
     infos = {hit.session_id: store.sessions.find(hit.session_id)[0] for hit in hits}
     if as_json:
         plain = str.maketrans({MARK[0]: "", MARK[1]: ""})

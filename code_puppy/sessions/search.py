@@ -16,6 +16,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import sqlite3
 import threading
 import time
@@ -39,7 +40,22 @@ MARK = ("\x02", "\x03")
 
 
 class SearchQueryError(ValueError):
-    """A query FTS5 cannot parse (an unbalanced quote, a stray operator); the message says what."""
+    """A query FTS5 cannot run; the message says why."""
+
+
+_QUERY_WORD = re.compile(r'"([^"]*)"?|(\S+)')
+
+
+def fts_query(query: str) -> str:
+    """`query` as plain words for FTS5: each word, or "double-quoted phrase", becomes an FTS5 string that must match
+    (so `code-puppy`, `main.py` or `NEAR(a` are text, never syntax); a word's trailing `*` keeps prefix matching."""
+    terms: list[str] = []
+    for match in _QUERY_WORD.finditer(query):
+        phrase, word = match.group(1), match.group(2)
+        text = phrase if phrase is not None else word.rstrip("*")
+        prefix = "*" if word is not None and word.endswith("*") and text else ""
+        terms.append('"' + text.replace('"', '""') + '"' + prefix)
+    return " ".join(terms)
 
 
 def text_parts(message_json: str) -> list[tuple[str, str]]:
@@ -199,8 +215,8 @@ class SearchHit:
 def search(
     database: Database, query: str, *, project_dir: Path | None, limit: int = 50, lines_per_session: int = 3
 ) -> list[SearchHit]:
-    """The sessions (of `project_dir`, or every project) whose prompts or answers match `query`, best first;
-    archived ones left out.
+    """The sessions (of `project_dir`, or every project) whose prompts or answers match every word of `query`
+    (`fts_query`), best first; archived ones left out.
 
     Raises:
         SearchQueryError: FTS5 cannot parse `query`.
@@ -217,7 +233,7 @@ def search(
                     AND (:project IS NULL OR sessions.project_dir = :project)
                 ORDER BY bm25(search) LIMIT 2000
                 """,
-                {"query": query, "open": MARK[0], "close": MARK[1], "project": project},
+                {"query": fts_query(query), "open": MARK[0], "close": MARK[1], "project": project},
             ).fetchall()
     except sqlite3.OperationalError as exc:
         if "fts5" in str(exc) or "no such column" in str(exc) or "unterminated" in str(exc):
