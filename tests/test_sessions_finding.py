@@ -298,7 +298,7 @@ def test_a_background_indexer_leaves_the_work_to_the_process_that_holds_the_inde
     finally:
         os.close(lock)
     found = run_cli("sessions", "search", "alpha", cwd=project)
-    assert (found.returncode, found.stderr) == (0, "indexing 1 sessions stored before search existed…\n")
+    assert (found.returncode, found.stderr) == (0, "indexing 1 session stored before search existed…\n")
 
 
 def test_a_query_is_plain_words_never_fts5_syntax(server: FakeLLMServer, project: Path) -> None:
@@ -326,3 +326,40 @@ def test_a_query_is_plain_words_never_fts5_syntax(server: FakeLLMServer, project
     assert len(raw.stderr.splitlines()) == 1 and b"not valid UTF-8" in raw.stderr
     huge = run_cli("sessions", "search", "\udcff" + "a" * 100_000, cwd=project)
     assert huge.returncode == 2 and len(huge.stderr) < 200, huge.stderr[:300]
+
+
+def test_a_damaged_search_index_never_fails_a_save_and_check_and_repair_handle_it(
+    server: FakeLLMServer, project: Path, code_puppy_home: Path
+) -> None:
+    server.script(text("first answer"), text("hi answer"), text("more answer"))
+    first = headless("-p", "first question", cwd=project)["session_id"]
+    db_path = code_puppy_home / "sessions.db"
+    with sqlite3.connect(db_path) as db:  # out of step: FTS5 still opens, its check fails, a rebuild mends it
+        db.execute("UPDATE search_text SET text = 'changed behind its back'")
+    checked = run_cli("sessions", "check", cwd=project)
+    assert checked.returncode == 1 and "  search index: " in checked.stdout, checked.stdout
+    assert "`code-puppy sessions repair` rebuilds the search index" in checked.stdout
+    repaired = run_cli("sessions", "repair", cwd=project)
+    assert (repaired.returncode, repaired.stdout) == (0, f"rebuilt the search index of {db_path}\n")
+    assert run_cli("sessions", "check", cwd=project).stdout == f"{db_path}: ok\n"
+    assert run_cli("sessions", "search", "behind", cwd=project).returncode == 0
+
+    with sqlite3.connect(db_path) as db:  # worse: FTS5 cannot even open the index
+        db.execute("DELETE FROM search_data WHERE id > 1")
+    saved = run_cli("-p", "hi there", cwd=project)
+    assert (saved.returncode, saved.stderr) == (0, ""), saved.stderr
+    assert run_cli("-c", "-p", "more please", cwd=project).returncode == 0
+    assert sent_texts(server, 2) == ["hi there", "hi answer", "more please"]
+    broken = run_cli("sessions", "search", "hi", cwd=project)
+    assert broken.returncode == 1 and broken.stderr.splitlines()[-1] == (
+        "the search index is damaged (vtable constructor failed: search): `code-puppy sessions repair` rebuilds it"
+    )
+    checked = run_cli("sessions", "check", cwd=project)
+    assert checked.returncode == 1 and "  search index: vtable constructor failed: search" in checked.stdout
+
+    repaired = run_cli("sessions", "repair", cwd=project)  # a rebuild cannot: the whole store is rebuilt
+    assert repaired.returncode == 0 and "kept 2 sessions and 6 messages" in repaired.stdout, repaired.stdout
+    assert run_cli("sessions", "check", cwd=project).stdout == f"{db_path}: ok\n"
+    found = run_cli("sessions", "search", "please", cwd=project)
+    assert found.returncode == 0 and "› [more] [please]" not in found.stdout and "[please]" in found.stdout
+    assert run_cli("sessions", "search", "first", cwd=project).stdout.startswith(first[:8])

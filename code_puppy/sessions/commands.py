@@ -34,7 +34,7 @@ from .catalog import SessionInfo
 from .checkpoints import CheckpointLog, checkpoint_lines
 from .costs import CostTotals, format_cost
 from .journal import Journal
-from .repair import check, repair
+from .repair import INDEX_PROBLEM, check, rebuild_index, repair
 from .session import find_session
 from .store import SqliteConversationStore
 
@@ -114,14 +114,22 @@ def search_sessions(
     try:
         catch_up(
             store.database,
-            announce=lambda count: print(f"indexing {count} sessions stored before search existed…", file=sys.stderr),
+            announce=lambda count: print(
+                f"indexing {count} session{'s' * (count != 1)} stored before search existed…", file=sys.stderr
+            ),
         )
     except sqlite3.OperationalError as exc:  # a store busy for longer than the busy timeout: search what is indexed
         print(f"some older sessions are not indexed yet ({exc}): the results may miss them", file=sys.stderr)
+    except sqlite3.DatabaseError as exc:
+        print(f"the search index is damaged ({exc}): `code-puppy sessions repair` rebuilds it", file=sys.stderr)
+        return 1
     try:
         hits = search(store.database, query, project_dir=project_dir)
     except SearchQueryError as exc:
         raise ConfigError(f"search query {shown!r}: {exc}") from None
+    except sqlite3.DatabaseError as exc:
+        print(f"the search index is damaged ({exc}): `code-puppy sessions repair` rebuilds it", file=sys.stderr)
+        return 1
     infos = {hit.session_id: store.sessions.find(hit.session_id)[0] for hit in hits}
     if as_json:
         plain = str.maketrans({MARK[0]: "", MARK[1]: ""})
@@ -325,7 +333,10 @@ def check_store(out: TextIO) -> int:
         print(f"{path}: ok", file=out)
         return 0
     print(f"{path} is damaged:", *(f"  {problem}" for problem in problems[:20]), sep="\n", file=out)
-    print("`code-puppy sessions repair` moves it aside and keeps what can still be read", file=out)
+    if all(problem.startswith(INDEX_PROBLEM) for problem in problems):
+        print("`code-puppy sessions repair` rebuilds the search index (the sessions are sound)", file=out)
+    else:
+        print("`code-puppy sessions repair` moves it aside and keeps what can still be read", file=out)
     return 1
 
 
@@ -334,6 +345,9 @@ def repair_store(out: TextIO) -> int:
     path, problems = _examined()
     if not problems:
         print(f"{path}: ok, nothing to repair" if problems == [] else f"no sessions database at {path}", file=out)
+        return 0
+    if all(problem.startswith(INDEX_PROBLEM) for problem in problems) and rebuild_index(path):
+        print(f"rebuilt the search index of {path}", file=out)
         return 0
     report = repair(path)
     print(f"moved the damaged database to {report.moved_to}", file=out)

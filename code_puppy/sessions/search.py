@@ -30,7 +30,17 @@ from code_puppy.mentions import is_attachment
 
 from .schema import Database
 
-__all__ = ("MARK", "SearchHit", "SearchQueryError", "catch_up", "index_new", "search", "start_indexer", "text_parts")
+__all__ = (
+    "MARK",
+    "SearchHit",
+    "SearchQueryError",
+    "catch_up",
+    "fts_query",
+    "index_saved",
+    "search",
+    "start_indexer",
+    "text_parts",
+)
 
 BATCH_SECONDS = 0.03
 """About how long one transaction of `catch_up` holds the write lock."""
@@ -88,6 +98,25 @@ def index_new(db: sqlite3.Connection, session_id: str, message_jsons: Iterable[s
     db.executemany("INSERT INTO search_text (text, session_id, role) VALUES (?, ?, ?)", rows)
     if prompts := sum(role == "user" for _, _, role in rows):
         db.execute("UPDATE sessions SET turns = turns + ? WHERE id = ?", (prompts, session_id))
+
+
+def index_saved(
+    db: sqlite3.Connection, session_id: str, message_jsons: Sequence[str], *, forked_from: str | None
+) -> None:
+    """Index what a save appends (a new fork first gets its source's index), inside the save's transaction.
+
+    A damaged index never fails the save: its part is rolled back and the session left not indexed, for `catch_up`
+    to redo once `code-puppy sessions repair` has rebuilt the index.
+    """
+    db.execute("SAVEPOINT indexing")
+    try:
+        if forked_from is not None:
+            copy_index(db, forked_from, session_id)
+        index_new(db, session_id, message_jsons)
+    except sqlite3.Error:
+        db.execute("ROLLBACK TO indexing")
+        db.execute("UPDATE sessions SET indexed = 0 WHERE id = ?", (session_id,))
+    db.execute("RELEASE indexing")
 
 
 def copy_index(db: sqlite3.Connection, source_id: str, fork_id: str) -> None:

@@ -22,7 +22,7 @@ from .catalog import SessionCatalog, record_save
 from .costs import CostBook
 from .runs import THIS_HOST
 from .schema import Database, delete_conversation, discard_journal, timestamp
-from .search import copy_index, index_new
+from .search import index_saved
 
 __all__ = ("SqliteConversationStore", "message_adapter", "open_store")
 
@@ -136,9 +136,8 @@ class SqliteConversationStore(ConversationStore):
                 ),
             )
             if db.execute("SELECT 1 FROM sessions WHERE id = ?", (conversation_id,)).fetchone() is not None:
-                if stored is None and record.forked_from is not None:
-                    copy_index(db, record.forked_from, conversation_id)
-                index_new(db, conversation_id, messages)
+                forked_from = record.forked_from if stored is None else None
+                index_saved(db, conversation_id, messages, forked_from=forked_from)
             record_save(
                 db,
                 record,
