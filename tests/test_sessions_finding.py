@@ -363,3 +363,29 @@ def test_a_damaged_search_index_never_fails_a_save_and_check_and_repair_handle_i
     found = run_cli("sessions", "search", "please", cwd=project)
     assert found.returncode == 0 and "› [more] [please]" not in found.stdout and "[please]" in found.stdout
     assert run_cli("sessions", "search", "first", cwd=project).stdout.startswith(first[:8])
+
+
+def test_control_characters_never_reach_the_terminal_and_names_refuse_them(
+    server: FakeLLMServer, project: Path
+) -> None:
+    server.script(text("answer with \x1b]0;pwned\x07 inside"))
+    hostile = "\x1b[2J\x1b]0;pwned\x07 clear the screen\x9b"
+    session = headless("-p", hostile, cwd=project)["session_id"]
+    listed = run_cli("sessions", "list", cwd=project).stdout
+    assert listed.splitlines()[1].endswith("  �[2J�]0;pwned� clear the screen�")
+    searched = run_cli("sessions", "search", "pwned", cwd=project).stdout
+    assert sorted(searched.splitlines()[1:]) == [
+        "    ‹ answer with �]0;[pwned]� inside",
+        "    › �[2J�]0;[pwned]� clear the screen�",
+    ]
+    shown = run_cli("sessions", "show", session[:8], cwd=project).stdout
+    assert "› �[2J�]0;pwned� clear the screen�" in shown and "answer with �]0;pwned� inside" in shown
+    for output in (listed, searched, shown):
+        assert not any((ord(c) < 32 and c not in "\n\t") or 0x7F <= ord(c) < 0xA0 for c in output)
+
+    refused = "a session name cannot hold control characters (escape sequences, newlines, tabs)"
+    renamed = run_cli("sessions", "rename", session[:8], "evil\x1b[2J", cwd=project)
+    assert (renamed.returncode, renamed.stderr) == (2, f"code-puppy: error: {refused}\n")
+    named = run_cli("-p", "x", "--name", "two\nlines", cwd=project)
+    assert (named.returncode, named.stderr) == (2, f"code-puppy: error: --name: {refused}\n")
+    assert len(server.requests) == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
@@ -72,6 +73,16 @@ def _info(row: Any) -> SessionInfo:
             values[moment] = datetime.fromisoformat(values[moment])
     values["indexed"] = bool(values["indexed"])
     return SessionInfo(**values)
+
+
+CONTROL_CHARACTERS = re.compile("[\x00-\x1f\x7f-\x9f]")
+"""Characters a terminal may act on rather than show: escape sequences begin with one."""
+
+
+def check_name(name: str) -> None:
+    """Raises `ValueError` for a session name a terminal would not show as it is."""
+    if CONTROL_CHARACTERS.search(name):
+        raise ValueError("a session name cannot hold control characters (escape sequences, newlines, tabs)")
 
 
 def title_of(messages: Sequence[ModelMessage], *, limit: int = TITLE_LENGTH) -> str:
@@ -206,6 +217,7 @@ class SessionCatalog:
     def _check_name_free(db: sqlite3.Connection, name: str | None, session_id: str) -> None:
         if name is None:
             return
+        check_name(name)
         taken = db.execute("SELECT id FROM sessions WHERE name = ? AND id != ?", (name, session_id)).fetchone()
         if taken is not None:
             raise ValueError(f"another session ({taken[0][:8]}) is already called {name!r}")

@@ -30,7 +30,7 @@ from code_puppy.agents.history_groups import describe_groups
 from code_puppy.errors import ConfigError
 from code_puppy.mentions import is_attachment, typed_text
 
-from .catalog import SessionInfo
+from .catalog import CONTROL_CHARACTERS, SessionInfo
 from .checkpoints import CheckpointLog, checkpoint_lines
 from .costs import CostTotals, format_cost
 from .journal import Journal
@@ -56,7 +56,13 @@ def list_sessions(
         cost = _short_cost(costs.get(info.id))
         label = f"{info.name} · {info.title}" if info.name and info.title else info.label
         line = f"{info.id[:8]:<10}{age(info.updated_at, now):>5}{turns:>7}  {_short_path(info.project_dir):<24}"
-        print(f"{line}{cost:>10}  {label}", file=out)
+        print(printable(f"{line}{cost:>10}  {label}"), file=out)
+
+
+def printable(text: str, keep: str = "") -> str:
+    """`text` with each control character but newlines, tabs and `keep` shown as `�`: a transcript, an imported
+    title or a project path never reaches the terminal as an escape sequence."""
+    return CONTROL_CHARACTERS.sub(lambda found: found[0] if found[0] in "\n\t" + keep else "�", text)
 
 
 def age(moment: datetime, now: datetime) -> str:
@@ -155,11 +161,16 @@ def search_sessions(
         for hit in hits:
             info = infos[hit.session_id]
             print(
-                f"{info.id[:8]}  {age(info.updated_at, now):>4}  {_short_path(info.project_dir)}  {info.label}",
+                printable(
+                    f"{info.id[:8]}  {age(info.updated_at, now):>4}  {_short_path(info.project_dir)}  {info.label}"
+                ),
                 file=out,
             )
             for role, line in hit.lines:
-                print(f"    {'›' if role == 'user' else '‹'} {_marked(line, *marks)}", file=out)
+                print(
+                    f"    {'›' if role == 'user' else '‹'} {_marked(printable(line, keep=''.join(MARK)), *marks)}",
+                    file=out,
+                )
     if not hits:
         print(
             "no session matches" + ("" if project_dir is None else f" in {project_dir} (--all searches every project)"),
@@ -226,35 +237,46 @@ def _cost_fields(totals: CostTotals) -> dict[str, object]:
     }
 
 
+class _Printable:
+    """Writes `printable` text to `out`."""
+
+    def __init__(self, out: TextIO) -> None:
+        self._out = out
+
+    def write(self, text: str) -> int:
+        return self._out.write(printable(text))
+
+
 def show_session(store: SqliteConversationStore, id_or_prefix: str, out: TextIO, *, groups: bool = False) -> None:
     """A readable transcript: prompts, answers, and each tool call with the first line of its result.
 
     With `groups`, the history groups a history processor will see on the next turn instead, with why each is
     protected and its estimated tokens, then which of them each configured processor would keep (a dry run).
     """
+    shown = _Printable(out)
     info = find_session(store, id_or_prefix)
     conversation = asyncio.run(store.load(info.id))
     messages = conversation.messages if conversation is not None else []
-    print(f"session {info.id} · {info.project_dir} · {info.model or '-'} · {info.message_count} messages", file=out)
+    print(f"session {info.id} · {info.project_dir} · {info.model or '-'} · {info.message_count} messages", file=shown)
     if info.name or info.archived_at is not None:
         archived = "" if info.archived_at is None else f"archived {info.archived_at.astimezone():%Y-%m-%d %H:%M}"
-        print(" · ".join(filter(None, (f"name: {info.name}" if info.name else "", archived))), file=out)
+        print(" · ".join(filter(None, (f"name: {info.name}" if info.name else "", archived))), file=shown)
     record = asyncio.run(store.read_record(info.id))
     if record is not None and record.forked_from is not None:
         source = store.sessions.find(record.forked_from)
         what = f" ({source[0].label})" if source and source[0].id == record.forked_from else " (deleted since)"
-        print(f"forked from {record.forked_from}{what}", file=out)
+        print(f"forked from {record.forked_from}{what}", file=shown)
     cost = store.costs.session_totals([info.id]).get(info.id)
     if cost is not None:
         print(
             f"{cost.requests} requests · {cost.input_tokens:,} input / {cost.output_tokens:,} output tokens · "
             f"{cost.describe()}",
-            file=out,
+            file=shown,
         )
     if groups:
-        print(f"cache epoch {info.cache_epoch} · history version {info.history_version}", file=out)
+        print(f"cache epoch {info.cache_epoch} · history version {info.history_version}", file=shown)
     for line in describe_groups(messages) if groups else transcript(messages):
-        print(line, file=out)
+        print(line, file=shown)
     if groups:
         from code_puppy.agents.history_processors import Revision
         from code_puppy.history.preview import preview_processing
@@ -264,18 +286,18 @@ def show_session(store: SqliteConversationStore, id_or_prefix: str, out: TextIO,
             messages, project_dir=Path(info.project_dir), model_name=info.model, revision=revision
         )
         for line in asyncio.run(preview):
-            print(line, file=out)
+            print(line, file=shown)
         return
     if found := list(reversed(CheckpointLog(store.database).of_session(info.id))):
-        print("\ncheckpoints (newest first):", *checkpoint_lines(found), sep="\n", file=out)
+        print("\ncheckpoints (newest first):", *checkpoint_lines(found), sep="\n", file=shown)
     for interrupted in Journal(store.database).read(info.id):
         print(
             "\n-- a turn that did not finish (journaled, not yet part of the history; "
             "it is recovered when the session is next continued, unless it is still running) --",
-            file=out,
+            file=shown,
         )
         for line in transcript(interrupted.messages):
-            print(line, file=out)
+            print(line, file=shown)
 
 
 def transcript(messages: Sequence[ModelMessage]) -> list[str]:
