@@ -122,3 +122,22 @@ def test_shell_output_and_attached_files_are_never_indexed(
     assert texts == ["look at @notes.txt please", "Read them."]
     shown = run_cli("sessions", "show", typed.stdout.split()[0], cwd=project).stdout
     assert "› look at @notes.txt please\n  (attached: <shell-command" in shown
+
+
+def test_rename_before_the_first_turn_is_refused(server: FakeLLMServer, project: Path) -> None:
+    server.script(text("Hello."))
+    chat = PtyChat(project)
+    try:
+        chat.wait_for("session ")
+        chat.type("/rename early\r")
+        chat.wait_for("nothing to name yet: this session has no turns (send a message first, or start with --name")
+        chat.type("hi\r")
+        chat.wait_turn("Hello.")
+        chat.type("/rename early\r")
+        chat.wait_for("is now called 'early'")
+        chat.type("/exit\r")
+        assert chat.wait_exit() == 0
+    finally:
+        chat.close()
+    (line,) = run_cli("sessions", "list", cwd=project).stdout.splitlines()[1:]
+    assert line.endswith("  early · hi")
