@@ -118,18 +118,15 @@ def search_sessions(
     except UnicodeEncodeError:
         raise ConfigError(f"the search query {shown!r} is not valid UTF-8") from None
     try:
-        catch_up(
-            store.database,
-            announce=lambda count: print(
-                f"indexing {count} session{'s' * (count != 1)} stored before search existed…", file=sys.stderr
-            ),
-        )
-    except sqlite3.OperationalError as exc:  # a store busy for longer than the busy timeout: search what is indexed
-        print(f"some older sessions are not indexed yet ({exc}): the results may miss them", file=sys.stderr)
-    except sqlite3.DatabaseError as exc:
-        print(f"the search index is damaged ({exc}): `code-puppy sessions repair` rebuilds it", file=sys.stderr)
-        return 1
-    try:
+        try:
+            catch_up(
+                store.database,
+                announce=lambda count: print(
+                    f"indexing {count} session{'s' * (count != 1)} stored before search existed…", file=sys.stderr
+                ),
+            )
+        except sqlite3.OperationalError as exc:  # busy for longer than the busy timeout: search what is indexed
+            print(f"some older sessions are not indexed yet ({exc}): the results may miss them", file=sys.stderr)
         hits = search(store.database, query, project_dir=project_dir)
     except SearchQueryError as exc:
         raise ConfigError(f"search query {shown!r}: {exc}") from None
