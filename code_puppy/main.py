@@ -446,9 +446,9 @@ def sessions_unarchive(*, session_id: str) -> None:
 @click.option("--all", "all_projects", is_flag=True, help="Sessions of every project.")
 @click.option("--output-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def sessions_search(*, query: str, project: Path | None, all_projects: bool, output_format: str) -> None:
-    """Sessions whose prompts or answers match QUERY (SQLite FTS5: words, "a phrase", AND, OR, NOT, prefix*).
+    """Sessions whose prompts or answers match every word of QUERY ("a phrase" in quotes, prefix*).
 
-    Exit 0 with matches, 1 without, 2 for a query that cannot be parsed.
+    Exit 0 with matches, 1 without (or when the search index is damaged), 2 for an empty or non-UTF-8 query.
     """
     from code_puppy.paths import data_dir, find_project_root
 

@@ -8,6 +8,7 @@ records its hooks to a file; the MCP server is the real echo server over stdio.
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -207,7 +208,7 @@ def test_no_plugins_runs_the_chat_without_them(server: FakeLLMServer, project: P
 
 
 def test_compact_summarizes_the_history_stores_it_and_the_next_turn_sends_it(
-    server: FakeLLMServer, project: Path
+    server: FakeLLMServer, project: Path, code_puppy_home: Path
 ) -> None:
     server.script(
         text("First answer."),
@@ -245,6 +246,18 @@ def test_compact_summarizes_the_history_stores_it_and_the_next_turn_sends_it(
     assert sent[0] == {"role": "system", "content": summary}
     assert [m["role"] for m in sent if m["role"] != "system"] == ["user", "assistant", "tool", "assistant", "user"]
     assert user_messages(server.requests[4].body) == ["read the readme", "third question"]
+    # The compaction's copies of kept messages are no new text: indexed once, and no turn of their own.
+    assert run_cli("sessions", "list", cwd=project).stdout.splitlines()[1].split()[2] == "3"
+    with sqlite3.connect(code_puppy_home / "sessions.db") as db:
+        indexed = [row for row in db.execute("SELECT role, text FROM search_text ORDER BY id")]
+    assert indexed == [
+        ("user", "first question"),
+        ("model", "First answer."),
+        ("user", "read the readme"),
+        ("model", "The readme is a title."),
+        ("user", "third question"),
+        ("model", "After the compaction."),
+    ]
 
 
 def test_mcp_shows_the_servers_before_and_after_they_start_and_exit_stops_them(

@@ -317,3 +317,21 @@ def test_planning_can_be_switched_off(server: FakeLLMServer, project: Path, code
     assert run_cli("-p", "hi", cwd=project).returncode == 0
     assert "write_plan" in tools(server.requests[0].body)
     assert not set(PLAN_TOOLS) & set(tools(server.requests[1].body))
+
+
+def test_a_file_command_sends_the_files_it_mentions_as_attachments_never_indexed(
+    server: FakeLLMServer, claude_project: Path
+) -> None:
+    (claude_project / ".claude" / "commands" / "audit.md").write_text("Audit @secrets.env for $ARGUMENTS\n")
+    (claude_project / "secrets.env").write_text("TOKEN=ATTACHEDSECRET9\n")
+    server.script(text("Audited."))
+    completed = run_cli("-p", "/audit leaks", cwd=claude_project)
+    assert completed.returncode == 0, completed.stderr
+    assert user(server.requests[0].body) == [
+        [
+            {"type": "text", "text": "Audit @secrets.env for leaks"},
+            {"type": "text", "text": '<file path="secrets.env">\nTOKEN=ATTACHEDSECRET9\n</file>'},
+        ]
+    ]
+    assert run_cli("sessions", "search", "ATTACHEDSECRET9", cwd=claude_project).returncode == 1
+    assert run_cli("sessions", "search", "leaks", cwd=claude_project).returncode == 0

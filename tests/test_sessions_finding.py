@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import sqlite3
+import subprocess
 from pathlib import Path
 from typing import Any
 
 from code_puppy.sessions.schema import Database
 from code_puppy.sessions.search import catch_up
-from tests.conftest import run_cli
+from tests.conftest import CODE_PUPPY, run_cli, start_cli
 from tests.fake_llm import FakeLLMServer, text
 
 
@@ -132,9 +135,6 @@ def test_search_finds_a_word_of_a_third_turn_in_a_store_migrated_from_the_previo
     none = run_cli("sessions", "search", "platypus", cwd=project)
     assert (none.returncode, none.stdout) == (1, "")
     assert none.stderr == f"no session matches in {project.resolve()} (--all searches every project)\n"
-    bad = run_cli("sessions", "search", '"unbalanced', cwd=project)
-    assert bad.returncode == 2 and bad.stderr.startswith("code-puppy: error: bad search query '\"unbalanced': ")
-    assert len(bad.stderr.splitlines()) == 1 and "Traceback" not in bad.stderr
     assert run_cli("sessions", "search", "x", "--all", "--project", ".", cwd=project).returncode == 2
 
     # A session saved after the migration is searchable at once, by its new turn.
@@ -243,3 +243,149 @@ def test_resume_without_an_id_needs_the_interactive_chat(server: FakeLLMServer, 
     no_terminal = run_cli("-r", cwd=project)
     assert (no_terminal.returncode, no_terminal.stderr) == (2, expected)
     assert not server.requests
+
+
+def test_concurrent_searches_and_a_run_on_a_big_upgraded_store_never_hit_a_locked_database(
+    server: FakeLLMServer, project: Path, code_puppy_home: Path
+) -> None:
+    """Only one process indexes the sessions stored before search existed, in short transactions: searches wait
+    for it, and a run saving meanwhile is never told the store is locked."""
+    server.script(text("the pelican answer"), text("b"), text("again"))
+    headless("-p", "the pelican question", cwd=project)
+    headless("-c", "-p", "a second turn", cwd=project)
+    db_path = code_puppy_home / "sessions.db"
+    _downgrade(db_path)
+    with sqlite3.connect(db_path) as db:  # 600 more sessions with the same history, as an old store could have
+        db.row_factory = sqlite3.Row
+        (conversation,) = [dict(row) for row in db.execute("SELECT * FROM conversations")]
+        (session,) = [dict(row) for row in db.execute("SELECT * FROM sessions")]
+        for table, row in (("conversations", conversation), ("sessions", session)):
+            db.executemany(
+                f"INSERT INTO {table} ({', '.join(row)}) VALUES ({', '.join('?' for _ in row)})",
+                [tuple({**row, "id": f"{n:08d}-clone"}.values()) for n in range(600)],
+            )
+    searches = [start_cli("sessions", "search", "pelican", "--all", cwd=project) for _ in range(4)]
+    run = start_cli("-c", "-p", "a third turn", cwd=project)
+    outputs = [process.communicate(timeout=120) for process in [*searches, run]]
+    assert run.returncode == 0 and outputs[-1][1] == "", outputs[-1][1]
+    for process, (out, err) in zip(searches, outputs, strict=False):
+        assert process.returncode == 0, err
+        assert len(out.splitlines()) == 3 * 50  # the 50 best sessions, each with its question and answer
+        assert set(err.splitlines()) <= {f"indexing {n} sessions stored before search existed…" for n in range(602)}
+    assert any(err.startswith("indexing ") for _, err in outputs[:-1])  # the first search said why it took long
+    with sqlite3.connect(db_path) as db:
+        assert db.execute("SELECT count(*) FROM sessions WHERE indexed = 0").fetchone() == (0,)
+
+
+def test_a_background_indexer_leaves_the_work_to_the_process_that_holds_the_index_lock(
+    server: FakeLLMServer, project: Path, code_puppy_home: Path
+) -> None:
+    server.script(text("a"), text("b"))
+    headless("-p", "alpha", cwd=project)
+    db_path = code_puppy_home / "sessions.db"
+    _downgrade(db_path)
+    lock = os.open(db_path.with_name("sessions.db.index-lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another process indexing
+        headless("-p", "beta", cwd=project)  # its background indexer finds the lock taken and does nothing
+        with sqlite3.connect(db_path) as db:
+            assert db.execute("SELECT count(*) FROM sessions WHERE indexed = 0").fetchone() == (1,)
+        database = Database(db_path)
+        try:
+            assert catch_up(database, wait=False) == 0
+        finally:
+            database.close()
+    finally:
+        os.close(lock)
+    found = run_cli("sessions", "search", "alpha", cwd=project)
+    assert (found.returncode, found.stderr) == (0, "indexing 1 session stored before search existed…\n")
+
+
+def test_a_query_is_plain_words_never_fts5_syntax(server: FakeLLMServer, project: Path) -> None:
+    server.script(text("I read main.py and secret.txt of code-puppy; NEAR(a b, x) is fine"), text("other"))
+    wanted = headless("-p", 'fix x y "quoted" words', cwd=project)["session_id"]
+    headless("-p", "something else entirely", cwd=project)
+
+    def matched(query: str) -> tuple[int, list[str]]:
+        found = run_cli("sessions", "search", query, cwd=project)
+        assert found.stderr in ("", f"no session matches in {project.resolve()} (--all searches every project)\n")
+        return found.returncode, [line.split()[0] for line in found.stdout.splitlines() if not line[0].isspace()]
+
+    for query in ("code-puppy", "main.py", "secret.txt", "x y", "NEAR(a b, x)", "mai*", '"code-puppy; near"', "read*"):
+        assert matched(query) == (0, [wanted[:8]]), query
+    for query in ("x y -z", "*", "main.py platypus", '"puppy code"', '"unbalanced', "OR", "mai"):
+        assert matched(query) == (1, []), query
+    lines = run_cli("sessions", "search", "code-puppy", cwd=project).stdout.splitlines()
+    assert lines[1:] == ["    ‹ I read main.py and secret.txt of [code-puppy]; NEAR(a b, x) is fine"]
+
+    raw = subprocess.run(
+        [str(CODE_PUPPY).encode(), b"sessions", b"search", b"\xff\xfe"], cwd=project, capture_output=True, check=False
+    )
+    assert (raw.returncode, raw.stdout) == (2, b"")
+    assert raw.stderr.decode(errors="replace").startswith("code-puppy: error: the search query ")
+    assert len(raw.stderr.splitlines()) == 1 and b"not valid UTF-8" in raw.stderr
+    huge = run_cli("sessions", "search", "\udcff" + "a" * 100_000, cwd=project)
+    assert huge.returncode == 2 and len(huge.stderr) < 200, huge.stderr[:300]
+
+
+def test_a_damaged_search_index_never_fails_a_save_and_check_and_repair_handle_it(
+    server: FakeLLMServer, project: Path, code_puppy_home: Path
+) -> None:
+    server.script(text("first answer"), text("hi answer"), text("more answer"))
+    first = headless("-p", "first question", cwd=project)["session_id"]
+    db_path = code_puppy_home / "sessions.db"
+    with sqlite3.connect(db_path) as db:  # out of step: FTS5 still opens, its check fails, a rebuild mends it
+        db.execute("UPDATE search_text SET text = 'changed behind its back'")
+    checked = run_cli("sessions", "check", cwd=project)
+    assert checked.returncode == 1 and "  search index: " in checked.stdout, checked.stdout
+    assert "`code-puppy sessions repair` rebuilds the search index" in checked.stdout
+    repaired = run_cli("sessions", "repair", cwd=project)
+    assert (repaired.returncode, repaired.stdout) == (0, f"rebuilt the search index of {db_path}\n")
+    assert run_cli("sessions", "check", cwd=project).stdout == f"{db_path}: ok\n"
+    assert run_cli("sessions", "search", "behind", cwd=project).returncode == 0
+
+    with sqlite3.connect(db_path) as db:  # worse: FTS5 cannot even open the index
+        db.execute("DELETE FROM search_data WHERE id > 1")
+    saved = run_cli("-p", "hi there", cwd=project)
+    assert (saved.returncode, saved.stderr) == (0, ""), saved.stderr
+    assert run_cli("-c", "-p", "more please", cwd=project).returncode == 0
+    assert sent_texts(server, 2) == ["hi there", "hi answer", "more please"]
+    broken = run_cli("sessions", "search", "hi", cwd=project)
+    assert broken.returncode == 1 and broken.stderr.splitlines()[-1] == (
+        "the search index is damaged (vtable constructor failed: search): `code-puppy sessions repair` rebuilds it"
+    )
+    checked = run_cli("sessions", "check", cwd=project)
+    assert checked.returncode == 1 and "  search index: vtable constructor failed: search" in checked.stdout
+
+    repaired = run_cli("sessions", "repair", cwd=project)  # a rebuild cannot: the whole store is rebuilt
+    assert repaired.returncode == 0 and "kept 2 sessions and 6 messages" in repaired.stdout, repaired.stdout
+    assert run_cli("sessions", "check", cwd=project).stdout == f"{db_path}: ok\n"
+    found = run_cli("sessions", "search", "please", cwd=project)
+    assert found.returncode == 0 and "› [more] [please]" not in found.stdout and "[please]" in found.stdout
+    assert run_cli("sessions", "search", "first", cwd=project).stdout.startswith(first[:8])
+
+
+def test_control_characters_never_reach_the_terminal_and_names_refuse_them(
+    server: FakeLLMServer, project: Path
+) -> None:
+    server.script(text("answer with \x1b]0;pwned\x07 inside"))
+    hostile = "\x1b[2J\x1b]0;pwned\x07 clear the screen\x9b"
+    session = headless("-p", hostile, cwd=project)["session_id"]
+    listed = run_cli("sessions", "list", cwd=project).stdout
+    assert listed.splitlines()[1].endswith("  �[2J�]0;pwned� clear the screen�")
+    searched = run_cli("sessions", "search", "pwned", cwd=project).stdout
+    assert sorted(searched.splitlines()[1:]) == [
+        "    ‹ answer with �]0;[pwned]� inside",
+        "    › �[2J�]0;[pwned]� clear the screen�",
+    ]
+    shown = run_cli("sessions", "show", session[:8], cwd=project).stdout
+    assert "› �[2J�]0;pwned� clear the screen�" in shown and "answer with �]0;pwned� inside" in shown
+    for output in (listed, searched, shown):
+        assert not any((ord(c) < 32 and c not in "\n\t") or 0x7F <= ord(c) < 0xA0 for c in output)
+
+    refused = "a session name cannot hold control characters (escape sequences, newlines, tabs)"
+    renamed = run_cli("sessions", "rename", session[:8], "evil\x1b[2J", cwd=project)
+    assert (renamed.returncode, renamed.stderr) == (2, f"code-puppy: error: {refused}\n")
+    named = run_cli("-p", "x", "--name", "two\nlines", cwd=project)
+    assert (named.returncode, named.stderr) == (2, f"code-puppy: error: --name: {refused}\n")
+    assert len(server.requests) == 1

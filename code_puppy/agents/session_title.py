@@ -10,6 +10,7 @@ from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
 from pydantic_ai.models import Model
 
+from code_puppy.mentions import typed_text
 from code_puppy.sessions.catalog import TITLE_LENGTH
 
 TITLE_INSTRUCTIONS = (
@@ -28,11 +29,11 @@ async def write_title(
     `''` when there is no prompt to name it by or the model answered nothing usable."""
     prompt = next(
         (
-            part.content
+            typed_text(part.content)
             for message in messages
             if isinstance(message, ModelRequest)
             for part in message.parts
-            if isinstance(part, UserPromptPart) and isinstance(part.content, str)
+            if isinstance(part, UserPromptPart)
         ),
         "",
     )

@@ -29,6 +29,7 @@ from code_puppy.agents.checkpoints import TurnChanges
 from code_puppy.agents.history_persistence import persist_rewound_history
 from code_puppy.checkpoints.shadow import Change, CheckpointError, Entry, ShadowRepo, write_file
 from code_puppy.config import ConfigError
+from code_puppy.mentions import typed_text
 from code_puppy.paths import write_json
 from code_puppy.sessions.catalog import SessionInfo
 from code_puppy.sessions.checkpoints import Checkpoint, CheckpointLog
@@ -146,8 +147,7 @@ def user_turns(messages: Sequence[ModelMessage]) -> list[Turn]:
             continue
         prompts = [part for part in message.parts if isinstance(part, UserPromptPart)]
         if prompts:
-            content = prompts[0].content
-            text = content if isinstance(content, str) else " ".join(str(item) for item in content)
+            text = typed_text(prompts[0].content)
             turns.append(Turn(index, text, run_id, message.timestamp or prompts[0].timestamp))
     return turns
 

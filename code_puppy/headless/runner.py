@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic_ai.messages import TextContent
 from pydantic_ai.usage import RunUsage
 
 from code_puppy.agents.deps import RunDeps
@@ -26,7 +27,7 @@ from code_puppy.core.project import Project
 from code_puppy.core.run import TurnLimits, TurnOutcome, run_turn, unrun_follow_up_note
 from code_puppy.errors import one_line
 from code_puppy.headless.sinks import SINKS
-from code_puppy.mentions import expand_mentions
+from code_puppy.mentions import mention_attachments
 from code_puppy.options import RunOptions
 from code_puppy.sessions.costs import CostTotals
 from code_puppy.sessions.runs import RunRegistry
@@ -169,10 +170,12 @@ async def _turn(project: Project, deps: RunDeps, prompt: str, sink: EventSink, l
     async with accepting_steers(registry, deps.session.id, project.root, deps.steering):
         await project.start()
         model = project.model()
+        attachments: list[TextContent] = []
         # A prompt that starts with a file command's `/name` runs it; any other `/word` is sent as it is.
         if (found := find_command(project.root, prompt)) is not None:
             command, arguments = found
-            prompt = expand_mentions(command.expand(arguments), project.root)[0]
+            prompt = command.expand(arguments)
+            attachments = mention_attachments(prompt, project.root)[0]
             model = project.start_command(command)
         outcome = await run_turn(
             project.agent,
@@ -183,6 +186,7 @@ async def _turn(project: Project, deps: RunDeps, prompt: str, sink: EventSink, l
             limits=limits,
             follow_up=held_steers(deps.steering, sink.event),
             plugins=project.plugins,
+            attachments=attachments,
         )
         deps.steering.close()
         # The turn is over and saved: a signal while the servers stop ends the process, not the outcome.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
@@ -10,7 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from pydantic_ai.conversation_store import ConversationRecord
-from pydantic_ai.messages import ModelMessage, ModelRequest, TextContent, UserPromptPart
+from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
+
+from code_puppy.mentions import typed_text
 
 from .schema import Database, delete_conversation, timestamp
 
@@ -72,6 +75,16 @@ def _info(row: Any) -> SessionInfo:
     return SessionInfo(**values)
 
 
+CONTROL_CHARACTERS = re.compile("[\x00-\x1f\x7f-\x9f]")
+"""Characters a terminal may act on rather than show: escape sequences begin with one."""
+
+
+def check_name(name: str) -> None:
+    """Raises `ValueError` for a session name a terminal would not show as it is."""
+    if CONTROL_CHARACTERS.search(name):
+        raise ValueError("a session name cannot hold control characters (escape sequences, newlines, tabs)")
+
+
 def title_of(messages: Sequence[ModelMessage], *, limit: int = TITLE_LENGTH) -> str:
     """The text of the first user prompt in `messages` with text, on one line and cut to `limit`, or `''`."""
     for message in messages:
@@ -80,10 +93,7 @@ def title_of(messages: Sequence[ModelMessage], *, limit: int = TITLE_LENGTH) -> 
         for part in message.parts:
             if not isinstance(part, UserPromptPart):
                 continue
-            items = [part.content] if isinstance(part.content, str) else part.content
-            words = " ".join(
-                item if isinstance(item, str) else item.content for item in items if isinstance(item, str | TextContent)
-            ).split()
+            words = typed_text(part.content).split()
             if words:
                 text = " ".join(words)
                 return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
@@ -207,6 +217,7 @@ class SessionCatalog:
     def _check_name_free(db: sqlite3.Connection, name: str | None, session_id: str) -> None:
         if name is None:
             return
+        check_name(name)
         taken = db.execute("SELECT id FROM sessions WHERE name = ? AND id != ?", (name, session_id)).fetchone()
         if taken is not None:
             raise ValueError(f"another session ({taken[0][:8]}) is already called {name!r}")

@@ -18,6 +18,7 @@ from pydantic_ai.messages import (
     ModelRequest,
     ModelResponse,
     SystemPromptPart,
+    TextContent,
     TextPart,
     ThinkingPart,
     ToolCallPart,
@@ -27,12 +28,13 @@ from pydantic_ai.messages import (
 
 from code_puppy.agents.history_groups import describe_groups
 from code_puppy.errors import ConfigError
+from code_puppy.mentions import is_attachment, typed_text
 
-from .catalog import SessionInfo
+from .catalog import CONTROL_CHARACTERS, SessionInfo
 from .checkpoints import CheckpointLog, checkpoint_lines
 from .costs import CostTotals, format_cost
 from .journal import Journal
-from .repair import check, repair
+from .repair import INDEX_PROBLEM, check, rebuild_index, repair
 from .session import find_session
 from .store import SqliteConversationStore
 
@@ -54,7 +56,13 @@ def list_sessions(
         cost = _short_cost(costs.get(info.id))
         label = f"{info.name} · {info.title}" if info.name and info.title else info.label
         line = f"{info.id[:8]:<10}{age(info.updated_at, now):>5}{turns:>7}  {_short_path(info.project_dir):<24}"
-        print(f"{line}{cost:>10}  {label}", file=out)
+        print(printable(f"{line}{cost:>10}  {label}"), file=out)
+
+
+def printable(text: str, keep: str = "") -> str:
+    """`text` with each control character but newlines, tabs and `keep` shown as `�`: a transcript, an imported
+    title or a project path never reaches the terminal as an escape sequence."""
+    return CONTROL_CHARACTERS.sub(lambda found: found[0] if found[0] in "\n\t" + keep else "�", text)
 
 
 def age(moment: datetime, now: datetime) -> str:
@@ -98,17 +106,33 @@ def archive_session(store: SqliteConversationStore, reference: str, out: TextIO,
 def search_sessions(
     store: SqliteConversationStore, query: str, out: TextIO, *, project_dir: Path | None, as_json: bool, color: bool
 ) -> int:
-    """`sessions search QUERY`: the matching sessions, best first, with their matching lines; 0 with matches, 1
-    without, a `ConfigError` (exit 2) for a query FTS5 cannot parse."""
+    """`sessions search QUERY`: the sessions matching every word of it, best first, with their matching lines; 0 with
+    matches, 1 without, a `ConfigError` (exit 2) for an empty or non-UTF-8 query."""
     from .search import MARK, SearchQueryError, catch_up, search
 
     if not query.strip():
         raise ConfigError("the search query is empty")
-    catch_up(store.database)
+    shown = query if len(query) <= 60 else query[:60] + "…"
     try:
+        query.encode()
+    except UnicodeEncodeError:
+        raise ConfigError(f"the search query {shown!r} is not valid UTF-8") from None
+    try:
+        try:
+            catch_up(
+                store.database,
+                announce=lambda count: print(
+                    f"indexing {count} session{'s' * (count != 1)} stored before search existed…", file=sys.stderr
+                ),
+            )
+        except sqlite3.OperationalError as exc:  # busy for longer than the busy timeout: search what is indexed
+            print(f"some older sessions are not indexed yet ({exc}): the results may miss them", file=sys.stderr)
         hits = search(store.database, query, project_dir=project_dir)
     except SearchQueryError as exc:
-        raise ConfigError(f'bad search query {query!r}: {exc} (words, "a phrase", AND, OR, NOT, prefix*)') from None
+        raise ConfigError(f"search query {shown!r}: {exc}") from None
+    except sqlite3.DatabaseError as exc:
+        print(f"the search index is damaged ({exc}): `code-puppy sessions repair` rebuilds it", file=sys.stderr)
+        return 1
     infos = {hit.session_id: store.sessions.find(hit.session_id)[0] for hit in hits}
     if as_json:
         plain = str.maketrans({MARK[0]: "", MARK[1]: ""})
@@ -134,11 +158,16 @@ def search_sessions(
         for hit in hits:
             info = infos[hit.session_id]
             print(
-                f"{info.id[:8]}  {age(info.updated_at, now):>4}  {_short_path(info.project_dir)}  {info.label}",
+                printable(
+                    f"{info.id[:8]}  {age(info.updated_at, now):>4}  {_short_path(info.project_dir)}  {info.label}"
+                ),
                 file=out,
             )
             for role, line in hit.lines:
-                print(f"    {'›' if role == 'user' else '‹'} {_marked(line, *marks)}", file=out)
+                print(
+                    f"    {'›' if role == 'user' else '‹'} {_marked(printable(line, keep=''.join(MARK)), *marks)}",
+                    file=out,
+                )
     if not hits:
         print(
             "no session matches" + ("" if project_dir is None else f" in {project_dir} (--all searches every project)"),
@@ -205,35 +234,46 @@ def _cost_fields(totals: CostTotals) -> dict[str, object]:
     }
 
 
+class _Printable:
+    """Writes `printable` text to `out`."""
+
+    def __init__(self, out: TextIO) -> None:
+        self._out = out
+
+    def write(self, text: str) -> int:
+        return self._out.write(printable(text))
+
+
 def show_session(store: SqliteConversationStore, id_or_prefix: str, out: TextIO, *, groups: bool = False) -> None:
     """A readable transcript: prompts, answers, and each tool call with the first line of its result.
 
     With `groups`, the history groups a history processor will see on the next turn instead, with why each is
     protected and its estimated tokens, then which of them each configured processor would keep (a dry run).
     """
+    shown = _Printable(out)
     info = find_session(store, id_or_prefix)
     conversation = asyncio.run(store.load(info.id))
     messages = conversation.messages if conversation is not None else []
-    print(f"session {info.id} · {info.project_dir} · {info.model or '-'} · {info.message_count} messages", file=out)
+    print(f"session {info.id} · {info.project_dir} · {info.model or '-'} · {info.message_count} messages", file=shown)
     if info.name or info.archived_at is not None:
         archived = "" if info.archived_at is None else f"archived {info.archived_at.astimezone():%Y-%m-%d %H:%M}"
-        print(" · ".join(filter(None, (f"name: {info.name}" if info.name else "", archived))), file=out)
+        print(" · ".join(filter(None, (f"name: {info.name}" if info.name else "", archived))), file=shown)
     record = asyncio.run(store.read_record(info.id))
     if record is not None and record.forked_from is not None:
         source = store.sessions.find(record.forked_from)
         what = f" ({source[0].label})" if source and source[0].id == record.forked_from else " (deleted since)"
-        print(f"forked from {record.forked_from}{what}", file=out)
+        print(f"forked from {record.forked_from}{what}", file=shown)
     cost = store.costs.session_totals([info.id]).get(info.id)
     if cost is not None:
         print(
             f"{cost.requests} requests · {cost.input_tokens:,} input / {cost.output_tokens:,} output tokens · "
             f"{cost.describe()}",
-            file=out,
+            file=shown,
         )
     if groups:
-        print(f"cache epoch {info.cache_epoch} · history version {info.history_version}", file=out)
+        print(f"cache epoch {info.cache_epoch} · history version {info.history_version}", file=shown)
     for line in describe_groups(messages) if groups else transcript(messages):
-        print(line, file=out)
+        print(line, file=shown)
     if groups:
         from code_puppy.agents.history_processors import Revision
         from code_puppy.history.preview import preview_processing
@@ -243,18 +283,18 @@ def show_session(store: SqliteConversationStore, id_or_prefix: str, out: TextIO,
             messages, project_dir=Path(info.project_dir), model_name=info.model, revision=revision
         )
         for line in asyncio.run(preview):
-            print(line, file=out)
+            print(line, file=shown)
         return
     if found := list(reversed(CheckpointLog(store.database).of_session(info.id))):
-        print("\ncheckpoints (newest first):", *checkpoint_lines(found), sep="\n", file=out)
+        print("\ncheckpoints (newest first):", *checkpoint_lines(found), sep="\n", file=shown)
     for interrupted in Journal(store.database).read(info.id):
         print(
             "\n-- a turn that did not finish (journaled, not yet part of the history; "
             "it is recovered when the session is next continued, unless it is still running) --",
-            file=out,
+            file=shown,
         )
         for line in transcript(interrupted.messages):
-            print(line, file=out)
+            print(line, file=shown)
 
 
 def transcript(messages: Sequence[ModelMessage]) -> list[str]:
@@ -262,8 +302,10 @@ def transcript(messages: Sequence[ModelMessage]) -> list[str]:
     for message in messages:
         for part in message.parts:
             if isinstance(message, ModelRequest) and isinstance(part, UserPromptPart):
-                content = part.content if isinstance(part.content, str) else " ".join(map(str, part.content))
-                lines += ["", "› " + content.replace("\n", "\n  ")]
+                lines += ["", "› " + typed_text(part.content).replace("\n", "\n  ")]
+                if not isinstance(part.content, str):
+                    attached = [item for item in part.content if isinstance(item, TextContent) and is_attachment(item)]
+                    lines += [f"  (attached: {(item.content.splitlines() or [''])[0][:120]})" for item in attached]
             elif isinstance(part, SystemPromptPart):
                 lines.append(f"[system] {part.content[:200]}")
             elif isinstance(part, ToolReturnPart):
@@ -310,7 +352,10 @@ def check_store(out: TextIO) -> int:
         print(f"{path}: ok", file=out)
         return 0
     print(f"{path} is damaged:", *(f"  {problem}" for problem in problems[:20]), sep="\n", file=out)
-    print("`code-puppy sessions repair` moves it aside and keeps what can still be read", file=out)
+    if all(problem.startswith(INDEX_PROBLEM) for problem in problems):
+        print("`code-puppy sessions repair` rebuilds the search index (the sessions are sound)", file=out)
+    else:
+        print("`code-puppy sessions repair` moves it aside and keeps what can still be read", file=out)
     return 1
 
 
@@ -319,6 +364,9 @@ def repair_store(out: TextIO) -> int:
     path, problems = _examined()
     if not problems:
         print(f"{path}: ok, nothing to repair" if problems == [] else f"no sessions database at {path}", file=out)
+        return 0
+    if all(problem.startswith(INDEX_PROBLEM) for problem in problems) and rebuild_index(path):
+        print(f"rebuilt the search index of {path}", file=out)
         return 0
     report = repair(path)
     print(f"moved the damaged database to {report.moved_to}", file=out)

@@ -36,12 +36,39 @@ class RepairReport:
     """Sessions none of whose history could be read: left out."""
 
 
+INDEX_PROBLEM = "search index: "
+"""How `check` begins a problem of the full-text search index (which `rebuild_index` may fix in place)."""
+
+
 def check(path: Path) -> list[str]:
-    """The problems SQLite's `integrity_check` finds in the database at `path`: empty when it is sound."""
-    with sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True) as db:
+    """The problems SQLite's `integrity_check`, then FTS5's of the search index, find in the database at `path`:
+    empty when it is sound."""
+    with contextlib.closing(sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)) as db:
         rows = db.execute("PRAGMA integrity_check").fetchall()
+        indexed = db.execute("SELECT 1 FROM sqlite_schema WHERE name = 'search'").fetchone() is not None
     problems = [str(row[0]) for row in rows]
-    return [] if problems == ["ok"] else problems
+    if problems != ["ok"]:
+        return problems
+    if not indexed:
+        return []
+    # FTS5's check is an INSERT, refused on a read-only connection; it changes nothing.
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as db:
+        try:
+            db.execute("INSERT INTO search (search, rank) VALUES ('integrity-check', 1)")
+        except sqlite3.DatabaseError as exc:
+            return [f"{INDEX_PROBLEM}{exc}"]
+    return []
+
+
+def rebuild_index(path: Path) -> bool:
+    """Rebuild the search index of the database at `path` from the text it indexes; False when it is too damaged for
+    that (then `repair` rebuilds the whole store, and every session is indexed again lazily)."""
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as db:
+        try:
+            db.execute("INSERT INTO search (search) VALUES ('rebuild')")
+        except sqlite3.DatabaseError:
+            return False
+    return True
 
 
 def repair(path: Path) -> RepairReport:

@@ -2,32 +2,70 @@
 FTS5 index.
 
 A save indexes the messages it appends in its own transaction (`index_new`), so the index never lags a saved
-session. Sessions stored before the index existed (`indexed = 0`) are read into it lazily by `catch_up`: one short
-`BEGIN IMMEDIATE` transaction per session, which is the lock that keeps two processes from indexing one twice. The
-chat and headless runs start it in a background thread (`start_indexer`); `code-puppy sessions search` runs it before
-it searches. Tool calls and their output are never indexed.
+session. Sessions stored before the index existed (`indexed = 0`) are read into it lazily by `catch_up`, in short
+`BEGIN IMMEDIATE` transactions (a batch of sessions each, about `BATCH_SECONDS` long) so that the runs saving turns
+meanwhile wait little, and by one process at a time: it holds an `fcntl` lock on `sessions.db.index-lock`. The chat
+and headless runs start it in a background thread (`start_indexer`), which does nothing when another process holds
+the lock and stops at the first SQLite error (what is left waits for later); `code-puppy sessions search` waits for the
+lock and runs it before it searches. Tool calls, their output and attachments (`!cmd` output, `@file` contents) are
+never indexed.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import re
 import sqlite3
 import threading
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Generator, Iterable, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+from code_puppy.mentions import is_attachment
+
 from .schema import Database
 
-__all__ = ("MARK", "SearchHit", "SearchQueryError", "catch_up", "index_new", "search", "start_indexer", "text_parts")
+__all__ = (
+    "MARK",
+    "SearchHit",
+    "SearchQueryError",
+    "catch_up",
+    "fts_query",
+    "index_saved",
+    "search",
+    "start_indexer",
+    "text_parts",
+)
+
+BATCH_SECONDS = 0.03
+"""About how long one transaction of `catch_up` holds the write lock."""
 
 MARK = ("\x02", "\x03")
 """What `search` puts around each matched term in a hit's line."""
 
 
 class SearchQueryError(ValueError):
-    """A query FTS5 cannot parse (an unbalanced quote, a stray operator); the message says what."""
+    """A query FTS5 cannot run; the message says why."""
+
+
+_QUERY_WORD = re.compile(r'"([^"]*)"?|(\S+)')
+
+
+def fts_query(query: str) -> str:
+    """`query` as plain words for FTS5: each word, or "double-quoted phrase", becomes an FTS5 string that must match
+    (so `code-puppy`, `main.py` or `NEAR(a` are text, never syntax); a word's trailing `*` keeps prefix matching."""
+    terms: list[str] = []
+    for match in _QUERY_WORD.finditer(query):
+        phrase, word = match.group(1), match.group(2)
+        text = phrase if phrase is not None else word.rstrip("*")
+        prefix = "*" if word is not None and word.endswith("*") and text else ""
+        terms.append('"' + text.replace('"', '""') + '"' + prefix)
+    return " ".join(terms)
 
 
 def text_parts(message_json: str) -> list[tuple[str, str]]:
@@ -39,7 +77,8 @@ def text_parts(message_json: str) -> list[tuple[str, str]]:
         if message.get("kind") == "request" and kind == "user-prompt":
             content = part.get("content")
             items: list[Any] = [content] if isinstance(content, str) else list(content or ())
-            texts = [item if isinstance(item, str) else item.get("content") for item in items if _is_text(item)]
+            # `!cmd` output, `@file` contents and notes are attachments: never indexed (they may hold secrets).
+            texts = [item if isinstance(item, str) else item.get("content") for item in items if _is_typed(item)]
             if text := "\n".join(t for t in texts if isinstance(t, str)).strip():
                 found.append(("user", text))
         elif message.get("kind") == "response" and kind == "text" and (text := str(part.get("content", "")).strip()):
@@ -47,9 +86,9 @@ def text_parts(message_json: str) -> list[tuple[str, str]]:
     return found
 
 
-def _is_text(item: Any) -> bool:
+def _is_typed(item: Any) -> bool:
     return isinstance(item, str) or (
-        isinstance(item, dict) and cast(dict[str, Any], item).get("kind") == "text-content"
+        isinstance(item, dict) and cast(dict[str, Any], item).get("kind") == "text-content" and not is_attachment(item)
     )
 
 
@@ -59,6 +98,25 @@ def index_new(db: sqlite3.Connection, session_id: str, message_jsons: Iterable[s
     db.executemany("INSERT INTO search_text (text, session_id, role) VALUES (?, ?, ?)", rows)
     if prompts := sum(role == "user" for _, _, role in rows):
         db.execute("UPDATE sessions SET turns = turns + ? WHERE id = ?", (prompts, session_id))
+
+
+def index_saved(
+    db: sqlite3.Connection, session_id: str, message_jsons: Sequence[str], *, forked_from: str | None
+) -> None:
+    """Index what a save appends (a new fork first gets its source's index), inside the save's transaction.
+
+    A damaged index never fails the save: its part is rolled back and the session left not indexed, for `catch_up`
+    to redo once `code-puppy sessions repair` has rebuilt the index.
+    """
+    db.execute("SAVEPOINT indexing")
+    try:
+        if forked_from is not None:
+            copy_index(db, forked_from, session_id)
+        index_new(db, session_id, message_jsons)
+    except sqlite3.Error:
+        db.execute("ROLLBACK TO indexing")
+        db.execute("UPDATE sessions SET indexed = 0 WHERE id = ?", (session_id,))
+    db.execute("RELEASE indexing")
 
 
 def copy_index(db: sqlite3.Connection, source_id: str, fork_id: str) -> None:
@@ -76,45 +134,86 @@ def copy_index(db: sqlite3.Connection, source_id: str, fork_id: str) -> None:
     )
 
 
-def catch_up(database: Database, *, stop: threading.Event | None = None) -> int:
-    """Index the sessions not indexed yet, newest first, one transaction each; how many this call indexed."""
-    with database.read() as db:
-        waiting = [row[0] for row in db.execute("SELECT id FROM sessions WHERE indexed = 0 ORDER BY updated_at DESC")]
-    done = 0
-    for session_id in waiting:
-        if stop is not None and stop.is_set():
-            break
-        with database.write() as db:
-            # Checked again under the write lock: another process may have indexed it meanwhile.
-            if db.execute("SELECT indexed FROM sessions WHERE id = ?", (session_id,)).fetchone() != (0,):
-                continue
-            messages = [
-                message
-                for (message,) in db.execute(
-                    """
-                    WITH RECURSIVE chain (id, parent_id, message) AS (
-                        SELECT entries.id, entries.parent_id, entries.message FROM entries
-                        JOIN conversations ON conversations.head_id = entries.id WHERE conversations.id = ?
-                        UNION ALL
-                        SELECT entries.id, entries.parent_id, entries.message
-                        FROM chain JOIN entries ON entries.id = chain.parent_id
-                    )
-                    SELECT message FROM chain
-                    """,
-                    (session_id,),
-                )
-            ]
-            # Rows a save made since the migration are part of the history read here: start from none.
-            db.execute("DELETE FROM search_text WHERE session_id = ?", (session_id,))
-            db.execute("UPDATE sessions SET turns = 0, indexed = 1 WHERE id = ?", (session_id,))
-            index_new(db, session_id, reversed(messages))
-        done += 1
+def catch_up(
+    database: Database,
+    *,
+    wait: bool = True,
+    stop: threading.Event | None = None,
+    announce: Callable[[int], None] | None = None,
+) -> int:
+    """Index the sessions not indexed yet, newest first, in short transactions; how many this call indexed.
+
+    Only one process at a time indexes: without `wait`, another's indexing makes this do nothing; with it, this waits
+    for the other to finish, then indexes what is left. `announce` hears how many sessions wait, when some do.
+    """
+    if not (waiting := _not_indexed(database)):
+        return 0
+    if announce is not None:
+        announce(len(waiting))
+    with _indexing(database.path, wait=wait) as alone:
+        if not alone:
+            return 0
+        waiting = _not_indexed(database)  # another process may have indexed some meanwhile
+        done = 0
+        while waiting and not (stop is not None and stop.is_set()):
+            with database.write() as db:
+                began = time.perf_counter()
+                while waiting and time.perf_counter() - began < BATCH_SECONDS:
+                    done += _index_stored(db, waiting.pop())
     return done
 
 
+def _not_indexed(database: Database) -> list[str]:
+    """The sessions not indexed yet, oldest first (`catch_up` pops the newest)."""
+    with database.read() as db:
+        return [row[0] for row in db.execute("SELECT id FROM sessions WHERE indexed = 0 ORDER BY updated_at")]
+
+
+@contextmanager
+def _indexing(store: Path, *, wait: bool) -> Generator[bool]:
+    """The lock beside the store that keeps indexing to one process; whether this one got it (always, with `wait`)."""
+    descriptor = os.open(store.with_name(f"{store.name}.index-lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(descriptor)  # releases the lock
+
+
+def _index_stored(db: sqlite3.Connection, session_id: str) -> int:
+    """Index one stored session's whole history, inside a write transaction; 1 if it needed it, else 0."""
+    if db.execute("SELECT indexed FROM sessions WHERE id = ?", (session_id,)).fetchone() != (0,):
+        return 0
+    messages = [
+        message
+        for (message,) in db.execute(
+            """
+            WITH RECURSIVE chain (id, parent_id, message) AS (
+                SELECT entries.id, entries.parent_id, entries.message FROM entries
+                JOIN conversations ON conversations.head_id = entries.id WHERE conversations.id = ?
+                UNION ALL
+                SELECT entries.id, entries.parent_id, entries.message
+                FROM chain JOIN entries ON entries.id = chain.parent_id
+            )
+            SELECT message FROM chain
+            """,
+            (session_id,),
+        )
+    ]
+    # Rows a save made since the migration are part of the history read here: start from none.
+    db.execute("DELETE FROM search_text WHERE session_id = ?", (session_id,))
+    db.execute("UPDATE sessions SET turns = 0, indexed = 1 WHERE id = ?", (session_id,))
+    index_new(db, session_id, reversed(messages))
+    return 1
+
+
 def start_indexer(path: Path) -> threading.Event:
-    """Index older sessions in a background thread with its own connection; set the event returned to stop it
-    between two sessions. A failure (a locked or damaged store) leaves the rest for next time."""
+    """Index older sessions in a background thread with its own connection, unless another process is indexing; set
+    the event returned to stop it between two batches. A failure (a busy or damaged store) leaves the rest for later."""
     stop = threading.Event()
 
     def run() -> None:
@@ -123,9 +222,9 @@ def start_indexer(path: Path) -> threading.Event:
         except Exception:  # the run that started it reports an unusable store; the index can wait
             return
         try:
-            catch_up(database, stop=stop)
-        except sqlite3.Error:
-            pass  # a busy store: what is not indexed yet is indexed by the next start, or before a search
+            catch_up(database, wait=False, stop=stop)
+        except (sqlite3.Error, OSError):
+            pass  # a busy store: what is not indexed yet is indexed by a later start, or before a search
         finally:
             database.close()
 
@@ -145,8 +244,8 @@ class SearchHit:
 def search(
     database: Database, query: str, *, project_dir: Path | None, limit: int = 50, lines_per_session: int = 3
 ) -> list[SearchHit]:
-    """The sessions (of `project_dir`, or every project) whose prompts or answers match `query`, best first;
-    archived ones left out.
+    """The sessions (of `project_dir`, or every project) whose prompts or answers match every word of `query`
+    (`fts_query`), best first; archived ones left out.
 
     Raises:
         SearchQueryError: FTS5 cannot parse `query`.
@@ -163,7 +262,7 @@ def search(
                     AND (:project IS NULL OR sessions.project_dir = :project)
                 ORDER BY bm25(search) LIMIT 2000
                 """,
-                {"query": query, "open": MARK[0], "close": MARK[1], "project": project},
+                {"query": fts_query(query), "open": MARK[0], "close": MARK[1], "project": project},
             ).fetchall()
     except sqlite3.OperationalError as exc:
         if "fts5" in str(exc) or "no such column" in str(exc) or "unterminated" in str(exc):

@@ -15,7 +15,7 @@ from pydantic_ai.usage import RunUsage
 
 from code_puppy.config import ConfigError
 
-from .catalog import SessionInfo
+from .catalog import SessionInfo, check_name
 from .journal import Journal
 from .schema import store_error
 from .store import SqliteConversationStore
@@ -246,6 +246,10 @@ async def open_session(
             if found is None:
                 raise ConfigError(f"no session to continue in {project_dir}; start one without -c")
         if name is not None:
+            try:
+                check_name(name)
+            except ValueError as exc:
+                raise ConfigError(f"--name: {exc}") from None
             other = store.sessions.find(name)
             if other and other[0].name == name and (found is None or fork or other[0].id != found.id):
                 raise ConfigError(f"--name: another session ({other[0].id[:8]}) is already called {name!r}")

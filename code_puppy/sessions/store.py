@@ -22,7 +22,7 @@ from .catalog import SessionCatalog, record_save
 from .costs import CostBook
 from .runs import THIS_HOST
 from .schema import Database, delete_conversation, discard_journal, timestamp
-from .search import copy_index, index_new
+from .search import index_saved
 
 __all__ = ("SqliteConversationStore", "message_adapter", "open_store")
 
@@ -92,7 +92,7 @@ class SqliteConversationStore(ConversationStore):
         record_json = _record_adapter.dump_json(record).decode()
         with self.database.write() as db:
             stored = db.execute(
-                "SELECT revision, family FROM conversations WHERE id = ?", (conversation_id,)
+                "SELECT revision, family, head_id FROM conversations WHERE id = ?", (conversation_id,)
             ).fetchone()
             if (stored[0] if stored is not None else None) != expected_revision:
                 raise ConversationConflict(conversation_id)
@@ -136,9 +136,8 @@ class SqliteConversationStore(ConversationStore):
                 ),
             )
             if db.execute("SELECT 1 FROM sessions WHERE id = ?", (conversation_id,)).fetchone() is not None:
-                if stored is None and record.forked_from is not None:
-                    copy_index(db, record.forked_from, conversation_id)
-                index_new(db, conversation_id, messages)
+                forked_from = record.forked_from if stored is None else None
+                index_saved(db, conversation_id, _appended(stored, new_entries, messages), forked_from=forked_from)
             record_save(
                 db,
                 record,
@@ -187,6 +186,22 @@ class SqliteConversationStore(ConversationStore):
             ConversationEntry(id=entry_id, parent_id=parent_id, message=message_adapter.validate_json(message))
             for entry_id, parent_id, message in rows
         ]
+
+
+def _appended(
+    stored: tuple[str, str, str | None] | None, new_entries: Sequence[ConversationEntry], messages: list[str]
+) -> list[str]:
+    """The `messages` of `new_entries` that continue the stored history (all of them for a new conversation): the
+    copies of kept messages a rewrite (`/compact`) stores are not new text, and no new turns."""
+    if stored is None:
+        return messages
+    reached: set[str | None] = {stored[2]}
+    appended: list[str] = []
+    for entry, message in zip(new_entries, messages, strict=True):
+        if entry.parent_id in reached:  # parents come before their children
+            reached.add(entry.id)
+            appended.append(message)
+    return appended
 
 
 def open_store(*, readonly: bool = False) -> SqliteConversationStore:

@@ -25,6 +25,7 @@ from prompt_toolkit.patch_stdout import patch_stdout
 from prompt_toolkit.styles import Style
 
 from code_puppy.errors import one_line
+from code_puppy.mentions import attachment
 from code_puppy.options import RunOptions
 from code_puppy.paths import data_dir
 from code_puppy.ui.commands import CommandRegistry, split_command
@@ -35,6 +36,8 @@ from code_puppy.ui.live import Live, Screen
 from code_puppy.ui.slash import register_builtins, register_file_commands
 
 if TYPE_CHECKING:
+    from pydantic_ai.messages import TextContent
+
     from code_puppy.agents.file_commands import FileCommand
     from code_puppy.ui.approvals import Answer
     from code_puppy.ui.runtime import ChatRuntime
@@ -89,7 +92,7 @@ class Chat:
         self._notes = register_file_commands(self._commands, self)
         self._live = Live()
         self._queued: list[str] = []
-        self._attached: list[str] = []
+        self._attached: list[TextContent] = []
         self._runtime: ChatRuntime | None = None
         self._loading: asyncio.Task[ChatRuntime] | None = None
         self._job: asyncio.Task[bool] | None = None
@@ -284,8 +287,8 @@ class Chat:
         self._queued.append(text)
         self.screen.invalidate()
 
-    def attach(self, text: str) -> None:
-        self._attached.append(text)
+    def attach(self, text: str, kind: str) -> None:
+        self._attached.append(attachment(text, kind))
 
     def interrupt_idle(self) -> None:
         """The second Ctrl-C within 2 s quits; the first says so."""
@@ -338,10 +341,8 @@ class Chat:
     # --- jobs -----------------------------------------------------------------------------------------------------
 
     def start_turn(self, text: str, *, command: FileCommand | None = None) -> None:
-        if self._attached:
-            text = "\n\n".join([*self._attached, text])
-            self._attached.clear()
-        self._start_job(turn_job(self, text, command=command), turn=True)
+        attached, self._attached = self._attached, []
+        self._start_job(turn_job(self, text, command=command, attached=attached), turn=True)
 
     def _start_job(self, job: Coroutine[Any, Any, bool], *, turn: bool) -> None:
         self._job_is_turn, self._cancelling = turn, False

@@ -57,8 +57,8 @@ class ChatControl(Protocol):
 
     def cancel_job(self) -> None: ...
 
-    def attach(self, text: str) -> None:
-        """Put `text` ahead of the next turn's prompt, for the model to see with it."""
+    def attach(self, text: str, kind: str) -> None:
+        """Send `text` with the next turn's prompt, for the model to see with it, as an `attachment` of `kind`."""
         ...
 
     def put_input(self, text: str) -> None:

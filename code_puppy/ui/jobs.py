@@ -10,9 +10,13 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from code_puppy.ui.input import expand_mentions
+from code_puppy.mentions import mention_attachments
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from pydantic_ai.messages import TextContent
+
     from code_puppy.agents.file_commands import FileCommand
     from code_puppy.core.run import TurnOutcome
     from code_puppy.ui.control import ChatControl
@@ -21,24 +25,27 @@ MAX_SHELL_CONTEXT = 8_000
 """Characters of a `!cmd`'s output passed on to the model with the next message."""
 
 
-async def turn_job(chat: ChatControl, text: str, *, command: FileCommand | None = None) -> bool:
+async def turn_job(
+    chat: ChatControl, text: str, *, command: FileCommand | None = None, attached: Sequence[TextContent] = ()
+) -> bool:
     """One user turn on the shared run path, with `code-puppy steer` accepted while it runs; True if it succeeded.
-    `command`: the file command `text` came from, whose `model` and `allowed-tools` hold for this turn only."""
+    `command`: the file command `text` came from, whose `model` and `allowed-tools` hold for this turn only;
+    `attached`: what goes to the model with `text` (`!cmd` output, notes), besides the files it mentions."""
     from rich.text import Text
 
     from code_puppy.core.run import unrun_follow_up_note
     from code_puppy.ui.chat_sink import ChatSink
 
-    prompt, attached = expand_mentions(text, chat.project_root)
-    if attached:
-        chat.screen.print(Text(f"  ↳ attached {', '.join(attached)}", style="dim"))
+    files, paths = mention_attachments(text, chat.project_root)
+    if paths:
+        chat.screen.print(Text(f"  ↳ attached {', '.join(paths)}", style="dim"))
     runtime = await chat.ready()
     sink = ChatSink(chat.screen, chat.live, chat.project_root)
     started = time.monotonic()
     model = runtime.project.start_command(command) if command is not None else None
     try:
         async with runtime.steerable():
-            outcome = await runtime.turn(prompt, sink, model=model)
+            outcome = await runtime.turn(text, sink, model=model, attachments=[*attached, *files])
     finally:
         runtime.project.end_command()
     sink.flush_text()
@@ -91,7 +98,8 @@ async def shell_job(chat: ChatControl, command: str) -> bool:
         Text(f"$ {command}", style="bold"), output or "(no output)", Text(f"exit {done.returncode}", style="dim")
     )
     chat.attach(
-        f'<shell-command exit_code="{done.returncode}">\n$ {command}\n{output[-MAX_SHELL_CONTEXT:]}\n</shell-command>'
+        f'<shell-command exit_code="{done.returncode}">\n$ {command}\n{output[-MAX_SHELL_CONTEXT:]}\n</shell-command>',
+        "shell-command",
     )
     return True
 

@@ -16,6 +16,7 @@ from prompt_toolkit.layout.dimension import Dimension
 from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
 
 from code_puppy.errors import ConfigError
+from code_puppy.mentions import typed_text
 from code_puppy.sessions.catalog import SessionInfo
 from code_puppy.sessions.commands import age
 from code_puppy.sessions.search import SearchQueryError, search
@@ -145,8 +146,8 @@ class SessionPicker:
             if isinstance(message, ModelResponse) and not answer:
                 answer = " ".join(p.content for p in message.parts if isinstance(p, TextPart)).strip()
             elif isinstance(message, ModelRequest):
-                texts = [p.content for p in message.parts if isinstance(p, UserPromptPart)]
-                if found := " ".join(t for t in texts if isinstance(t, str)).strip():
+                texts = [typed_text(p.content) for p in message.parts if isinstance(p, UserPromptPart)]
+                if found := " ".join(texts).strip():
                     prompt = found
                     break
         self._previews[session_id] = [f"› {_short(prompt)}", _short(answer)] if prompt else []

@@ -34,7 +34,8 @@ async def undo(chat: ChatControl, args: str) -> str:
         return f"undid {what}: the files were already as they were before it"
     chat.attach(
         f"<note>The user undid the file changes of {what}: {files_line(result)} are back as they were before it. "
-        "Do not assume those changes are still there; read the files again before changing them.</note>"
+        "Do not assume those changes are still there; read the files again before changing them.</note>",
+        "note",
     )
     overwritten = f"; your edits to {', '.join(result.conflicts)} are kept as a checkpoint" if result.conflicts else ""
     return f"undid {what} · changed back {files_line(result)}{overwritten}"

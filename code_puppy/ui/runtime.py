@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
 import pydantic_ai
 from pydantic_ai import Agent, RunContext
-from pydantic_ai.messages import ModelRequest, UserPromptPart
+from pydantic_ai.messages import ModelRequest, UserContent, UserPromptPart
 from pydantic_ai.models import Model
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults
 
@@ -134,9 +134,11 @@ class ChatRuntime:
         async with accepting_steers(self._registry, self.session.id, self.project.root, self.inbox):
             yield
 
-    async def turn(self, prompt: str, sink: ChatSink, *, model: Model | None = None) -> TurnOutcome:
-        """One user turn through the shared run path (on `model`, the chat's by default); text held as a run ended
-        runs as its follow-up."""
+    async def turn(
+        self, prompt: str, sink: ChatSink, *, model: Model | None = None, attachments: Sequence[UserContent] = ()
+    ) -> TurnOutcome:
+        """One user turn through the shared run path (on `model`, the chat's by default), with `attachments`; text
+        held as a run ended runs as its follow-up."""
         self.sink = sink
         settings = self.project.settings
         return await run_turn(
@@ -152,6 +154,7 @@ class ChatRuntime:
             ),
             follow_up=held_steers(self.inbox, sink.event),
             plugins=self.project.plugins,
+            attachments=attachments,
         )
 
     async def _ask(

@@ -128,6 +128,8 @@ class Builtins:
         if not args:
             return "usage: /rename NAME"
         runtime = await self._chat.ready()
+        if not runtime.session.messages:  # a name on a session no list shows yet would only block it for others
+            return "nothing to name yet: this session has no turns (send a message first, or start with --name NAME)"
         try:
             runtime.session.rename(args)
         except ValueError as exc:

@@ -56,8 +56,10 @@ def test_undo_puts_the_files_back_and_tells_the_model_next_time(
     chat.wait_turn("Noted.")
     sent = user_messages(server.requests[-1].body)
     assert sent[0] == "change things"
-    assert sent[-1].startswith("<note>The user undid the file changes of the turn “change things”: 2 files:")
-    assert sent[-1].endswith("</note>\n\nwhat now?")
+    typed, note = sent[-1]
+    assert typed == {"type": "text", "text": "what now?"}
+    assert note["text"].startswith("<note>The user undid the file changes of the turn “change things”: 2 files:")
+    assert note["text"].endswith("</note>")
 
 
 def test_undo_asks_before_overwriting_the_users_edit(server: FakeLLMServer, chat: PtyChat, project: Path) -> None:

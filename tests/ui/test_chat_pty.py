@@ -242,9 +242,14 @@ def test_shell_escape_multiline_input_and_per_project_history(
     assert "$ echo from-the-shell\nfrom-the-shell" in chat.text
     chat.type("first line\\\rsecond line\x1b\rthird line\r")
     chat.wait_turn("Seen.")
-    prompt = user_messages(server.requests[0].body)[-1]
-    assert prompt.endswith("\n\nfirst line\nsecond line\nthird line")
-    assert prompt.startswith('<shell-command exit_code="0">\n$ echo from-the-shell\nfrom-the-shell\n</shell-command>')
+    # The output goes with the typed text as a part of its own (which the session search leaves out).
+    assert user_messages(server.requests[0].body)[-1] == [
+        {"type": "text", "text": "first line\nsecond line\nthird line"},
+        {
+            "type": "text",
+            "text": '<shell-command exit_code="0">\n$ echo from-the-shell\nfrom-the-shell\n</shell-command>',
+        },
+    ]
     (history,) = (code_puppy_home / "history").iterdir()
     assert "+first line\n+second line\n+third line\n" in history.read_text()
 

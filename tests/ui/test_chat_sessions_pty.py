@@ -90,3 +90,54 @@ def test_headless_runs_never_ask_for_a_title(server: FakeLLMServer, project: Pat
     assert len(server.requests) == 1
     assert [kind for _, kind in request_kinds(code_puppy_home)] == ["main"]
     assert run_cli("sessions", "list", cwd=project).stdout.splitlines()[1].endswith("  name nothing")
+
+
+def test_shell_output_and_attached_files_are_never_indexed(
+    server: FakeLLMServer, project: Path, code_puppy_home: Path
+) -> None:
+    """A `!cat .env` and an `@file` go to the model, but only what the user typed and the answers are searchable."""
+    (project / ".env").write_text("API_TOKEN=SHELLSECRET42\n")
+    (project / "notes.txt").write_text("the FILESECRET77 is here\n")
+    server.script(text("Read them."))
+    chat = PtyChat(project)
+    try:
+        chat.wait_for("session ")
+        chat.type("!cat .env\r")
+        chat.wait_for("exit 0")
+        chat.type("look at @notes.txt please\r")
+        chat.wait_turn("Read them.")
+        chat.type("/exit\r")
+        assert chat.wait_exit() == 0
+    finally:
+        chat.close()
+    sent = json.dumps(server.requests[0].body["messages"])
+    assert "SHELLSECRET42" in sent and "FILESECRET77" in sent  # the model still sees both
+    for secret in ("SHELLSECRET42", "FILESECRET77", "API_TOKEN"):
+        found = run_cli("sessions", "search", secret, "--all", cwd=project)
+        assert (found.returncode, found.stdout) == (1, ""), secret
+    typed = run_cli("sessions", "search", "please", cwd=project)
+    assert typed.returncode == 0 and "› look at @notes.txt [please]" in typed.stdout
+    with sqlite3.connect(code_puppy_home / "sessions.db") as db:
+        texts = [row[0] for row in db.execute("SELECT text FROM search_text ORDER BY id")]
+    assert texts == ["look at @notes.txt please", "Read them."]
+    shown = run_cli("sessions", "show", typed.stdout.split()[0], cwd=project).stdout
+    assert "› look at @notes.txt please\n  (attached: <shell-command" in shown
+
+
+def test_rename_before_the_first_turn_is_refused(server: FakeLLMServer, project: Path) -> None:
+    server.script(text("Hello."))
+    chat = PtyChat(project)
+    try:
+        chat.wait_for("session ")
+        chat.type("/rename early\r")
+        chat.wait_for("nothing to name yet: this session has no turns (send a message first, or start with --name")
+        chat.type("hi\r")
+        chat.wait_turn("Hello.")
+        chat.type("/rename early\r")
+        chat.wait_for("is now called 'early'")
+        chat.type("/exit\r")
+        assert chat.wait_exit() == 0
+    finally:
+        chat.close()
+    (line,) = run_cli("sessions", "list", cwd=project).stdout.splitlines()[1:]
+    assert line.endswith("  early · hi")
