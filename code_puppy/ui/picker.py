@@ -101,7 +101,8 @@ class SessionPicker:
 
     def _said(self, words: list[str]) -> set[str]:
         """The sessions whose prompts or answers have every word (as a prefix)."""
-        query = " ".join('"' + word.replace('"', "") + '"*' for word in words if word.replace('"', ""))
+        # Plain words, each a prefix (`search` makes them FTS5 strings).
+        query = " ".join(word.replace('"', "") + "*" for word in words if word.replace('"', "").strip("*"))
         if not query:
             return set()
         try:
