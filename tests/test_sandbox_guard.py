@@ -235,3 +235,22 @@ async def test_a_cancelled_command_is_put_back_and_leaves_the_guard_free(project
         shell.end_commands()
     (result,) = [content for _, _, content in tool_returns(session.messages)]
     assert config.read_text() == "# the user's edit between turns\n" and "put back" not in result
+
+
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_a_git_folder_made_after_the_first_command_is_guarded_from_then_on(mechanism: str, project: Path) -> None:
+    sandbox = ProjectSandbox(SandboxConfig.model_validate({"mechanism": mechanism}), project)
+
+    def run(script: str) -> str | None:
+        sandbox.hold()
+        argv = sandbox.get().argv(["/bin/sh", "-c", script], cwd=project)
+        subprocess.run(argv, check=True, capture_output=True)
+        return sandbox.release()
+
+    try:
+        assert run("git init -q .") is None  # the guard was made when there was no .git
+        note = run("echo /elsewhere > .git/commondir")
+    finally:
+        sandbox.close()
+    assert not (project / ".git" / "commondir").exists()
+    assert note is not None and note.startswith("The sandbox put back .git/commondir: ")

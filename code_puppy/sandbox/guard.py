@@ -58,9 +58,8 @@ class ProtectedFiles:
         self._anchors: dict[Path, _Anchor] = {}
         self._notes: list[str] = []
         """What was put right while taking a snapshot, told with the next put-back."""
-        for folder in sorted({path.parent for path in self.paths}, key=lambda path: len(path.parts)):
-            with contextlib.suppress(OSError):  # nothing there to guard (or not a folder): nothing to put back either
-                self._anchors[folder] = self._open_anchor(folder)
+        self._folders = sorted({path.parent for path in self.paths}, key=lambda path: len(path.parts))
+        self._open_anchors()
 
     def close(self) -> None:
         for anchor in self._anchors.values():
@@ -71,6 +70,7 @@ class ProtectedFiles:
     def snapshot(self) -> State:
         """The guarded entries as they are now (a folder moved away since the last put-back is moved back first)."""
         self._notes += self._reinstate()
+        self._open_anchors()
         return self._state()
 
     def restore(self, saved: State) -> str | None:
@@ -105,13 +105,16 @@ class ProtectedFiles:
     def _name(self, path: Path) -> str:
         return path.relative_to(self.root).as_posix() if path.is_relative_to(self.root) else str(path)
 
-    def _open_anchor(self, folder: Path) -> _Anchor:
-        parent = _walk(os.open("/", _DIRECTORY), folder.parent.parts[1:])
-        try:
-            return _Anchor(folder, os.open(folder.name, _DIRECTORY, dir_fd=parent), parent)
-        except OSError:
-            os.close(parent)
-            raise
+    def _open_anchors(self) -> None:
+        """Open the folders holding guarded paths that are not open yet (a `.git` made by `git init` since)."""
+        for folder in self._folders:
+            if folder not in self._anchors:
+                with contextlib.suppress(OSError):  # not there (or not a folder): nothing to put back there either
+                    parent = _walk(os.open("/", _DIRECTORY), folder.parent.parts[1:])
+                    try:
+                        self._anchors[folder] = _Anchor(folder, os.open(folder.name, _DIRECTORY, dir_fd=parent), parent)
+                    except OSError:
+                        os.close(parent)
 
     def _reinstate(self) -> list[str]:
         """Move back each anchor folder a command renamed (and what took its place aside); what to tell."""
