@@ -228,6 +228,12 @@ async def test_the_model_can_stop_a_background_command_it_started(project: Path,
             ToolCallPart("shell", {"command": f"kill -- -{pid[1]}"}, tool_call_id="k"),  # as the harness says
         ]
 
+    def own_and_other(messages: list[ModelMessage], info: AgentInfo) -> Reply:
+        """A kill naming one of its own commands and another process: not all its own, so it runs in the sandbox."""
+        pid = re.search(r"PID: (\d+)", next(content for _, _, content in tool_returns(messages)))
+        assert pid is not None
+        return [ToolCallPart("shell", {"command": f"kill -9 {pid[1]} {bystander.pid}"}, tool_call_id="both")]
+
     bystander = subprocess.Popen(["sleep", "60"])  # not the model's: its kill stays in the sandbox, and fails
     try:
         for mechanism in ("bwrap", "landlock"):
@@ -236,6 +242,7 @@ async def test_the_model_can_stop_a_background_command_it_started(project: Path,
                 [ToolCallPart("shell", {"command": f"sleep {tag}", "mode": "background"}, tool_call_id="s")],
                 stop_it,
                 [ToolCallPart("shell", {"command": f"kill -9 {bystander.pid}"}, tool_call_id="other")],
+                own_and_other,
                 "stopped",
             )
             agent = build_pydantic_agent(settings, model=script.model, project_root=project, permission_mode="auto")
@@ -248,10 +255,12 @@ async def test_the_model_can_stop_a_background_command_it_started(project: Path,
                 wait_for(lambda: sleeping(tag) == [], timeout=15, what=f"the background sleep to stop ({mechanism})")
             finally:
                 shell.end_commands()
-            *hostile, stopped, other = [content for _, _, content in tool_returns(session.messages)][1:]
+            *hostile, stopped, other, both = [content for _, _, content in tool_returns(session.messages)][1:]
             assert stopped.startswith("Sent SIGTERM to -"), stopped
             assert not pwned.exists() and all("Sent" not in result for result in hostile), hostile
             assert not other.endswith('"exit_code": 0}') and bystander.poll() is None, other
+            assert not both.startswith("Sent") and not both.endswith('"exit_code": 0}'), both
+            assert bystander.poll() is None
     finally:
         bystander.kill()
         bystander.wait()

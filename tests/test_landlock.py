@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from code_puppy.sandbox._landlock_exec import SOCKET_VARIABLES
 from tests.conftest import run_cli
 from tests.fake_llm import FakeLLMServer, call, text, tool_calls
 from tests.test_mcp import tool_results
@@ -89,14 +90,16 @@ def test_secrets_denied_paths_and_other_processes_stay_out_of_reach(
             ls "$HOME/.ssh" 2>/dev/null || echo unlisted
             cat "/proc/$1/environ" "/proc/$PPID/environ" 2>/dev/null || echo no-environ
             kill -0 "$1" 2>/dev/null || echo no-signal
+            echo "sockets=${SSH_AUTH_SOCK-}${DBUS_SESSION_BUS_ADDRESS-}${GPG_AGENT_INFO-}${DOCKER_HOST-}"
         """
         env = {"HOME": str(home), "OPENAI_API_KEY": "sk-sandbox-canary", "HARMLESS_MARKER": "kept"}
+        env |= {name: f"/run/{name.lower()}" for name in SOCKET_VARIABLES}
         completed = sandboxed(repo, script, str(sleeper.pid), env=env)
     finally:
         sleeper.kill()
         sleeper.wait()
     assert completed.returncode == 0, completed.stderr
-    expected = ["key=absent marker=kept", "unreadable", "unlisted", "no-environ", "no-signal"]
+    expected = ["key=absent marker=kept", "unreadable", "unlisted", "no-environ", "no-signal", "sockets="]
     assert completed.stdout.splitlines() == expected
 
 
@@ -139,3 +142,39 @@ def test_headless_auto_under_landlock_confines_commands_and_puts_the_config_back
     assert "\n[The sandbox put back .code-puppy/config.toml, .git/hooks/post-merge: commands may not change" in loosen
     assert (project / ".code-puppy" / "config.toml").read_text() == 'model = "fake"\n'
     assert not (project / ".git" / "hooks" / "post-merge").exists()
+
+
+def test_a_project_at_home_keeps_credentials_and_code_puppys_own_files_out_of_reach(home: Path) -> None:
+    """The project root is the home folder, which holds ~/.ssh and code-puppy's own config: a Landlock rule on the
+    root would cover them, so they stay neither readable nor writable, and the rest of the home folder is writable."""
+    own = home / ".config" / "code-puppy"
+    own.mkdir(parents=True)
+    (own / "config.toml").write_text('[sandbox]\nmechanism = "landlock"\n')
+    (home / ".ssh" / "authorized_keys").write_text("ssh-ed25519 AAAA the-users-key\n")
+    (home / "work").mkdir()
+    script = """
+        echo '[permissions]' >> "$1/config.toml" 2>/dev/null || echo config-refused
+        cat "$1/config.toml" >/dev/null 2>&1 || echo config-unreadable
+        echo 'ssh-ed25519 AAAA attacker' >> .ssh/authorized_keys 2>/dev/null || echo keys-refused
+        cat .ssh/id_ed25519 >/dev/null 2>&1 || echo key-unreadable
+        touch work/inside.txt && echo wrote-inside
+        cat .netrc >/dev/null 2>&1 || echo netrc-unreadable
+    """
+    env = {"HOME": str(home), "CODE_PUPPY_HOME": str(own)}
+    completed = sandboxed(home, script, str(own), env=env)
+    assert completed.stdout.split() == [
+        "config-refused",
+        "config-unreadable",
+        "keys-refused",
+        "key-unreadable",
+        "wrote-inside",
+        "netrc-unreadable",
+    ], completed.stderr
+    assert (own / "config.toml").read_text() == '[sandbox]\nmechanism = "landlock"\n'
+    assert (home / ".ssh" / "authorized_keys").read_text() == "ssh-ed25519 AAAA the-users-key\n"
+    assert (home / "work" / "inside.txt").exists()
+
+    check = run_cli("sandbox", "check", cwd=home, env=env)
+    assert check.returncode == 0, check.stdout + check.stderr
+    limit = f"  limit: in {home}, {home / '.config'} (they hold denied paths) commands cannot create, remove or rename"
+    assert any(line.startswith(limit) for line in check.stdout.splitlines()), check.stdout

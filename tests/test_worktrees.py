@@ -184,11 +184,13 @@ def test_the_main_checkouts_sandbox_guard_leaves_worktrees_to_their_agents(commi
     git(committed, "worktree", "add", "-q", "-b", "code-puppy/g", ".code-puppy/worktrees/g")
     theirs = committed / ".code-puppy" / "worktrees" / "g" / "work.py"
     root = committed.resolve()
-    guard = ProtectedFiles.snapshot(root, [root / ".code-puppy"])
+    guard = ProtectedFiles(root, [root / ".code-puppy"])
+    saved = guard.snapshot()
 
     theirs.write_text("written by the worktree's agent meanwhile\n")
     (committed / ".code-puppy" / "config.toml").write_text("model = 'planted'\n")
-    note = guard.restore()
+    note = guard.restore(saved)
+    guard.close()
 
     assert theirs.read_text() == "written by the worktree's agent meanwhile\n"
     assert (committed / ".code-puppy" / "config.toml").read_text() == "# the project's config\n"

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic_ai import RunContext, ToolDefinition
-from pydantic_ai.capabilities import AbstractCapability, on_event
+from pydantic_ai.capabilities import AbstractCapability, WrapToolExecuteHandler, on_event
 from pydantic_ai.exceptions import ApprovalRequired, SkipToolExecution
 from pydantic_ai.messages import ToolCallPart
 from pydantic_ai_harness.shell import CommandFinishedEvent, CommandStartedEvent
@@ -31,7 +31,6 @@ from pydantic_ai_harness.shell import CommandFinishedEvent, CommandStartedEvent
 from code_puppy.agents.deps import deps_of
 from code_puppy.agents.permissions import PermissionPolicy
 from code_puppy.sandbox import READ_ONLY_IN_PROJECT, ProjectSandbox, SandboxUnavailable
-from code_puppy.sandbox.guard import ProtectedFiles
 
 ESCALATE = "escalate"
 """`ApprovalRequired.metadata["sandbox"]` of a question about running a command outside the sandbox."""
@@ -72,10 +71,8 @@ class SandboxedShell(AbstractCapability[Any]):
     """The reason of each call the model asked to run `unsandboxed`."""
     _escalated: set[CallKey] = field(default_factory=set[CallKey], init=False, repr=False)
     """Calls asked about running outside: once approved, they do."""
-    _guards: dict[CallKey, ProtectedFiles] = field(
-        default_factory=dict[CallKey, ProtectedFiles], init=False, repr=False
-    )
-    """The agent and git configuration as it was before each running command, put back after it."""
+    _guarded: set[CallKey] = field(default_factory=set[CallKey], init=False, repr=False)
+    """Calls whose command runs under the sandbox's guard (`ProjectSandbox.hold`), until it is released."""
     _outputs: list[Path] = field(default_factory=list[Path], init=False, repr=False)
     """The output folders of earlier commands, readable inside (the sandbox's /tmp is its own)."""
 
@@ -117,6 +114,23 @@ class SandboxedShell(AbstractCapability[Any]):
             return tool_defs
         return [_with_unsandboxed(tool_def) if tool_def.name == "shell" else tool_def for tool_def in tool_defs]
 
+    async def wrap_tool_execute(
+        self,
+        ctx: RunContext[Any],
+        *,
+        call: ToolCallPart,
+        tool_def: ToolDefinition,
+        args: dict[str, Any],
+        handler: WrapToolExecuteHandler,
+    ) -> Any:
+        try:
+            return await handler(args)
+        finally:
+            key = (ctx.run_id, call.tool_call_id)
+            if key in self._guarded:  # cancelled, or stopped by a later before hook: put back all the same
+                self._guarded.discard(key)
+                self.sandbox.release()
+
     async def before_tool_validate(
         self, ctx: RunContext[Any], *, call: ToolCallPart, tool_def: ToolDefinition, args: str | dict[str, Any]
     ) -> str | dict[str, Any]:
@@ -156,7 +170,8 @@ class SandboxedShell(AbstractCapability[Any]):
         sandbox = self.sandbox.get()
         wrapped = sandbox.wrap(command, cwd=self.sandbox.project_root, also_readable=self._outputs)
         self._written[key] = args.get("command")
-        self._guards[key] = ProtectedFiles.snapshot(self.sandbox.project_root.resolve(), sandbox.guarded)
+        self.sandbox.hold()
+        self._guarded.add(key)
         return {**args, "command": wrapped}
 
     async def after_tool_execute(
@@ -169,8 +184,10 @@ class SandboxedShell(AbstractCapability[Any]):
         # The after hooks of the capabilities outside this one (plugins' post_tool_call) get these same args: they
         # see the command as the model wrote it, not the bwrap command line. Dicts are passed on, not copied.
         args["command"] = written
-        if (guard := self._guards.pop(key, None)) is not None and (note := guard.restore()):
-            result = f"{result}\n[{note}]"
+        if key in self._guarded:
+            self._guarded.discard(key)
+            if note := self.sandbox.release():
+                result = f"{result}\n[{note}]"
         if self._requested.pop(key, None) is not None:  # asked for outside, in a run nobody can answer
             return f"{result}\n[This command ran inside the sandbox: nobody can let it run outside in this run.]"
         if (
@@ -245,9 +262,11 @@ def _interactive(ctx: RunContext[Any]) -> bool:
 
 
 def _with_unsandboxed(tool_def: ToolDefinition) -> ToolDefinition:
+    """The `shell` tool with the `unsandboxed` request, run alone: a sandboxed command's put-back is then its own (no
+    other command's write is put back and told in its result) and never undoes a file tool's approved edit."""
     schema = tool_def.parameters_json_schema
     properties = {**schema.get("properties", {}), **_UNSANDBOXED_SCHEMA}
-    return replace(tool_def, parameters_json_schema={**schema, "properties": properties})
+    return replace(tool_def, parameters_json_schema={**schema, "properties": properties}, sequential=True)
 
 
 def _as_dict(args: str | dict[str, Any]) -> dict[str, Any] | None:

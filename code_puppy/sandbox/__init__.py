@@ -27,6 +27,7 @@ from code_puppy.agents.permissions import AGENT_CONFIG_DIRS, AGENT_CONFIG_FILES,
 from code_puppy.config import SandboxConfig
 from code_puppy.errors import ConfigError
 from code_puppy.paths import config_dir, data_dir
+from code_puppy.sandbox.guard import ProtectedFiles, State
 
 DEFAULT_DENY_READ = (
     "~/.ssh",
@@ -95,7 +96,7 @@ class Sandbox:
             from code_puppy.sandbox import _landlock_exec as landlock
 
             rules = [(landlock.READ, path) for path in readable_around(self.hidden)]
-            rules += [(landlock.WRITE, path) for path in (*self.writable, self.tmp)]
+            rules += [(landlock.WRITE, path) for path in (*writable_around(self.writable, self.hidden), self.tmp)]
             rules.append((landlock.DEVICES, Path("/dev")))
             launcher = [str(self.program), "-I", "-S", str(LANDLOCK_LAUNCHER), str(self.abi), str(int(self.network))]
             launcher += [str(self.tmp), str(cwd), *(str(item) for rule in rules for item in rule)]
@@ -142,10 +143,6 @@ class Sandbox:
             "Unix sockets of other programs (the session bus, docker.sock, ssh and gpg agents) are reachable by path; "
             "the variables naming them are unset",
         ]
-        if readable := [
-            str(path) for path in self.hidden if any(w == path or w in path.parents for w in self.writable)
-        ]:
-            lines.append(f"denied paths inside writable ones stay readable: {', '.join(readable)}")
         if self.abi < 6:
             lines.append("processes outside the sandbox can be sent signals (Landlock ABI < 6)")
         if not self.network:
@@ -161,11 +158,26 @@ class Sandbox:
         """What commands cannot do in this sandbox that they could outside, besides what it is meant to refuse."""
         if self.mechanism == "bwrap":
             return ["the host's /tmp is not visible: a program installed under /tmp is not found"]
-        return [
+        lines = [
             "/tmp is the host's and read-only: commands write temporary files to $TMPDIR, a private folder",
             "the filesystem root and the folders that hold denied paths cannot be listed",
             "no /proc/PID folder can be read, a command's own included (/proc/self works for the first process only)",
         ]
+        if holding := sorted({str(folder) for path in self._hidden_inside for folder in self._between(path)}):
+            lines.append(
+                f"in {', '.join(holding)} (they hold denied paths) commands cannot create, remove or rename entries "
+                "directly, only inside their other folders"
+            )
+        return lines
+
+    @property
+    def _hidden_inside(self) -> list[Path]:
+        """Denied paths inside writable ones."""
+        return [path for path in self.hidden if any(folder in path.parents for folder in self.writable)]
+
+    def _between(self, path: Path) -> list[Path]:
+        """The folders from the writable one holding `path` down to `path`'s own folder."""
+        return [folder for folder in path.parents if any(w == folder or w in folder.parents for w in self.writable)]
 
 
 def readable_around(denied: Sequence[Path]) -> list[Path]:
@@ -206,14 +218,47 @@ def readable_around(denied: Sequence[Path]) -> list[Path]:
     return allowed
 
 
+def writable_around(writable: Sequence[Path], denied: Sequence[Path]) -> list[Path]:
+    """Paths whose trees together hold everything under `writable` but `denied` (all resolved).
+
+    A Landlock rule covers a whole tree, so a writable folder that holds a denied path (the project is the home folder,
+    holding ~/.ssh and code-puppy's own config) is not allowed itself: every entry of each folder on the way to the
+    denied path is, but the one leading there. Links are left out: a rule follows them, and their targets inside are
+    entries of their own.
+    """
+    allowed: list[Path] = []
+
+    def cover(directory: Path) -> None:
+        if directory in denied:
+            return
+        if not any(directory in path.parents for path in denied):
+            allowed.append(directory)
+            return
+        try:
+            entries = sorted(os.scandir(directory), key=lambda item: item.name)
+        except OSError:
+            return
+        for item in entries:
+            if not item.is_symlink():
+                cover(Path(item.path))
+
+    for folder in writable:
+        cover(folder)
+    return allowed
+
+
 class ProjectSandbox:
     """A project's sandbox as this process uses it: made and probed on first use, with one private /tmp for all its
-    commands (so a file a command leaves in /tmp is there for the next), removed by `close` or at exit."""
+    commands (so a file a command leaves in /tmp is there for the next), removed by `close` or at exit; and the guard
+    of its protected files, shared by every command that runs in it."""
 
     def __init__(self, config: SandboxConfig, project_root: Path) -> None:
         self.config = config
         self.project_root = project_root
         self._sandbox: Sandbox | None = None
+        self._guard: ProtectedFiles | None = None
+        self._saved: State = {}
+        self._holders = 0
 
     def get(self) -> Sandbox:
         """The sandbox.
@@ -231,7 +276,32 @@ class ProjectSandbox:
             atexit.register(shutil.rmtree, tmp, ignore_errors=True)
         return self._sandbox
 
+    def hold(self) -> None:
+        """Before a command runs in the sandbox: the first of overlapping commands takes the protected files' state.
+
+        Commands overlap (two calls of one response, a delegated run's): a state taken by a later one could already
+        hold what an earlier one planted, and putting that back would keep it.
+
+        Raises:
+            SandboxUnavailable: None can be made here.
+        """
+        if self._holders == 0:
+            if self._guard is None:
+                self._guard = ProtectedFiles(self.project_root.resolve(), self.get().guarded)
+            self._saved = self._guard.snapshot()
+        self._holders += 1
+
+    def release(self) -> str | None:
+        """After a command `hold` was called for: put back what changed since the first overlapping command began;
+        what to tell about it."""
+        assert self._guard is not None and self._holders > 0, "release without hold"
+        self._holders -= 1
+        return self._guard.restore(self._saved)
+
     def close(self) -> None:
+        if self._guard is not None:
+            self._guard.close()
+            self._guard = None
         if self._sandbox is not None:
             shutil.rmtree(self._sandbox.tmp, ignore_errors=True)
 

@@ -55,10 +55,14 @@ def run(project_root: Path, command: Sequence[str], *, network: bool) -> int:
     with _sandbox(settings, project_root, network=network or None) as sandbox:
         if sandbox is None:
             return 2
-        guard = ProtectedFiles.snapshot(project_root.resolve(), sandbox.guarded)
-        done = subprocess.run(sandbox.argv(command, cwd=Path.cwd()), env=_environment(settings), check=False)
-        if note := guard.restore():
-            print(f"code-puppy: sandbox: {note}", file=sys.stderr)
+        guard = ProtectedFiles(project_root.resolve(), sandbox.guarded)
+        try:
+            saved = guard.snapshot()
+            done = subprocess.run(sandbox.argv(command, cwd=Path.cwd()), env=_environment(settings), check=False)
+            if note := guard.restore(saved):
+                print(f"code-puppy: sandbox: {note}", file=sys.stderr)
+        finally:
+            guard.close()
         return done.returncode
 
 
