@@ -50,7 +50,8 @@ ECHO_SERVER = Path(__file__).parent / "mcp_servers" / "echo_server.py"
 
 
 class EditorClient:
-    """An editor: records every update, answers permission questions from a script (an option id, or "cancelled")."""
+    """An editor: records every update, answers permission questions from a script (an option id, "cancelled" once the
+    turn is cancelled, or "dismissed": cancelled at once)."""
 
     def __init__(self, *answers: str, buffers: dict[str, str] | None = None) -> None:
         self.updates: list[Any] = []
@@ -86,6 +87,8 @@ class EditorClient:
         answer = self.answers.pop(0)
         if answer == "cancelled":
             await asyncio.sleep(30)  # the editor waits for the user; a cancel of the turn ends the question
+            return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
+        if answer == "dismissed":  # the user closed the question: "cancelled" at once, without `session/cancel`
             return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
         return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=answer))
 
@@ -423,6 +426,37 @@ async def test_cancel_while_a_question_is_open_answers_cancelled(server: FakeLLM
     assert response.stop_reason == "cancelled"
     assert not (project / "new.txt").exists()
     assert len(server.requests) == 1
+
+
+async def test_a_question_answered_cancelled_cancels_the_turn_without_session_cancel(
+    server: FakeLLMServer, project: Path
+) -> None:
+    server.script(tool_calls(call("write_file", {"path": "new.txt", "content": "hi\n"})), text("never"))
+    client = EditorClient("dismissed")
+    async with acp_agent(project, client) as (conn, _):
+        session = await conn.new_session(cwd=str(project), mcp_servers=[])
+        response = await conn.prompt(session_id=session.session_id, prompt=[acp.text_block("write")])
+    assert response.stop_reason == "cancelled"
+    assert len(client.questions) == 1
+    assert not (project / "new.txt").exists()
+    assert len(server.requests) == 1  # the denial never went back to the model
+
+
+async def test_text_queued_for_a_cancelled_turn_never_runs(server: FakeLLMServer, project: Path) -> None:
+    server.script(text("too late", delay=30), text("Fresh."))
+    client = EditorClient()
+    async with acp_agent(project, client) as (conn, _):
+        session = await conn.new_session(cwd=str(project), mcp_servers=[])
+        sid = session.session_id
+        prompt = asyncio.create_task(conn.prompt(session_id=sid, prompt=[acp.text_block("start")]))
+        await requests_arrived(server, 1)
+        queued = await conn.ext_method("code_puppy/queue", {"sessionId": sid, "text": "then docs"})
+        await conn.cancel(session_id=sid)
+        cancelled = await asyncio.wait_for(prompt, 30)
+        fresh = await conn.prompt(session_id=sid, prompt=[acp.text_block("next")])
+    assert (queued, cancelled.stop_reason, fresh.stop_reason) == ({"delivered": True}, "cancelled", "end_turn")
+    assert [user_messages(request.body) for request in server.requests] == [["start"], ["start", "next"]]
+    assert ("user_message_chunk", "then docs") not in client.shape()
 
 
 async def test_cancel_mid_turn_keeps_what_the_turn_finished(server: FakeLLMServer, project: Path) -> None:
