@@ -36,6 +36,7 @@ from acp.schema import (
     PermissionOption,
     ReadTextFileResponse,
     RequestPermissionResponse,
+    ToolCallLocation,
     ToolCallProgress,
     ToolCallStart,
     ToolCallUpdate,
@@ -395,6 +396,39 @@ async def test_a_rejected_edit_is_not_written_and_the_model_is_told(server: Fake
     assert (diff.path, diff.old_text, diff.new_text) == (str(project / "new.txt"), None, "hi\n")
     assert ("tool_call_update", "w-1", "failed") in client.shape()
     assert "denied" in tool_messages(server.requests[1].body)[0]
+
+
+async def test_a_permission_question_spells_out_the_control_characters_of_what_the_model_sent(
+    server: FakeLLMServer, project: Path
+) -> None:
+    """Issue 23: an escape sequence in a command could make the question show `ls -la` for an `rm -rf`."""
+    repaint = "\x1b[2K\x1b[1G"  # erase the line, back to its first column
+    hidden = "\u202e\u200b"  # a bidi override and a zero-width space
+    command = f"rm -rf ./data #{repaint}ls -la"
+    server.script(
+        tool_calls(call("shell", {"command": command}, id="s-1")),
+        tool_calls(call("write_file", {"path": f"notes{hidden}.txt", "content": f"x = 1{repaint}\r\x9b\n"}, id="w-1")),
+        text("Asked."),
+    )
+    client = EditorClient("reject-once", "reject-once")
+    async with acp_agent(project, client) as (conn, _):
+        session = await conn.new_session(cwd=str(project), mcp_servers=[])
+        response = await conn.prompt(session_id=session.session_id, prompt=[acp.text_block("clean up")])
+    assert response.stop_reason == "end_turn"
+    [(shell, _), (write, _)] = client.questions
+    spelled_command = r"rm -rf ./data #\x1b[2K\x1b[1Gls -la"
+    assert (shell.title, shell.raw_input) == (f"shell wants to run `{spelled_command}`", {"command": spelled_command})
+    path = str(project / r"notes\u202e\u200b.txt")
+    assert write.title == r"write_file wants to write file notes\u202e\u200b.txt"
+    assert write.raw_input == {"path": r"notes\u202e\u200b.txt", "content": r"x = 1\x1b[2K\x1b[1G\r\x9b" + "\n"}
+    assert write.locations == [ToolCallLocation(path=path)]
+    [diff] = write.content or []
+    assert isinstance(diff, FileEditToolCallContent)
+    assert (diff.path, diff.old_text, diff.new_text) == (path, None, r"x = 1\x1b[2K\x1b[1G\r\x9b" + "\n")
+    # The tool call's own title, sent before the question, is spelled too.
+    [started] = [u for u in client.updates if isinstance(u, ToolCallStart) and u.tool_call_id == "s-1"]
+    assert started.title == f"shell({spelled_command})"
+    assert list(project.iterdir()) == [project / "README.md"]
 
 
 async def test_allow_always_asks_once_for_the_session(server: FakeLLMServer, project: Path) -> None:
