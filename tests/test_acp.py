@@ -13,8 +13,8 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ from acp.schema import (
     PermissionOption,
     ReadTextFileResponse,
     RequestPermissionResponse,
+    ToolCallLocation,
     ToolCallProgress,
     ToolCallStart,
     ToolCallUpdate,
@@ -50,7 +51,8 @@ ECHO_SERVER = Path(__file__).parent / "mcp_servers" / "echo_server.py"
 
 
 class EditorClient:
-    """An editor: records every update, answers permission questions from a script (an option id, or "cancelled")."""
+    """An editor: records every update, answers permission questions from a script (an option id, "cancelled" once the
+    turn is cancelled, or "dismissed": cancelled at once)."""
 
     def __init__(self, *answers: str, buffers: dict[str, str] | None = None) -> None:
         self.updates: list[Any] = []
@@ -86,6 +88,8 @@ class EditorClient:
         answer = self.answers.pop(0)
         if answer == "cancelled":
             await asyncio.sleep(30)  # the editor waits for the user; a cancel of the turn ends the question
+            return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
+        if answer == "dismissed":  # the user closed the question: "cancelled" at once, without `session/cancel`
             return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
         return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=answer))
 
@@ -394,6 +398,39 @@ async def test_a_rejected_edit_is_not_written_and_the_model_is_told(server: Fake
     assert "denied" in tool_messages(server.requests[1].body)[0]
 
 
+async def test_a_permission_question_spells_out_the_control_characters_of_what_the_model_sent(
+    server: FakeLLMServer, project: Path
+) -> None:
+    """Issue 23: an escape sequence in a command could make the question show `ls -la` for an `rm -rf`."""
+    repaint = "\x1b[2K\x1b[1G"  # erase the line, back to its first column
+    hidden = "\u202e\u200b"  # a bidi override and a zero-width space
+    command = f"rm -rf ./data #{repaint}ls -la"
+    server.script(
+        tool_calls(call("shell", {"command": command}, id="s-1")),
+        tool_calls(call("write_file", {"path": f"notes{hidden}.txt", "content": f"x = 1{repaint}\r\x9b\n"}, id="w-1")),
+        text("Asked."),
+    )
+    client = EditorClient("reject-once", "reject-once")
+    async with acp_agent(project, client) as (conn, _):
+        session = await conn.new_session(cwd=str(project), mcp_servers=[])
+        response = await conn.prompt(session_id=session.session_id, prompt=[acp.text_block("clean up")])
+    assert response.stop_reason == "end_turn"
+    [(shell, _), (write, _)] = client.questions
+    spelled_command = r"rm -rf ./data #\x1b[2K\x1b[1Gls -la"
+    assert (shell.title, shell.raw_input) == (f"shell wants to run `{spelled_command}`", {"command": spelled_command})
+    path = str(project / r"notes\u202e\u200b.txt")
+    assert write.title == r"write_file wants to write file notes\u202e\u200b.txt"
+    assert write.raw_input == {"path": r"notes\u202e\u200b.txt", "content": r"x = 1\x1b[2K\x1b[1G\r\x9b" + "\n"}
+    assert write.locations == [ToolCallLocation(path=path)]
+    [diff] = write.content or []
+    assert isinstance(diff, FileEditToolCallContent)
+    assert (diff.path, diff.old_text, diff.new_text) == (path, None, r"x = 1\x1b[2K\x1b[1G\r\x9b" + "\n")
+    # The tool call's own title, sent before the question, is spelled too.
+    [started] = [u for u in client.updates if isinstance(u, ToolCallStart) and u.tool_call_id == "s-1"]
+    assert started.title == f"shell({spelled_command})"
+    assert list(project.iterdir()) == [project / "README.md"]
+
+
 async def test_allow_always_asks_once_for_the_session(server: FakeLLMServer, project: Path) -> None:
     server.script(
         tool_calls(call("write_file", {"path": "a.txt", "content": "a\n"})),
@@ -423,6 +460,37 @@ async def test_cancel_while_a_question_is_open_answers_cancelled(server: FakeLLM
     assert response.stop_reason == "cancelled"
     assert not (project / "new.txt").exists()
     assert len(server.requests) == 1
+
+
+async def test_a_question_answered_cancelled_cancels_the_turn_without_session_cancel(
+    server: FakeLLMServer, project: Path
+) -> None:
+    server.script(tool_calls(call("write_file", {"path": "new.txt", "content": "hi\n"})), text("never"))
+    client = EditorClient("dismissed")
+    async with acp_agent(project, client) as (conn, _):
+        session = await conn.new_session(cwd=str(project), mcp_servers=[])
+        response = await conn.prompt(session_id=session.session_id, prompt=[acp.text_block("write")])
+    assert response.stop_reason == "cancelled"
+    assert len(client.questions) == 1
+    assert not (project / "new.txt").exists()
+    assert len(server.requests) == 1  # the denial never went back to the model
+
+
+async def test_text_queued_for_a_cancelled_turn_never_runs(server: FakeLLMServer, project: Path) -> None:
+    server.script(text("too late", delay=30), text("Fresh."))
+    client = EditorClient()
+    async with acp_agent(project, client) as (conn, _):
+        session = await conn.new_session(cwd=str(project), mcp_servers=[])
+        sid = session.session_id
+        prompt = asyncio.create_task(conn.prompt(session_id=sid, prompt=[acp.text_block("start")]))
+        await requests_arrived(server, 1)
+        queued = await conn.ext_method("code_puppy/queue", {"sessionId": sid, "text": "then docs"})
+        await conn.cancel(session_id=sid)
+        cancelled = await asyncio.wait_for(prompt, 30)
+        fresh = await conn.prompt(session_id=sid, prompt=[acp.text_block("next")])
+    assert (queued, cancelled.stop_reason, fresh.stop_reason) == ({"delivered": True}, "cancelled", "end_turn")
+    assert [user_messages(request.body) for request in server.requests] == [["start"], ["start", "next"]]
+    assert ("user_message_chunk", "then docs") not in client.shape()
 
 
 async def test_cancel_mid_turn_keeps_what_the_turn_finished(server: FakeLLMServer, project: Path) -> None:
@@ -589,22 +657,43 @@ async def test_bad_requests_get_json_rpc_errors_and_the_agent_goes_on(project: P
     assert again.sessions == []
 
 
-def test_stdout_carries_protocol_messages_only(server: FakeLLMServer, project: Path, code_puppy_home: Path) -> None:
-    """Garbage gets an error response and the process goes on; a plugin printing to stdout does not reach it."""
-    server.script(text("Hello."))
-    (code_puppy_home / "plugins").mkdir()
-    (code_puppy_home / "plugins" / "noisy.py").write_text(
-        'import code_puppy\nprint("NOISE at import")\n\n'
-        "@code_puppy.hookimpl\ndef user_prompt_submit(prompt, session):\n    print('NOISE on submit')\n"
-    )
-    lines = [
-        "this is not json",
-        '{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}}',
-        "[1, 2]",
-        json.dumps(
-            {"jsonrpc": "2.0", "id": 2, "method": "session/new", "params": {"cwd": str(project), "mcpServers": []}}
-        ),
-    ]
+class RawClient:
+    """`code-puppy acp` spoken to line by line, as a client that writes whatever it likes."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        assert process.stdin is not None and process.stdout is not None
+        self.process = process
+        self._lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=lambda: [self._lines.put(line) for line in process.stdout or ()], daemon=True).start()
+
+    def send(self, *lines: str) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write("".join(f"{line}\n" for line in lines))
+        self.process.stdin.flush()
+
+    def answer(self) -> dict[str, Any]:
+        """The next line it writes, which must be a JSON-RPC message."""
+        try:
+            line = self._lines.get(timeout=30)
+        except queue.Empty:
+            self.process.kill()
+            pytest.fail("no answer from code-puppy acp within 30 s")
+        message = json.loads(line)
+        assert isinstance(message, dict) and message["jsonrpc"] == "2.0", line
+        return message
+
+    def close(self) -> tuple[int, str, list[str]]:
+        """Close stdin: its exit status, its stderr and the lines it wrote that were not read."""
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        returncode = self.process.wait(timeout=30)
+        stderr = self.process.stderr.read() if self.process.stderr else ""
+        time.sleep(0.1)  # the reader thread takes what was left
+        return returncode, stderr, [self._lines.get_nowait() for _ in range(self._lines.qsize())]
+
+
+@contextmanager
+def raw_acp(project: Path) -> Iterator[RawClient]:
     with subprocess.Popen(
         [str(CODE_PUPPY), "acp"],
         cwd=project,
@@ -613,39 +702,95 @@ def test_stdout_carries_protocol_messages_only(server: FakeLLMServer, project: P
         stderr=subprocess.PIPE,
         text=True,
     ) as process:
-        assert process.stdin is not None and process.stdout is not None
-        process.stdin.write("\n".join(lines) + "\n")
-        process.stdin.flush()
-        lines_out: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=lambda: [lines_out.put(line) for line in process.stdout or ()], daemon=True).start()
+        try:
+            yield RawClient(process)
+        finally:
+            process.kill()
 
-        def answer() -> dict[str, Any]:
-            try:
-                return json.loads(lines_out.get(timeout=30))
-            except queue.Empty:
-                process.kill()
-                pytest.fail("no answer from code-puppy acp within 30 s")
 
-        answers = [answer() for _ in range(4)]
+def initialize(request_id: int, **meta: Any) -> str:
+    params = {"protocolVersion": 1, **({"_meta": meta} if meta else {})}
+    return json.dumps({"jsonrpc": "2.0", "id": request_id, "method": "initialize", "params": params})
+
+
+def test_stdout_carries_protocol_messages_only(server: FakeLLMServer, project: Path, code_puppy_home: Path) -> None:
+    """Garbage gets an error response and the process goes on; a plugin printing to stdout does not reach it."""
+    server.script(text("Hello."))
+    (code_puppy_home / "plugins").mkdir()
+    (code_puppy_home / "plugins" / "noisy.py").write_text(
+        'import code_puppy\nprint("NOISE at import")\n\n'
+        "@code_puppy.hookimpl\ndef user_prompt_submit(prompt, session):\n    print('NOISE on submit')\n"
+    )
+    with raw_acp(project) as client:
+        client.send(
+            "this is not json",
+            initialize(1),
+            "[1, 2]",
+            json.dumps(
+                {"jsonrpc": "2.0", "id": 2, "method": "session/new", "params": {"cwd": str(project), "mcpServers": []}}
+            ),
+        )
+        answers = [client.answer() for _ in range(4)]
         session_id = next(answer["result"]["sessionId"] for answer in answers if answer.get("id") == 2)
         prompt = {"sessionId": session_id, "prompt": [{"type": "text", "text": "hi"}]}
-        process.stdin.write(
-            json.dumps({"jsonrpc": "2.0", "id": 3, "method": "session/prompt", "params": prompt}) + "\n"
-        )
-        process.stdin.flush()
-        while (last := answer()).get("id") != 3:
+        client.send(json.dumps({"jsonrpc": "2.0", "id": 3, "method": "session/prompt", "params": prompt}))
+        while (last := client.answer()).get("id") != 3:
             answers.append(last)
-        process.stdin.close()
-        assert process.wait(timeout=30) == 0
-        stderr = process.stderr.read() if process.stderr else ""
-        time.sleep(0.1)  # the reader thread takes what was left
-        rest = [lines_out.get_nowait() for _ in range(lines_out.qsize())]
-    assert rest == []
+        returncode, stderr, rest = client.close()
+    assert (returncode, rest) == (0, [])
     assert last["result"] == {"stopReason": "end_turn"}
     errors = sorted(a["error"]["code"] for a in answers if "error" in a)
     assert errors == [-32700, -32600]
     assert all(a["id"] is None for a in answers if "error" in a)
     assert "NOISE at import" in stderr and "NOISE on submit" in stderr
+    assert "Traceback" not in stderr
+
+
+def test_every_malformed_line_gets_its_json_rpc_error_and_the_agent_goes_on(project: Path) -> None:
+    """Issue 23: 1,500 `[` killed the agent (RecursionError); an object without a method got no answer."""
+
+    def nested(depth: int) -> Any:  # `depth` levels of arrays and objects in all
+        return [nested(depth - 1)] if depth > 1 else {}
+
+    too_deep = "nested deeper than 128 levels"
+    not_a_message = "a request has a method; a response has an id and either a result or an error"
+    with raw_acp(project) as client:
+        client.send(
+            "[" * 1500,
+            "[" * 2000,
+            json.dumps(nested(129)),
+            initialize(1, deep=nested(125)),  # 128 levels with the message, params and _meta: answered
+            initialize(2, deep=nested(126)),
+            '{"jsonrpc": "2.0", "id": 3}',
+            '{"jsonrpc": "2.0", "id": 4, "method": 5}',
+            '{"jsonrpc": "2.0", "id": 5, "method": "session/list", "params": "cwd"}',
+            '{"jsonrpc": "2.0", "id": [6], "method": "session/list"}',
+            '{"jsonrpc": "2.0", "id": [7], "result": {}}',
+            '{"jsonrpc": "2.0", "id": 8, "error": "no"}',
+            "{}",
+            initialize(10, note="[" * 3000),  # brackets in a string nest nothing
+        )
+        answers = [client.answer() for _ in range(13)]
+        returncode, stderr, rest = client.close()
+    errors = [(a["id"], a["error"]["code"], a["error"]["data"]["details"]) for a in answers if "error" in a]
+    assert errors == [
+        (None, -32700, too_deep),
+        (None, -32700, too_deep),
+        (None, -32700, too_deep),
+        (None, -32700, too_deep),
+        (None, -32600, not_a_message),
+        (4, -32600, "method must be a string"),
+        (5, -32600, "params must be an object or an array"),
+        (None, -32600, "id must be a string, an integer or null"),
+        (None, -32600, "id must be a string, an integer or null"),
+        (None, -32600, "error must be an object"),
+        (None, -32600, not_a_message),
+    ]
+    assert sorted((a["id"], a["result"]["agentInfo"]["name"]) for a in answers if "result" in a) == [
+        (1, "code-puppy"),
+        (10, "code-puppy"),
+    ]
+    assert (returncode, rest) == (0, [])
     assert "Traceback" not in stderr
 
 

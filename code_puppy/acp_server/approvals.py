@@ -18,6 +18,7 @@ from code_puppy.acp_server.updates import diff_content, locations, tool_kind
 from code_puppy.agents.proposed_edits import proposed_edit
 from code_puppy.agents.sandboxed_shell import ESCALATE
 from code_puppy.core.project import Project
+from code_puppy.terminal_text import printable
 
 ALLOW_ONCE, ALLOW_ALWAYS, REJECT_ONCE = "allow-once", "allow-always", "reject-once"
 
@@ -52,17 +53,18 @@ async def ask_client(
         if not escalate and scope is not None:
             options.append(PermissionOption(option_id=ALLOW_ALWAYS, name="Allow always", kind="allow_always"))
         options.append(PermissionOption(option_id=REJECT_ONCE, name="Reject", kind="reject_once"))
+        question = ToolCallUpdate(
+            tool_call_id=call.tool_call_id,
+            title=f"{call.tool_name} wants to {summary}",
+            kind=tool_kind(call.tool_name),
+            status="pending",
+            content=[diff_content(project.root, edit)] if edit is not None else None,
+            locations=locations(project.root, args),
+            raw_input=args,
+        )
         response = await client.request_permission(
             session_id=session_id,
-            tool_call=ToolCallUpdate(
-                tool_call_id=call.tool_call_id,
-                title=f"{call.tool_name} wants to {summary}",
-                kind=tool_kind(call.tool_name),
-                status="pending",
-                content=[diff_content(project.root, edit)] if edit is not None else None,
-                locations=locations(project.root, args),
-                raw_input=args,
-            ),
+            tool_call=ToolCallUpdate.model_validate(spelled(question.model_dump(by_alias=True))),
             options=options,
         )
         outcome = response.outcome
@@ -85,3 +87,15 @@ async def ask_client(
             approvals[call.tool_call_id] = ToolDenied(f"The user denied this call ({summary}).")
     calls = {call.tool_call_id: ToolDenied("No one can answer this call here.") for call in requests.calls}
     return requests.build_results(approvals=approvals, calls=calls)
+
+
+def spelled(value: Any) -> Any:
+    """`value` (JSON) with every string spelled (`printable`), keys too: what the client shows of a question is
+    what is there, and an escape sequence in a command, a path or an argument cannot disguise it."""
+    if isinstance(value, str):
+        return printable(value, spelled=True)
+    if isinstance(value, dict):
+        return {spelled(key): spelled(item) for key, item in value.items()}  # pyright: ignore[reportUnknownVariableType]
+    if isinstance(value, list):
+        return [spelled(item) for item in value]  # pyright: ignore[reportUnknownVariableType]
+    return value

@@ -58,6 +58,9 @@ if TYPE_CHECKING:
 STDIN_LIMIT = 50 * 1024 * 1024
 """The longest line read from the client (embedded context can be large)."""
 
+MAX_DEPTH = 128
+"""The deepest a client's message may nest arrays and objects (ACP's own messages need a handful of levels)."""
+
 EXTENSIONS = {"steer": "_code_puppy/steer", "queue": "_code_puppy/queue"}
 """The extension methods this agent answers, advertised in `initialize`'s `_meta` under `code_puppy`."""
 
@@ -265,9 +268,10 @@ def _feed(loop: asyncio.AbstractEventLoop, reader: asyncio.StreamReader) -> None
 class StdioTransport:
     """Newline-delimited JSON-RPC messages on stdin and the protocol's stdout (the SDK's `Transport` protocol).
 
-    The SDK's own stdio framing drops a line that is not JSON without an answer and stops at a line that is JSON but
-    not an object; here both get the JSON-RPC error response (`-32700` parse error, `-32600` invalid request, `id`
-    null) and the connection goes on.
+    The SDK's own stdio framing drops a line that is not JSON without an answer, stops at a line that is JSON but not
+    an object, and leaves an object that is neither a request nor a response unanswered (or fails on it). Here every
+    such line gets its JSON-RPC error response (`-32700` parse error, for JSON nested deeper than `MAX_DEPTH` too;
+    `-32600` invalid request, with the request's `id` when it has a valid one) and the connection goes on.
     """
 
     def __init__(self, reader: asyncio.StreamReader, write: Callable[[bytes], Awaitable[None]]) -> None:
@@ -291,20 +295,73 @@ class StdioTransport:
                 return None
             if not line.strip():
                 continue
+            message: Any = None
             try:
-                message: Any = json.loads(line)
+                message = json.loads(line)
+                too_deep = _deeper(message, MAX_DEPTH)
+            except RecursionError:  # deeper than the parser itself goes
+                too_deep = True
             except ValueError as exc:
                 await self._error(RequestError.parse_error({"details": str(exc)}))
                 continue
-            if isinstance(message, dict):
-                return message  # pyright: ignore[reportUnknownVariableType]
-            await self._error(RequestError.invalid_request({"details": "a JSON-RPC message is an object"}))
+            if too_deep:
+                await self._error(RequestError.parse_error({"details": f"nested deeper than {MAX_DEPTH} levels"}))
+                continue
+            if not isinstance(message, dict):
+                await self._error(RequestError.invalid_request({"details": "a JSON-RPC message is an object"}))
+                continue
+            message = cast(dict[str, Any], message)
+            if problem := _invalid(message):
+                # Without a method the id may be one of this side's own requests: null, so the client never takes
+                # the error for the answer to a request of its own.
+                answer_id = _valid_id(message.get("id")) if "method" in message else None
+                await self._error(RequestError.invalid_request({"details": problem}), answer_id)
+                continue
+            return message
 
     async def close(self) -> None:
         pass  # stdout stays open for the process's life
 
-    async def _error(self, error: RequestError) -> None:
-        await self.send({"jsonrpc": "2.0", "id": None, "error": error.to_error_obj()})
+    async def _error(self, error: RequestError, request_id: str | int | None = None) -> None:
+        await self.send({"jsonrpc": "2.0", "id": request_id, "error": error.to_error_obj()})
+
+
+def _deeper(value: Any, limit: int) -> bool:
+    """Whether JSON `value` nests arrays and objects more than `limit` deep (the handlers, the SDK and pydantic recurse
+    into what they are given)."""
+    level: list[Any] = [value]
+    for _ in range(limit):
+        level = [
+            item
+            for container in level
+            if isinstance(container, dict | list)
+            for item in (container.values() if isinstance(container, dict) else container)  # pyright: ignore[reportUnknownMemberType, reportUnknownVariableType]
+        ]
+        if not level:
+            return False
+    return any(isinstance(item, dict | list) for item in level)
+
+
+def _valid_id(request_id: Any) -> str | int | None:
+    """`request_id` when it is one JSON-RPC allows (a string, an integer or null), else None."""
+    return request_id if isinstance(request_id, str | int) and not isinstance(request_id, bool) else None
+
+
+def _invalid(message: dict[str, Any]) -> str | None:
+    """Why `message` is neither a JSON-RPC request (or notification) nor a response, or None."""
+    if message.get("id") is not None and _valid_id(message["id"]) is None:
+        return "id must be a string, an integer or null"
+    if "method" in message:
+        if not isinstance(message["method"], str):
+            return "method must be a string"
+        if message.get("params") is not None and not isinstance(message["params"], dict | list):
+            return "params must be an object or an array"
+        return None
+    if "id" not in message or ("result" in message) == ("error" in message):
+        return "a request has a method; a response has an id and either a result or an error"
+    if "error" in message and not isinstance(message["error"], dict):
+        return "error must be an object"
+    return None
 
 
 def serve(options: AcpOptions) -> int:

@@ -13,6 +13,7 @@ from code_puppy.agents.history_errors import HistoryProcessingError
 from code_puppy.errors import one_line
 from code_puppy.plugins import PromptBlocked
 from code_puppy.sessions.costs import RequestCost
+from code_puppy.terminal_text import printable
 
 if TYPE_CHECKING:
     from code_puppy.core.run import TurnOutcome
@@ -99,9 +100,10 @@ def ending(outcome: TurnOutcome, *, stopped_by: Status | None = None) -> tuple[S
 
 
 def tool_call_line(name: str, args: dict[str, Any]) -> str:
-    """`name(first-arg)` cut to one short line, e.g. `read_file(src/app.py)` or `shell(pytest -q)`."""
+    """`name(first-arg)` cut to one short line, e.g. `read_file(src/app.py)` or `shell(pytest -q)`; control characters
+    spelled (`\x1b`), so a command cannot repaint its own line."""
     shown = next((str(value) for value in args.values()), "") if args else ""
-    shown = " ".join(shown.split())
+    shown = printable(" ".join(shown.split()), spelled=True)
     return f"{name}({shown[:77] + '…' if len(shown) > 80 else shown})"
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
@@ -14,6 +13,7 @@ from pydantic_ai.conversation_store import ConversationRecord
 from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
 
 from code_puppy.mentions import typed_text
+from code_puppy.terminal_text import CONTROL_CHARACTERS
 
 from .schema import Database, delete_conversation, timestamp
 
@@ -73,10 +73,6 @@ def _info(row: Any) -> SessionInfo:
             values[moment] = datetime.fromisoformat(values[moment])
     values["indexed"] = bool(values["indexed"])
     return SessionInfo(**values)
-
-
-CONTROL_CHARACTERS = re.compile("[\x00-\x1f\x7f-\x9f]")
-"""Characters a terminal may act on rather than show: escape sequences begin with one."""
 
 
 def check_name(name: str) -> None:

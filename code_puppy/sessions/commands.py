@@ -29,8 +29,9 @@ from pydantic_ai.messages import (
 from code_puppy.agents.history_groups import describe_groups
 from code_puppy.errors import ConfigError
 from code_puppy.mentions import is_attachment, typed_text
+from code_puppy.terminal_text import printable
 
-from .catalog import CONTROL_CHARACTERS, SessionInfo
+from .catalog import SessionInfo
 from .checkpoints import CheckpointLog, checkpoint_lines
 from .costs import CostTotals, format_cost
 from .journal import Journal
@@ -57,12 +58,6 @@ def list_sessions(
         label = f"{info.name} · {info.title}" if info.name and info.title else info.label
         line = f"{info.id[:8]:<10}{age(info.updated_at, now):>5}{turns:>7}  {_short_path(info.project_dir):<24}"
         print(printable(f"{line}{cost:>10}  {label}"), file=out)
-
-
-def printable(text: str, keep: str = "") -> str:
-    """`text` with each control character but newlines, tabs and `keep` shown as `�`: a transcript, an imported
-    title or a project path never reaches the terminal as an escape sequence."""
-    return CONTROL_CHARACTERS.sub(lambda found: found[0] if found[0] in "\n\t" + keep else "�", text)
 
 
 def age(moment: datetime, now: datetime) -> str:

@@ -7,6 +7,7 @@ Bound as pydantic-ai's `RequestInput(ask)`: the permission policy raises `Approv
 from __future__ import annotations
 
 import difflib
+import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,9 +20,10 @@ from rich.padding import Padding
 from rich.syntax import Syntax
 from rich.text import Text
 
-from code_puppy.agents.permissions import PermissionPolicy
+from code_puppy.agents.permissions import EDIT_TOOL_NAMES, PermissionPolicy
 from code_puppy.agents.proposed_edits import proposed_edit
 from code_puppy.agents.sandboxed_shell import ESCALATE
+from code_puppy.terminal_text import printable
 from code_puppy.ui.chat_sink import diff_text
 
 Answer = Literal["yes", "no", "always"]
@@ -85,7 +87,9 @@ class Approver:
 
     async def _escalate(self, call: ToolCallPart, metadata: dict[str, Any]) -> bool | ToolDenied:
         """Whether a command may run outside the sandbox: once, never "always"."""
-        title = Text("⚠ ", style="yellow bold").append(f"{call.tool_name} wants to {metadata['summary']}", style="bold")
+        title = Text("⚠ ", style="yellow bold").append(
+            printable(f"{call.tool_name} wants to {metadata['summary']}", spelled=True), style="bold"
+        )
         if await self.confirm([title], "Run it outside the sandbox?  y yes, once · n no", always=False) == "yes":
             return True
         if denied := metadata.get("denied"):
@@ -96,21 +100,35 @@ class Approver:
         return str(metadata.get("summary") or self.policy.summary(call.tool_name, call.args_as_dict()))
 
     def _view(self, call: ToolCallPart, metadata: dict[str, Any]) -> list[Any]:
+        """The title, then the command, the diff or the arguments, every model-supplied string spelled (`printable`):
+        an escape sequence in a command could otherwise repaint it as a harmless one."""
         args = call.args_as_dict()
         title = Text("⚠ ", style="yellow bold")
         command = args.get("command")
         if isinstance(command, str):
             outside = args.get("unsandboxed") is True and self.policy.sandboxing
             where = f" outside the sandbox ({args.get('reason') or 'no reason given'})" if outside else ""
-            title.append(f"{call.tool_name} wants to run{where}:", style="bold")
-            syntax = Syntax(command, "bash", theme="ansi_dark", word_wrap=True, background_color="default")
+            title.append(printable(f"{call.tool_name} wants to run{where}:", spelled=True), style="bold")
+            syntax = Syntax(
+                printable(command, spelled=True), "bash", theme="ansi_dark", word_wrap=True, background_color="default"
+            )
             view: list[Any] = [title, Padding(syntax, (0, 0, 0, 2))]
         else:
-            title.append(f"{call.tool_name} wants to {self._summary(call, metadata)}", style="bold")
+            title.append(
+                printable(f"{call.tool_name} wants to {self._summary(call, metadata)}", spelled=True), style="bold"
+            )
             view = [title]
         diff = proposed_diff(self.project_root, call.tool_name, args)
         if diff:
-            view.append(diff_text(diff))
+            view.append(diff_text(printable(diff, spelled=True)))
             path = str(args.get("path"))
             self.diff_shown().add((self.project_root / path).resolve().relative_to(self.project_root).as_posix())
+        elif not isinstance(command, str) and call.tool_name not in EDIT_TOOL_NAMES and args:
+            # An MCP or plugin tool: its summary names only the tool, so the arguments are what the user judges.
+            shown = printable(json.dumps(args, ensure_ascii=False, indent=2), spelled=True)
+            view.append(
+                Padding(
+                    Syntax(shown, "json", theme="ansi_dark", word_wrap=True, background_color="default"), (0, 0, 0, 2)
+                )
+            )
         return view

@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 import io
+import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
 from pydantic_ai.messages import ToolCallPart
+from rich.console import Console
 
 from code_puppy.agents.builder import build_pydantic_agent, capability
 from code_puppy.agents.deps import RunDeps
 from code_puppy.agents.permissions import PermissionPolicy
-from code_puppy.config import Settings
+from code_puppy.config import McpServerConfig, Settings
 from code_puppy.core.run import run_turn
 from code_puppy.headless.sinks import TextSink
 from code_puppy.sessions.session import Session
 from code_puppy.ui.approvals import Answer, Approver, proposed_diff
 from tests.scripted_model import scripted, tool_returns
+from tests.test_mcp import ECHO_SERVER, processes_tagged
 
 
 def shell(command: str, call_id: str) -> list[ToolCallPart]:
@@ -174,3 +178,32 @@ async def test_a_multi_edit_asks_with_the_diff_the_tool_then_makes(project: Path
         "--- a/app.py\n+++ b/app.py\n@@ -1,6 +1,6 @@\n def f():\n-    return 1\n+    return 10\n \n \n def g():\n"
         "-    return 2\n+    return 20"
     ]
+
+
+async def test_an_mcp_call_is_asked_about_with_its_arguments_spelled_out(project: Path) -> None:
+    """Its summary names only the tool: the arguments are what the user judges, control characters made visible."""
+    mark = f"approval-test-{uuid.uuid4().hex}"
+    echo = McpServerConfig(command=sys.executable, args=(str(ECHO_SERVER), "--tag", mark))
+    shown: list[str] = []
+
+    async def confirm(items: list[Any], question: str, *, always: bool = True) -> Answer:
+        console = Console(file=io.StringIO(), width=100)  # not a terminal: the text without styles
+        console.print(*items)
+        shown.append("\n".join(line.rstrip() for line in console.file.getvalue().splitlines()))  # pyright: ignore[reportAttributeAccessIssue, reportUnknownMemberType, reportUnknownArgumentType]
+        return "no"
+
+    arguments = {"text": "abc\u202e\u200bfed\x9b\x1b[2K"}
+    script = scripted([ToolCallPart("echo_echo", arguments, tool_call_id="e")], "done")
+    agent = build_pydantic_agent(Settings(mcp_servers={"echo": echo}), model=script.model, project_root=project)
+    policy = the_policy(agent)
+
+    async def ask(ctx: Any, requests: Any, token: str) -> Any:
+        return await Approver(policy, project.resolve(), confirm, set)(ctx, requests, token)
+
+    session = Session.in_memory()
+    outcome = await run_turn(agent, RunDeps(session, ask=ask), "go", TextSink(io.StringIO(), io.StringIO()))
+    assert outcome.error is None
+    assert shown == ['⚠ echo_echo wants to call echo_echo\n  {\n    "text": "abc\\u202e\\u200bfed\\x9b\\u001b[2K"\n  }']
+    assert [(name, result) for name, result, _ in tool_returns(session.messages)] == [("echo_echo", "denied")]
+    assert not (project / "calls.log").exists()
+    assert processes_tagged(mark) == []

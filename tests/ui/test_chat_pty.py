@@ -413,6 +413,37 @@ def test_the_model_can_ask_to_run_a_command_outside_the_sandbox(
     assert results[1] == "The user did not let it run outside the sandbox, so it did not run."
 
 
+def test_approval_prompts_spell_out_the_control_characters_of_what_the_model_sent(
+    server: FakeLLMServer, chat: PtyChat, project: Path, outside: Path
+) -> None:
+    """Issue 23: an escape sequence in a command erased the line and wrote `ls -la` where `rm -rf` stood."""
+    (project / "important_data").mkdir()
+    repaint = "\x1b[2K\x1b[1G"  # erase the line, back to its first column
+    server.script(
+        tool_calls(call("shell", {"command": f"rm -rf ./important_data #{repaint}ls -la"})),
+        tool_calls(call("write_file", {"path": "notes.txt", "content": f"x = 1{repaint}+print('hi')\n"})),
+        text("Asked."),
+        tool_calls(call("shell", {"command": f"touch {outside}/x", "unsandboxed": True, "reason": f"a{repaint}b\r"})),
+        text("Done."),
+    )
+    chat.type("clean up\r")
+    chat.wait_for("Allow?")
+    assert r"  rm -rf ./important_data #\x1b[2K\x1b[1Gls -la" in chat.text.splitlines()
+    chat.type("n")
+    chat.wait_for(shows(r"+x = 1\x1b[2K\x1b[1G+print('hi')", "Allow?"))
+    chat.type("n")
+    chat.wait_turn("Asked.")
+    assert r"⚙ shell(rm -rf ./important_data #\x1b[2K\x1b[1Gls -la) · denied" in chat.text
+    chat.type("/permissions auto\r")
+    chat.wait_for("permission mode: auto")
+    chat.type("touch it\r")
+    chat.wait_for(shows(r"outside the sandbox (a\x1b[2K\x1b[1Gb\r)", "Run it outside the sandbox?"))
+    chat.type("n")
+    chat.wait_turn("Done.")
+    assert (project / "important_data").is_dir() and not (project / "notes.txt").exists()
+    assert not (outside / "x").exists()
+
+
 def test_permissions_auto_without_a_sandbox_keeps_the_mode(
     server: FakeLLMServer, code_puppy_home: Path, project: Path
 ) -> None:
