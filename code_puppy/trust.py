@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -78,18 +79,23 @@ def project_trust(project_root: Path) -> ProjectTrust:
     )
 
 
-def plugins_trust(project_root: Path) -> PluginsTrust:
-    """Whether the project's plugins folder is trusted as it is now, was trusted with other content, or never was."""
+def plugins_trust(project_root: Path, files: Mapping[str, bytes]) -> PluginsTrust:
+    """Whether the project's plugins folder, read as `files` (`plugins_files`), is trusted, was trusted with other
+    content, or never was."""
     entry = _entry(project_root)
     if not isinstance(entry, dict) or "plugins_sha256" not in entry:
         return "untrusted"
-    return "trusted" if entry["plugins_sha256"] == plugins_digest(project_root) else "changed"
+    return "trusted" if entry["plugins_sha256"] == plugins_digest(files) else "changed"
 
 
 def trust_project(project_root: Path) -> dict[str, Any]:
     """Trust the project's covered files and plugins folder as they are now; returns the entry recorded."""
     root = project_root.resolve()
-    entry: dict[str, Any] = {"path": str(root), "files": covered_files(root), "plugins_sha256": plugins_digest(root)}
+    entry: dict[str, Any] = {
+        "path": str(root),
+        "files": covered_files(root),
+        "plugins_sha256": plugins_digest(plugins_files(root)),
+    }
     write_json(trust_file(), [*(other for other in _entries() if _path_of(other) != root), entry])
     return entry
 
@@ -108,14 +114,20 @@ def covered_files(project_root: Path) -> dict[str, str]:
     return hashes
 
 
-def plugins_digest(project_root: Path) -> str:
-    """SHA-256 over the plugins folder's files (relative paths and contents; bytecode caches left out)."""
+def plugins_files(project_root: Path) -> dict[str, bytes]:
+    """The plugins folder's files, each content by `/`-separated relative path, in the digest's order. Bytecode
+    caches are left out: plugins are compiled from these bytes (`code_puppy.plugins.hashed`), never from bytecode."""
     folder = project_plugins_dir(project_root)
-    digest = hashlib.sha256()
     files = sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.relative_to(folder).parts)
-    for file in files:
-        digest.update(file.relative_to(folder).as_posix().encode() + b"\0")
-        digest.update(hashlib.sha256(file.read_bytes()).digest())
+    return {file.relative_to(folder).as_posix(): file.read_bytes() for file in files}
+
+
+def plugins_digest(files: Mapping[str, bytes]) -> str:
+    """SHA-256 over the plugins folder's files (`plugins_files`): their relative paths and contents."""
+    digest = hashlib.sha256()
+    for relative, content in files.items():
+        digest.update(relative.encode() + b"\0")
+        digest.update(hashlib.sha256(content).digest())
     return digest.hexdigest()
 
 

@@ -11,7 +11,14 @@ from typing import Any
 import pytest
 
 from code_puppy.config import ConfigError, HistoryConfig, Settings, load_settings
-from code_puppy.trust import TRUSTED_PROJECTS_FILE, plugins_trust, project_plugins_dir, project_trust, trust_project
+from code_puppy.trust import (
+    TRUSTED_PROJECTS_FILE,
+    plugins_files,
+    plugins_trust,
+    project_plugins_dir,
+    project_trust,
+    trust_project,
+)
 from tests.conftest import run_cli
 from tests.fake_llm import call, text, tool_calls
 from tests.mcp_servers.echo_server import __file__ as ECHO_SERVER
@@ -134,7 +141,7 @@ def test_old_entries_keep_the_project_and_its_plugins_but_not_its_config_files(
             f"code-puppy), so code-puppy ignores its [permissions] {RETRUST}\n"
         )
         assert project_trust(project).listed
-    assert plugins_trust(project) == "trusted"
+    assert plugins_trust(project, plugins_files(project)) == "trusted"
     assert run_cli("trust", cwd=project).returncode == 0
     assert load_settings(project).permissions.mode == "yolo"
 
