@@ -26,7 +26,9 @@ from code_puppy.paths import config_dir, in_worktrees, write_json
 
 TRUSTED_PROJECTS_FILE = "trusted_projects.json"
 PROJECT_CONFIG = ".code-puppy/config.toml"
-COVERED_FILES = (PROJECT_CONFIG, ".mcp.json", "mcp.json")
+CHECKPOINT_IGNORE = ".code-puppy/checkpointignore"
+"""More paths to leave out of checkpoints, in `.gitignore` syntax: with `*` it would switch them off."""
+COVERED_FILES = (PROJECT_CONFIG, ".mcp.json", "mcp.json", CHECKPOINT_IGNORE)
 """Project files whose content trust records (relative to the project root, `/`-separated)."""
 COVERED_GLOBS = (".claude/settings*.json",)
 """Patterns of further covered files: other agents' settings, recorded so that a reader of them can rely on trust."""
@@ -71,12 +73,20 @@ def project_trust(project_root: Path) -> ProjectTrust:
     entry = _entry(project_root)
     if entry is None:
         return ProjectTrust(listed=False, hashed=False, recorded=frozenset(), untrusted_files=frozenset())
-    files: Any = cast(dict[str, Any], entry).get("files") if isinstance(entry, dict) else None
-    hashes = cast(dict[str, Any], files) if isinstance(files, dict) else {}
-    untrusted = {name for name, digest in covered_files(project_root).items() if hashes.get(name) != digest}
+    hashes = _hashes(entry)
+    untrusted = {name for name, digest in covered_files(project_root).items() if (hashes or {}).get(name) != digest}
     return ProjectTrust(
-        listed=True, hashed=isinstance(files, dict), recorded=frozenset(hashes), untrusted_files=frozenset(untrusted)
+        listed=True,
+        hashed=hashes is not None,
+        recorded=frozenset(hashes or {}),
+        untrusted_files=frozenset(untrusted),
     )
+
+
+def trusted_content(project_root: Path, relative: str, content: bytes) -> bool:
+    """Whether `content` is what trust recorded for the covered file `relative`: for a reader that applies the bytes
+    it read only if so, so that the file cannot change between the check and the use."""
+    return (_hashes(_entry(project_root)) or {}).get(relative) == hashlib.sha256(content).hexdigest()
 
 
 def plugins_trust(project_root: Path, files: Mapping[str, bytes]) -> PluginsTrust:
@@ -142,6 +152,12 @@ def _entries() -> list[Any]:
     except (OSError, ValueError):
         return []
     return listed if isinstance(listed, list) else []  # pyright: ignore[reportUnknownVariableType]
+
+
+def _hashes(entry: Any) -> dict[str, Any] | None:
+    """The file hashes an entry recorded; None for an entry from before they were recorded, or no entry."""
+    files: Any = cast(dict[str, Any], entry).get("files") if isinstance(entry, dict) else None
+    return cast(dict[str, Any], files) if isinstance(files, dict) else None
 
 
 def _path_of(entry: Any) -> Path | None:

@@ -236,3 +236,33 @@ def test_a_headless_accept_edits_run_cannot_rewrite_a_trusted_projects_config(
         False,
         "fine",
     )
+
+
+def test_an_untrusted_checkpointignore_is_not_applied_and_says_so(server: Any, project: Path) -> None:
+    write(project / ".code-puppy" / "checkpointignore", "*\n")  # would leave every file out: no checkpoints
+    server.script(
+        tool_calls(call("write_file", {"path": "first.txt", "content": "1\n"})),
+        text("done"),
+        tool_calls(call("write_file", {"path": "second.txt", "content": "2\n"})),
+        text("done"),
+    )
+
+    def checkpointed() -> list[list[str]]:
+        """The files of each checkpoint of the latest session."""
+        listed = json.loads(run_cli("checkpoints", "--output-format", "json", cwd=project).stdout)["checkpoints"]
+        return [[file["path"] for file in item["files"]] for item in listed]
+
+    untrusted = run_cli("-p", "go", "--permission-mode", "yolo", cwd=project)
+    assert (untrusted.returncode, untrusted.stdout) == (0, "done\n")
+    assert [line for line in untrusted.stderr.splitlines() if line.startswith("code-puppy")] == [
+        "code-puppy: note: this project is not trusted, so code-puppy ignores its .code-puppy/checkpointignore "
+        "(run `code-puppy trust` in the project to trust it)"
+    ]
+    assert checkpointed() == [["first.txt"]]
+    assert run_cli("trust", cwd=project).returncode == 0
+    trusted = run_cli("-p", "go", "--permission-mode", "yolo", cwd=project)
+    assert (trusted.returncode, [line for line in trusted.stderr.splitlines() if line.startswith("code-puppy")]) == (
+        0,
+        [],
+    )
+    assert (project / "second.txt").is_file() and checkpointed() == []  # this session's: the `*` applies now
