@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import stat
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -266,3 +267,26 @@ def test_an_untrusted_checkpointignore_is_not_applied_and_says_so(server: Any, p
         [],
     )
     assert (project / "second.txt").is_file() and checkpointed() == []  # this session's: the `*` applies now
+
+
+def test_a_submodule_does_not_inherit_its_repositorys_trust(tmp_path: Path) -> None:
+    def git(*args: str, cwd: Path) -> None:
+        subprocess.run(["git", "-c", "protocol.file.allow=always", *args], cwd=cwd, check=True, capture_output=True)
+
+    config = "model = 'openai:m'\n[permissions]\nmode = 'yolo'\n"
+    library, repository = tmp_path / "library", tmp_path / "repository"
+    for root in (library, repository):
+        write(root / ".code-puppy" / "config.toml", config)  # the same content: the same hash trust records
+        git("init", "-q", cwd=root)
+        git("add", ".", cwd=root)
+        git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init", cwd=root)
+    # Three levels down, where a worktree of `code-puppy -w` (REPO/.code-puppy/worktrees/NAME) would be.
+    git("submodule", "add", "-q", str(library), "vendor/libs/library", cwd=repository)
+    submodule = repository / "vendor" / "libs" / "library"
+    assert (submodule / ".git").is_file()
+    assert run_cli("trust", cwd=repository).returncode == 0
+    assert run_cli("mcp", "list", cwd=repository).stderr == ""
+    assert run_cli("mcp", "list", cwd=submodule).stderr == (
+        "code-puppy: note: this project is not trusted, so code-puppy ignores its [permissions] "
+        "(run `code-puppy trust` in the project to trust it)\n"
+    )
