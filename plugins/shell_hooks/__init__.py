@@ -116,7 +116,7 @@ async def user_prompt_submit(prompt: str, session: Any) -> str | None:
             raise code_puppy.PromptBlocked(reason)
         if done.returncode == 0 and done.stdout.strip():
             output = _json(done.stdout)
-            extra = output.get("hookSpecificOutput", {}).get("additionalContext") if output else done.stdout
+            extra = output.get("hookSpecificOutput", {}).get("additionalContext") if output is not None else done.stdout
             if isinstance(extra, str) and extra.strip():
                 context.append(extra.strip())
     return "\n\n".join([prompt, *context]) if context else None
