@@ -286,3 +286,20 @@ async def test_the_users_claude_settings_run_without_trust_unless_code_puppy_hom
     await host.startup(Settings())
     assert await host.turn_end(cast(Any, None), Session.in_memory()) is None
     assert (project / "ran").exists()
+
+
+async def test_an_untrusted_projects_claude_hooks_do_not_run_and_only_files_with_hooks_say_so(
+    code_puppy_home: Path, project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (project / ".claude").mkdir()
+    (project / ".claude" / "settings.json").write_text('{"permissions": {"allow": []}, "hooks": {}}')
+    claude_settings(
+        project, ".claude/settings.local.json", {"Stop": [{"hooks": [{"type": "command", "command": "touch ran"}]}]}
+    )
+    host = await hooks(project)
+    assert await host.turn_end(cast(Any, None), Session.in_memory()) is None
+    assert not (project / "ran").exists()
+    assert reports(capsys) == [
+        "code-puppy: note: .claude/settings.local.json: its hooks do not run: this project is not trusted "
+        "(`code-puppy trust`)"
+    ]

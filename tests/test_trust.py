@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +16,9 @@ import pytest
 
 from code_puppy.config import ConfigError, HistoryConfig, Settings, load_settings
 from code_puppy.trust import (
+    PROJECT_CONFIG,
     TRUSTED_PROJECTS_FILE,
+    plugins_digest,
     plugins_files,
     plugins_trust,
     project_plugins_dir,
@@ -290,3 +295,47 @@ def test_a_submodule_does_not_inherit_its_repositorys_trust(tmp_path: Path) -> N
         "code-puppy: note: this project is not trusted, so code-puppy ignores its [permissions] "
         "(run `code-puppy trust` in the project to trust it)\n"
     )
+
+
+def test_trust_entries_name_the_project_however_written_and_the_newest_one_counts(
+    code_puppy_home: Path, project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = write(project / ".code-puppy" / "config.toml", "model = 'openai:m'\n")
+    trust_file = code_puppy_home / TRUSTED_PROJECTS_FILE
+    current = {PROJECT_CONFIG: hashlib.sha256(config.read_bytes()).hexdigest()}
+    stale = {PROJECT_CONFIG: hashlib.sha256(b"model = 'openai:other'\n").hexdigest()}
+
+    def trusted(*entries: object) -> tuple[bool, bool, str]:
+        trust_file.write_text(json.dumps(entries))
+        trust = project_trust(project)
+        return trust.listed, trust.trusts(PROJECT_CONFIG), plugins_trust(project, plugins_files(project))
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "link").symlink_to(project)
+    for spelling in ("~/project", str(tmp_path / "link"), str(project / "sub" / "..")):
+        assert trusted(5, None, {"path": 5}, {"path": spelling, "files": current}) == (True, True, "untrusted")
+    assert trusted({"path": str(project), "files": stale}, {"path": str(project), "files": current})[1]
+    assert not trusted({"path": str(project), "files": current}, {"path": str(project), "files": stale})[1]
+    assert trusted({"path": str(project), "files": ["not", "hashes"]}) == (True, False, "untrusted")
+    assert trusted({"path": str(project.parent)}, {"path": str(project / "sub")})[0] is False
+
+
+def test_the_plugins_digest_is_over_each_relative_path_and_content_hash(project: Path) -> None:
+    write(project_plugins_dir(project) / "b" / "__init__.py", "y")
+    write(project_plugins_dir(project) / "a.py", "x")
+    files = plugins_files(project)
+    assert files == {"a.py": b"x", "b/__init__.py": b"y"}
+    expected = hashlib.sha256()
+    for name, content in ((b"a.py", b"x"), (b"b/__init__.py", b"y")):  # the format trusted_projects.json holds
+        expected.update(name + b"\0" + hashlib.sha256(content).digest())
+    assert plugins_digest(files) == expected.hexdigest()
+
+
+def test_a_project_two_levels_below_the_root_has_a_trust_of_its_own() -> None:
+    project = Path(tempfile.mkdtemp(prefix="code-puppy-test-", dir="/tmp"))  # /tmp/NAME: no grandparent's parent
+    try:
+        assert not project_trust(project).listed
+        trust_project(project)
+        assert project_trust(project).listed
+    finally:
+        shutil.rmtree(project)
