@@ -303,3 +303,34 @@ async def test_an_untrusted_projects_claude_hooks_do_not_run_and_only_files_with
         "code-puppy: note: .claude/settings.local.json: its hooks do not run: this project is not trusted "
         "(`code-puppy trust`)"
     ]
+
+
+CLAUDE_CODE_NAMES = {
+    "shell": ["Bash"],
+    "read_file": ["Read"],
+    "write_file": ["Write"],
+    "edit_file": ["Edit", "MultiEdit"],
+    "grep": ["Grep"],
+    "list_files": ["Glob", "LS"],
+    "delegate_task": ["Task"],
+}
+"""The documented mapping: the names of Claude Code's tools a matcher may use for each of code-puppy's."""
+
+
+async def test_claude_codes_tool_names_select_the_same_tools_and_are_what_its_hooks_are_told(
+    code_puppy_home: Path, project: Path
+) -> None:
+    names = sorted({name for aliases in CLAUDE_CODE_NAMES.values() for name in aliases})
+    host = await hooks(project, PreToolUse=[command(f"echo {name} >> fired.log", matcher=name) for name in names])
+    claude_settings(
+        project,
+        ".claude/settings.json",
+        {"PreToolUse": [{"hooks": [{"type": "command", "command": CLAUDE_RECORDS.format("told.jsonl")}]}]},
+    )
+    trust_project(project)
+    for tool, aliases in [*CLAUDE_CODE_NAMES.items(), ("create_directory", []), ("web_fetch", [])]:
+        (project / "fired.log").write_text("")
+        assert await host.pre_tool_call(tool, {}, Session.in_memory()) is None
+        assert sorted((project / "fired.log").read_text().split()) == aliases, tool
+    told = [event["tool_name"] for event in events(project / "told.jsonl")]
+    assert told == ["Bash", "Read", "Write", "Edit", "Grep", "Glob", "Task", "Bash", "web_fetch"]
