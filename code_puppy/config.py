@@ -35,7 +35,7 @@ from code_puppy.errors import ConfigError as ConfigError
 from code_puppy.paths import config_dir as config_dir
 from code_puppy.paths import data_dir as data_dir
 from code_puppy.paths import find_project_root as find_project_root
-from code_puppy.trust import PROJECT_CONFIG, ProjectTrust, project_trust
+from code_puppy.trust import CHECKPOINT_IGNORE, PROJECT_CONFIG, ProjectTrust, project_trust
 
 PermissionMode = Literal["ask", "accept-edits", "auto", "yolo", "read-only"]
 CompactionKind = Literal["tiered", "summarize", "sliding", "off"]
@@ -364,10 +364,11 @@ _MCP_JSON_KEYS = frozenset(McpServerConfig.model_fields) - {"enabled"}
 def load_settings(project_root: Path) -> Settings:
     """Read and validate the user config, then the project's MCP files and config on top of it.
 
-    A project's own files count only as far as the user trusts them (`code_puppy.trust`): its `.mcp.json`/`mcp.json`
-    and every key of its config.toml outside `PROJECT_KEYS_WITHOUT_TRUST` wait for `code-puppy trust` and for their
-    content to stay what was trusted; until then they are ignored with a one-line note naming them. The ignored keys
-    are still validated, so a typo is an error whether or not the project is trusted.
+    A project's own files count only as far as the user trusts them (`code_puppy.trust`): its `.mcp.json`/`mcp.json`,
+    its `.code-puppy/checkpointignore` (which the checkpoints read) and every key of its config.toml outside
+    `PROJECT_KEYS_WITHOUT_TRUST` wait for `code-puppy trust` and for their content to stay what was trusted; until then
+    they are ignored with a one-line note naming them. The ignored keys are still validated, so a typo is an error
+    whether or not the project is trusted.
     """
     trust = project_trust(project_root)
     layers: list[tuple[Path, dict[str, Any]]] = []
@@ -388,6 +389,8 @@ def load_settings(project_root: Path) -> Settings:
             _validated([*layers, (project_file, data)])
             data, ignored[PROJECT_CONFIG] = _without_trust(data)
         layers.append((project_file, data))
+    if (project_root / CHECKPOINT_IGNORE).is_file() and not trust.trusts(CHECKPOINT_IGNORE):
+        ignored[CHECKPOINT_IGNORE] = [CHECKPOINT_IGNORE]  # the checkpoints read it themselves, only once trusted
     _note_ignored(trust, {name: what for name, what in ignored.items() if what})
     return _validated(layers)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -25,7 +26,9 @@ from code_puppy.paths import config_dir, in_worktrees, write_json
 
 TRUSTED_PROJECTS_FILE = "trusted_projects.json"
 PROJECT_CONFIG = ".code-puppy/config.toml"
-COVERED_FILES = (PROJECT_CONFIG, ".mcp.json", "mcp.json")
+CHECKPOINT_IGNORE = ".code-puppy/checkpointignore"
+"""More paths to leave out of checkpoints, in `.gitignore` syntax: with `*` it would switch them off."""
+COVERED_FILES = (PROJECT_CONFIG, ".mcp.json", "mcp.json", CHECKPOINT_IGNORE)
 """Project files whose content trust records (relative to the project root, `/`-separated)."""
 COVERED_GLOBS = (".claude/settings*.json",)
 """Patterns of further covered files: other agents' settings, recorded so that a reader of them can rely on trust."""
@@ -70,26 +73,39 @@ def project_trust(project_root: Path) -> ProjectTrust:
     entry = _entry(project_root)
     if entry is None:
         return ProjectTrust(listed=False, hashed=False, recorded=frozenset(), untrusted_files=frozenset())
-    files: Any = cast(dict[str, Any], entry).get("files") if isinstance(entry, dict) else None
-    hashes = cast(dict[str, Any], files) if isinstance(files, dict) else {}
-    untrusted = {name for name, digest in covered_files(project_root).items() if hashes.get(name) != digest}
+    hashes = _hashes(entry)
+    untrusted = {name for name, digest in covered_files(project_root).items() if (hashes or {}).get(name) != digest}
     return ProjectTrust(
-        listed=True, hashed=isinstance(files, dict), recorded=frozenset(hashes), untrusted_files=frozenset(untrusted)
+        listed=True,
+        hashed=hashes is not None,
+        recorded=frozenset(hashes or {}),
+        untrusted_files=frozenset(untrusted),
     )
 
 
-def plugins_trust(project_root: Path) -> PluginsTrust:
-    """Whether the project's plugins folder is trusted as it is now, was trusted with other content, or never was."""
+def trusted_content(project_root: Path, relative: str, content: bytes) -> bool:
+    """Whether `content` is what trust recorded for the covered file `relative`: for a reader that applies the bytes
+    it read only if so, so that the file cannot change between the check and the use."""
+    return (_hashes(_entry(project_root)) or {}).get(relative) == hashlib.sha256(content).hexdigest()
+
+
+def plugins_trust(project_root: Path, files: Mapping[str, bytes]) -> PluginsTrust:
+    """Whether the project's plugins folder, read as `files` (`plugins_files`), is trusted, was trusted with other
+    content, or never was."""
     entry = _entry(project_root)
     if not isinstance(entry, dict) or "plugins_sha256" not in entry:
         return "untrusted"
-    return "trusted" if entry["plugins_sha256"] == plugins_digest(project_root) else "changed"
+    return "trusted" if entry["plugins_sha256"] == plugins_digest(files) else "changed"
 
 
 def trust_project(project_root: Path) -> dict[str, Any]:
     """Trust the project's covered files and plugins folder as they are now; returns the entry recorded."""
     root = project_root.resolve()
-    entry: dict[str, Any] = {"path": str(root), "files": covered_files(root), "plugins_sha256": plugins_digest(root)}
+    entry: dict[str, Any] = {
+        "path": str(root),
+        "files": covered_files(root),
+        "plugins_sha256": plugins_digest(plugins_files(root)),
+    }
     write_json(trust_file(), [*(other for other in _entries() if _path_of(other) != root), entry])
     return entry
 
@@ -108,14 +124,20 @@ def covered_files(project_root: Path) -> dict[str, str]:
     return hashes
 
 
-def plugins_digest(project_root: Path) -> str:
-    """SHA-256 over the plugins folder's files (relative paths and contents; bytecode caches left out)."""
+def plugins_files(project_root: Path) -> dict[str, bytes]:
+    """The plugins folder's files, each content by `/`-separated relative path, in the digest's order. Bytecode
+    caches are left out: plugins are compiled from these bytes (`code_puppy.plugins.hashed`), never from bytecode."""
     folder = project_plugins_dir(project_root)
-    digest = hashlib.sha256()
     files = sorted(p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.relative_to(folder).parts)
-    for file in files:
-        digest.update(file.relative_to(folder).as_posix().encode() + b"\0")
-        digest.update(hashlib.sha256(file.read_bytes()).digest())
+    return {file.relative_to(folder).as_posix(): file.read_bytes() for file in files}
+
+
+def plugins_digest(files: Mapping[str, bytes]) -> str:
+    """SHA-256 over the plugins folder's files (`plugins_files`): their relative paths and contents."""
+    digest = hashlib.sha256()
+    for relative, content in files.items():
+        digest.update(relative.encode() + b"\0")
+        digest.update(hashlib.sha256(content).digest())
     return digest.hexdigest()
 
 
@@ -130,6 +152,12 @@ def _entries() -> list[Any]:
     except (OSError, ValueError):
         return []
     return listed if isinstance(listed, list) else []  # pyright: ignore[reportUnknownVariableType]
+
+
+def _hashes(entry: Any) -> dict[str, Any] | None:
+    """The file hashes an entry recorded; None for an entry from before they were recorded, or no entry."""
+    files: Any = cast(dict[str, Any], entry).get("files") if isinstance(entry, dict) else None
+    return cast(dict[str, Any], files) if isinstance(files, dict) else None
 
 
 def _path_of(entry: Any) -> Path | None:

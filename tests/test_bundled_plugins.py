@@ -243,3 +243,28 @@ def test_the_wheel_ships_the_bundled_plugins_inside_the_package(tmp_path: Path, 
         ["shell_hooks", "bundled", "yes"],
         ["verify_loop", "bundled", "yes"],
     ]
+
+
+def test_a_pre_tool_use_hook_that_crashes_blocks_nothing_and_says_so_in_one_line(
+    server: Any, code_puppy_home: Path, project: Path
+) -> None:
+    configure(
+        code_puppy_home,
+        "[[plugins.shell_hooks.PreToolUse]]\nmatcher = 'shell'\n"
+        "hooks = [{ command = '''\necho 'looking' >&2\necho 'half way' >&2\nexit 1\n''' }]\n",
+    )
+    (project / ".claude").mkdir()
+    (project / ".claude" / "crash.py").write_text("import json, sys\nevent = json.load(sys.stdin)\nevent['nope']\n")
+    hooks = [{"type": "command", "command": "python3 .claude/crash.py"}]
+    settings = {"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": hooks}]}}
+    (project / ".claude" / "settings.json").write_text(json.dumps(settings))
+    assert run_cli("trust", cwd=project).returncode == 0
+    server.script(tool_calls(call("shell", {"command": "echo ran > ran.txt"})), text("done"))
+    completed = run_cli("-p", "go", "--permission-mode", "yolo", cwd=project)
+    assert (completed.returncode, completed.stdout) == (0, "done\n")
+    assert [line for line in completed.stderr.splitlines() if line.startswith("code-puppy")] == [
+        "code-puppy: shell_hooks: PreToolUse hook `echo 'looking' >&2 echo 'half way' >&2 exit 1` exited 1: half way",
+        "code-puppy: shell_hooks: PreToolUse hook `python3 .claude/crash.py` exited 1: KeyError: 'nope'",
+    ]
+    assert (project / "ran.txt").read_text() == "ran\n"
+    assert not tool_messages(server.requests[1].body)[0].startswith("Blocked")

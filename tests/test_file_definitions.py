@@ -283,6 +283,29 @@ def test_an_untrusted_projects_claude_hooks_do_not_run(server: FakeLLMServer, cl
     )
 
 
+def test_claude_hooks_changed_or_added_after_trust_do_not_run_and_say_so(
+    server: FakeLLMServer, claude_project: Path
+) -> None:
+    with_claude_hooks(claude_project)
+    assert run_cli("trust", cwd=claude_project).returncode == 0
+    settings = claude_project / ".claude" / "settings.json"
+    changed = json.loads(settings.read_text())
+    changed["hooks"]["PreToolUse"][0]["hooks"].append({"type": "command", "command": "touch pre.ran"})
+    settings.write_text(json.dumps(changed))
+    local = {"hooks": {"PreToolUse": [{"hooks": [{"type": "command", "command": "touch local.ran"}]}]}}
+    (claude_project / ".claude" / "settings.local.json").write_text(json.dumps(local))
+    server.script(tool_calls(call("write_file", {"path": "notes.txt", "content": "hi"})), text("Done."))
+    completed = run_cli("-p", "write", "--permission-mode", "yolo", cwd=claude_project)
+    assert (completed.returncode, (claude_project / "notes.txt").read_text()) == (0, "hi")
+    assert [line for line in completed.stderr.splitlines() if line.startswith("code-puppy: note")] == [
+        "code-puppy: note: .claude/settings.json: its hooks do not run: .claude/settings.json changed since you "
+        "trusted this project (`code-puppy trust`)",
+        "code-puppy: note: .claude/settings.local.json: its hooks do not run: .claude/settings.local.json appeared "
+        "since you trusted this project (`code-puppy trust`)",
+    ]
+    assert [name for name in ("edited.log", "pre.ran", "local.ran") if (claude_project / name).exists()] == []
+
+
 PLAN = [
     {"id": "read", "content": "Read the code"},
     {"id": "fix", "content": "Fix the bug", "status": "in_progress", "active_form": "Fixing the bug"},

@@ -14,6 +14,7 @@ from code_puppy.plugins.host import PluginHost
 from code_puppy.trust import (
     TRUSTED_PROJECTS_FILE,
     plugins_digest,
+    plugins_files,
     plugins_trust,
     project_plugins_dir,
     project_trust,
@@ -159,13 +160,43 @@ def test_project_plugins_run_only_while_their_trusted_content_is_unchanged(
     assert "They changed since you trusted them." in questions[0]
     assert status() == ("enabled", "")  # the answer was recorded
 
+    def edits_while_asking(question: str) -> bool:
+        plugin.write_text("import code_puppy  # edited while the user read the question\n")
+        return True
+
+    plugin.write_text("import code_puppy  # changed again\n")
+    assert status(ask=edits_while_asking)[0] == "changed"  # the content read for the question is not what was trusted
+    assert status() == ("enabled", "")  # the content on disk now is
+
+
+async def test_a_project_plugin_runs_what_trust_hashed_even_once_its_files_change(
+    code_puppy_home: Path, project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ORDER_LOG", str(tmp_path / "order.log"))
+    folder = project_plugins_dir(project)
+    write(
+        folder / "pkg" / "__init__.py",
+        "import code_puppy\n\n@code_puppy.hookimpl\ndef startup():\n    from . import later\n",
+    )
+    later = write(
+        folder / "pkg" / "later.py",
+        "import os\nwith open(os.environ['ORDER_LOG'], 'a') as log:\n    log.write('as hashed\\n')\n",
+    )
+    trust_project(project)
+    host = load_plugins(Settings(), project, stderr=io.StringIO())
+    later.write_text(later.read_text().replace("as hashed", "as changed"))  # after the check, before the import
+    await host.startup(Settings())
+    assert (tmp_path / "order.log").read_text() == "as hashed\n"
+
 
 def test_trust_file_keeps_old_entries_and_records_the_plugins_hash(code_puppy_home: Path, project: Path) -> None:
     other = project.parent / "other"
     other.mkdir()
     (code_puppy_home / TRUSTED_PROJECTS_FILE).write_text(json.dumps([str(project), str(other)]))
     assert project_trust(project).listed and project_trust(other).listed
-    assert plugins_trust(project) == "untrusted"  # a plain path trusts the config, not plugin code
+    assert (
+        plugins_trust(project, plugins_files(project)) == "untrusted"
+    )  # a plain path trusts the config, not plugin code
     write(project_plugins_dir(project) / "p.py", "x = 1\n")
     entry = trust_project(project)
     entries = json.loads((code_puppy_home / TRUSTED_PROJECTS_FILE).read_text())
@@ -173,11 +204,11 @@ def test_trust_file_keeps_old_entries_and_records_the_plugins_hash(code_puppy_ho
         str(other),
         {"path": str(project.resolve()), "files": {}, "plugins_sha256": entry["plugins_sha256"]},
     ]
-    assert (project_trust(project).listed, plugins_trust(project)) == (True, "trusted")
+    assert (project_trust(project).listed, plugins_trust(project, plugins_files(project))) == (True, "trusted")
     write(project_plugins_dir(project) / "__pycache__" / "p.cpython-311.pyc", "bytecode")
-    assert plugins_digest(project) == entry["plugins_sha256"]
+    assert plugins_digest(plugins_files(project)) == entry["plugins_sha256"]
     write(project_plugins_dir(project) / "q.py", "")
-    assert plugins_trust(project) == "changed"
+    assert plugins_trust(project, plugins_files(project)) == "changed"
     assert not project_trust(project.parent).listed
 
 

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import py_compile
 import re
 from pathlib import Path
+from py_compile import PycInvalidationMode
 from typing import Any
+
+import pytest
 
 from tests.conftest import run_cli
 from tests.fake_llm import call, text, tool_calls
@@ -264,3 +269,74 @@ def test_an_installed_distribution_is_discovered_through_its_entry_point(
     assert run_cli("-p", "list", cwd=project, env=env).returncode == 0
     assert tool_messages(server.requests[1].body) == ["Blocked by plugin acme: acme policy says no"]
     assert ["acme", "entry point acme_module", "yes"] in table(run_cli("plugins", "list", cwd=project, env=env).stdout)
+
+
+MARKS = """
+import os
+
+
+def mark(what):
+    with open(os.environ["RECORD"], "a") as log:
+        log.write(what + "\\n")
+"""
+"""A module of a project plugin package that appends a line to $RECORD."""
+PLANTED = "import os\nopen(os.path.join(os.environ['PLANTED'], __name__), 'w').close()\n"
+"""The source of the bytecode an attacker ships: leaves a file named after the module in $PLANTED."""
+
+
+@pytest.mark.parametrize("shipped", [True, False], ids=["bytecode-shipped", "clean"])
+def test_a_trusted_project_plugin_runs_its_source_and_no_bytecode_read_or_written(
+    server: Any, project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shipped: bool
+) -> None:
+    monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)  # as for most users: Python writes bytecode
+    folder = project / ".code-puppy" / "plugins"
+    sources = [
+        write(folder / "p.py", "import os\nwith open(os.environ['RECORD'], 'a') as log:\n    log.write('p\\n')\n"),
+        write(
+            folder / "pkg" / "__init__.py",
+            "import code_puppy\nfrom .helper import mark\nmark('pkg')\n\n"
+            "@code_puppy.hookimpl\ndef pre_tool_call():\n    from . import lazy  # imported only now\n",
+        ),
+        write(folder / "pkg" / "helper.py", MARKS),
+        write(folder / "pkg" / "lazy.py", "from .helper import mark\nmark('lazy')\n"),
+    ]
+    planted = tmp_path / "planted"
+    planted.mkdir()
+    if shipped:
+        evil = write(tmp_path / "evil.py", PLANTED)
+        for source in sources:  # what `git clone` of a hostile repository leaves: unchecked, so never compared
+            py_compile.compile(
+                str(evil),
+                importlib.util.cache_from_source(str(source)),
+                invalidation_mode=PycInvalidationMode.UNCHECKED_HASH,
+            )
+    bytecode = sorted(folder.rglob("*.pyc"))
+    assert len(bytecode) == (4 if shipped else 0)
+    assert run_cli("plugins", "trust", cwd=project).returncode == 0
+    server.script(tool_calls(call("list_files", {})), text("done"))
+    log = tmp_path / "record.log"
+    completed = run_cli("-p", "go", cwd=project, env={"RECORD": str(log), "PLANTED": str(planted)})
+    assert (completed.returncode, completed.stdout) == (0, "done\n")
+    assert [line for line in completed.stderr.splitlines() if line.startswith("code-puppy")] == []
+    assert log.read_text().split() == ["p", "pkg", "lazy"]
+    assert list(planted.iterdir()) == []
+    assert sorted(folder.rglob("*.pyc")) == bytecode  # nothing written into the project
+
+
+def test_a_plugin_package_behind_a_symlinked_folder_does_not_run(server: Any, project: Path, tmp_path: Path) -> None:
+    vendored = write(project / "vendor" / "pkg" / "__init__.py", "x = 1\n")
+    folder = project / ".code-puppy" / "plugins"
+    folder.mkdir(parents=True)
+    (folder / "pkg").symlink_to(Path("..", "..", "vendor", "pkg"))
+    assert run_cli("plugins", "trust", cwd=project).returncode == 0
+    vendored.write_text(PLANTED)  # a `git pull` changed it: outside the folder, so the digest is unchanged
+    planted = tmp_path / "planted"
+    planted.mkdir()
+    server.script(text("done"))
+    completed = run_cli("-p", "go", cwd=project, env={"PLANTED": str(planted)})
+    assert (completed.returncode, completed.stdout) == (0, "done\n")
+    assert completed.stderr.splitlines() == [
+        f"code-puppy: plugin pkg: cannot be loaded from {folder / 'pkg'}: ImportError: pkg/__init__.py is not among "
+        "the files trust hashed (trust does not look inside a symlinked folder)"
+    ]
+    assert list(planted.iterdir()) == []

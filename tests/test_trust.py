@@ -2,16 +2,29 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import shutil
 import stat
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from code_puppy.config import ConfigError, HistoryConfig, Settings, load_settings
-from code_puppy.trust import TRUSTED_PROJECTS_FILE, plugins_trust, project_plugins_dir, project_trust, trust_project
+from code_puppy.trust import (
+    PROJECT_CONFIG,
+    TRUSTED_PROJECTS_FILE,
+    plugins_digest,
+    plugins_files,
+    plugins_trust,
+    project_plugins_dir,
+    project_trust,
+    trust_project,
+)
 from tests.conftest import run_cli
 from tests.fake_llm import call, text, tool_calls
 from tests.mcp_servers.echo_server import __file__ as ECHO_SERVER
@@ -134,7 +147,7 @@ def test_old_entries_keep_the_project_and_its_plugins_but_not_its_config_files(
             f"code-puppy), so code-puppy ignores its [permissions] {RETRUST}\n"
         )
         assert project_trust(project).listed
-    assert plugins_trust(project) == "trusted"
+    assert plugins_trust(project, plugins_files(project)) == "trusted"
     assert run_cli("trust", cwd=project).returncode == 0
     assert load_settings(project).permissions.mode == "yolo"
 
@@ -229,3 +242,100 @@ def test_a_headless_accept_edits_run_cannot_rewrite_a_trusted_projects_config(
         False,
         "fine",
     )
+
+
+def test_an_untrusted_checkpointignore_is_not_applied_and_says_so(server: Any, project: Path) -> None:
+    write(project / ".code-puppy" / "checkpointignore", "*\n")  # would leave every file out: no checkpoints
+    server.script(
+        tool_calls(call("write_file", {"path": "first.txt", "content": "1\n"})),
+        text("done"),
+        tool_calls(call("write_file", {"path": "second.txt", "content": "2\n"})),
+        text("done"),
+    )
+
+    def checkpointed() -> list[list[str]]:
+        """The files of each checkpoint of the latest session."""
+        listed = json.loads(run_cli("checkpoints", "--output-format", "json", cwd=project).stdout)["checkpoints"]
+        return [[file["path"] for file in item["files"]] for item in listed]
+
+    untrusted = run_cli("-p", "go", "--permission-mode", "yolo", cwd=project)
+    assert (untrusted.returncode, untrusted.stdout) == (0, "done\n")
+    assert [line for line in untrusted.stderr.splitlines() if line.startswith("code-puppy")] == [
+        "code-puppy: note: this project is not trusted, so code-puppy ignores its .code-puppy/checkpointignore "
+        "(run `code-puppy trust` in the project to trust it)"
+    ]
+    assert checkpointed() == [["first.txt"]]
+    assert run_cli("trust", cwd=project).returncode == 0
+    trusted = run_cli("-p", "go", "--permission-mode", "yolo", cwd=project)
+    assert (trusted.returncode, [line for line in trusted.stderr.splitlines() if line.startswith("code-puppy")]) == (
+        0,
+        [],
+    )
+    assert (project / "second.txt").is_file() and checkpointed() == []  # this session's: the `*` applies now
+
+
+def test_a_submodule_does_not_inherit_its_repositorys_trust(tmp_path: Path) -> None:
+    def git(*args: str, cwd: Path) -> None:
+        subprocess.run(["git", "-c", "protocol.file.allow=always", *args], cwd=cwd, check=True, capture_output=True)
+
+    config = "model = 'openai:m'\n[permissions]\nmode = 'yolo'\n"
+    library, repository = tmp_path / "library", tmp_path / "repository"
+    for root in (library, repository):
+        write(root / ".code-puppy" / "config.toml", config)  # the same content: the same hash trust records
+        git("init", "-q", cwd=root)
+        git("add", ".", cwd=root)
+        git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init", cwd=root)
+    # Three levels down, where a worktree of `code-puppy -w` (REPO/.code-puppy/worktrees/NAME) would be.
+    git("submodule", "add", "-q", str(library), "vendor/libs/library", cwd=repository)
+    submodule = repository / "vendor" / "libs" / "library"
+    assert (submodule / ".git").is_file()
+    assert run_cli("trust", cwd=repository).returncode == 0
+    assert run_cli("mcp", "list", cwd=repository).stderr == ""
+    assert run_cli("mcp", "list", cwd=submodule).stderr == (
+        "code-puppy: note: this project is not trusted, so code-puppy ignores its [permissions] "
+        "(run `code-puppy trust` in the project to trust it)\n"
+    )
+
+
+def test_trust_entries_name_the_project_however_written_and_the_newest_one_counts(
+    code_puppy_home: Path, project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = write(project / ".code-puppy" / "config.toml", "model = 'openai:m'\n")
+    trust_file = code_puppy_home / TRUSTED_PROJECTS_FILE
+    current = {PROJECT_CONFIG: hashlib.sha256(config.read_bytes()).hexdigest()}
+    stale = {PROJECT_CONFIG: hashlib.sha256(b"model = 'openai:other'\n").hexdigest()}
+
+    def trusted(*entries: object) -> tuple[bool, bool, str]:
+        trust_file.write_text(json.dumps(entries))
+        trust = project_trust(project)
+        return trust.listed, trust.trusts(PROJECT_CONFIG), plugins_trust(project, plugins_files(project))
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "link").symlink_to(project)
+    for spelling in ("~/project", str(tmp_path / "link"), str(project / "sub" / "..")):
+        assert trusted(5, None, {"path": 5}, {"path": spelling, "files": current}) == (True, True, "untrusted")
+    assert trusted({"path": str(project), "files": stale}, {"path": str(project), "files": current})[1]
+    assert not trusted({"path": str(project), "files": current}, {"path": str(project), "files": stale})[1]
+    assert trusted({"path": str(project), "files": ["not", "hashes"]}) == (True, False, "untrusted")
+    assert trusted({"path": str(project.parent)}, {"path": str(project / "sub")})[0] is False
+
+
+def test_the_plugins_digest_is_over_each_relative_path_and_content_hash(project: Path) -> None:
+    write(project_plugins_dir(project) / "b" / "__init__.py", "y")
+    write(project_plugins_dir(project) / "a.py", "x")
+    files = plugins_files(project)
+    assert files == {"a.py": b"x", "b/__init__.py": b"y"}
+    expected = hashlib.sha256()
+    for name, content in ((b"a.py", b"x"), (b"b/__init__.py", b"y")):  # the format trusted_projects.json holds
+        expected.update(name + b"\0" + hashlib.sha256(content).digest())
+    assert plugins_digest(files) == expected.hexdigest()
+
+
+def test_a_project_two_levels_below_the_root_has_a_trust_of_its_own() -> None:
+    project = Path(tempfile.mkdtemp(prefix="code-puppy-test-", dir="/tmp"))  # /tmp/NAME: no grandparent's parent
+    try:
+        assert not project_trust(project).listed
+        trust_project(project)
+        assert project_trust(project).listed
+    finally:
+        shutil.rmtree(project)

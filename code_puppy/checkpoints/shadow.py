@@ -9,7 +9,8 @@ A snapshot is one `git status` walk (the persistent index, split so that each wr
 it lists changes, the changed files are stored and put into the index, `git write-tree`, and a commit of the tree, so
 every snapshot stays reachable (`gc.auto=0` besides, and nothing is ever pruned). Directories `.gitignore` ignores as
 a whole (`node_modules/`) are left out; smaller ignored files (`.env`) are kept, unless `.code-puppy/checkpointignore`
-names them; files over `max_file_mb` are skipped and listed. git stores a symlink as a link, never what it points to.
+names them (only while the user trusts its content: `code_puppy.trust`); files over `max_file_mb` are skipped and
+listed. git stores a symlink as a link, never what it points to.
 
 On Linux a folder watcher (`watch.py`) can prove that nothing a snapshot covers changed since its walk began: the
 snapshot before a tool call is then the latest one (`unchanged`), with no walk. The snapshot after a call always walks.
@@ -32,6 +33,7 @@ from stat import S_ISDIR, S_ISLNK, S_ISREG, S_IXUSR
 
 from code_puppy.checkpoints.watch import Watcher
 from code_puppy.paths import WORKTREES_DIR
+from code_puppy.trust import CHECKPOINT_IGNORE, trusted_content
 
 Entry = tuple[str, str]
 """A file as git stores it: its mode (`100644`, `100755`, `120000` for a symlink) and its blob id."""
@@ -40,8 +42,6 @@ Change = tuple[Entry | None, Entry | None]
 _FileStat = tuple[int, int, int] | None
 """A file's identity, size and time (None: there is none)."""
 
-CHECKPOINT_IGNORE = ".code-puppy/checkpointignore"
-"""More paths to leave out of snapshots, in `.gitignore` syntax."""
 LOCK_WAIT = 30.0
 """Seconds to wait for another process's snapshot or rewind before reporting it."""
 BULK_PATHS = 64
@@ -211,7 +211,7 @@ class ShadowRepo:
         # and would fail every snapshot from now on. Under our lock, no other git of ours can be using it.
         (self.directory / "code-puppy-index.lock").unlink(missing_ok=True)
         self._signature = self._clean = None  # until this snapshot is whole
-        self._write_excludes()
+        checkpoint_ignore = self._write_excludes()
         # Before the walk: what changed from now on raises an event the next `unchanged` reads.
         token = self._watcher.token() if self._watcher is not None else None
         outside = _ignore_files(self.root)
@@ -245,7 +245,7 @@ class ShadowRepo:
             elif kind == b"!":
                 path = record[2:].decode("utf-8", "surrogateescape")
                 (left_out if path.endswith("/") else ignored).append(path.rstrip("/"))
-        if ignored and (self.root / CHECKPOINT_IGNORE).is_file():
+        if ignored and checkpoint_ignore:
             excluded = self._checkpoint_ignored()
             ignored = [path for path in ignored if not _covered(path, excluded)]
         self.skipped = {path for path in self.skipped if (self.root / path).is_file()}
@@ -459,22 +459,28 @@ class ShadowRepo:
             self._trees[commit] = self.git("rev-parse", f"{commit}^{{tree}}").decode().strip()
         return commit, self._trees[commit]
 
-    def _write_excludes(self) -> None:
-        """`info/exclude`: the worktrees' folder and what `.code-puppy/checkpointignore` says, kept in step with it."""
-        source = self.root / CHECKPOINT_IGNORE
+    def _write_excludes(self) -> bool:
+        """`info/exclude`: the worktrees' folder and what `.code-puppy/checkpointignore` says, kept in step with it
+        while the user trusts its content (a repository's could switch checkpoints off); whether that applies."""
+        try:
+            content = (self.root / CHECKPOINT_IGNORE).read_bytes()
+        except OSError:
+            content = b""
+        applied = content if content and trusted_content(self.root, CHECKPOINT_IGNORE, content) else b""
         # Worktrees are projects of their own, with their own checkpoints.
-        wanted = f"/{WORKTREES_DIR}/\n" + (source.read_text(errors="replace") if source.is_file() else "")
+        wanted = f"/{WORKTREES_DIR}/\n".encode() + applied
         exclude = self.directory / "info" / "exclude"
-        current = exclude.read_text(errors="replace") if exclude.is_file() else ""
+        current = exclude.read_bytes() if exclude.is_file() else b""
         if current != wanted:
             exclude.parent.mkdir(exist_ok=True)
-            exclude.write_text(wanted)
+            exclude.write_bytes(wanted)
+        return bool(applied)
 
     def _checkpoint_ignored(self) -> list[str]:
-        """The untracked paths `.code-puppy/checkpointignore` names (directories with a trailing `/`)."""
-        listed = self.git(
-            "ls-files", "-z", "--others", "--ignored", "--directory", f"--exclude-from={self.root / CHECKPOINT_IGNORE}"
-        )
+        """The untracked paths `info/exclude` names (directories with a trailing `/`): what the checkpointignore said
+        when it was checked, not what it says now."""
+        exclude = self.directory / "info" / "exclude"
+        listed = self.git("ls-files", "-z", "--others", "--ignored", "--directory", f"--exclude-from={exclude}")
         return [item.decode("utf-8", "surrogateescape") for item in listed.split(b"\0") if item]
 
     def changes(self, before: str, after: str) -> dict[str, Change]:

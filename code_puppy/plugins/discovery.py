@@ -19,8 +19,9 @@ import code_puppy
 from code_puppy.config import Settings, config_dir
 from code_puppy.errors import one_line
 from code_puppy.plugins import ENTRY_POINT_GROUP
+from code_puppy.plugins.hashed import HashedFolder
 from code_puppy.plugins.host import Plugin, PluginHost
-from code_puppy.trust import plugins_trust, project_plugins_dir, trust_project
+from code_puppy.trust import plugins_files, plugins_trust, project_plugins_dir, trust_project
 
 AskTrust = Callable[[str], bool]
 """Asks the user a yes/no question; only the interactive chat has one, headless runs never ask."""
@@ -37,11 +38,12 @@ def load_plugins(
     """Find, import and register the plugins of `project_root`; `[plugins] disabled` ones, and bundled ones without
     a `[plugins.NAME]` table (they would do nothing), are listed, not imported."""
     host = PluginHost(project_dir=project_root, debug=debug, stderr=stderr)
+    project, hashed = _project_plugins(project_root, ask, host)
     found = [
         *plugins_in(bundled_plugins_dir(), "bundled"),
         *(Plugin(point.name, "entry point", point.value) for point in entry_points(group=ENTRY_POINT_GROUP)),
         *plugins_in(config_dir() / "plugins", "user"),
-        *_project_plugins(project_root, ask, host),
+        *project,
     ]
     active: dict[str, Plugin] = {}
     for plugin in found:
@@ -64,7 +66,7 @@ def load_plugins(
             plugin.status = "idle"  # a bundled plugin does nothing until its [plugins.NAME] table configures it
         elif plugin.status == "enabled":
             try:
-                plugin.namespace = _import(plugin)
+                plugin.namespace = _import(plugin, hashed)
             except Exception as exc:
                 plugin.status = "failed"
                 host.add(plugin)
@@ -117,13 +119,17 @@ def plugins_in(folder: Path | None, source: str) -> list[Plugin]:
     return found
 
 
-def _project_plugins(project_root: Path, ask: AskTrust | None, host: PluginHost) -> list[Plugin]:
-    """The project's plugins, enabled only when the user trusts the folder's current content (asking if possible)."""
+def _project_plugins(
+    project_root: Path, ask: AskTrust | None, host: PluginHost
+) -> tuple[list[Plugin], HashedFolder | None]:
+    """The project's plugins, enabled only when the user trusts the folder's current content (asking if possible),
+    and that content as read for the trust check, which is what they run from."""
     found = plugins_in(project_plugins_dir(project_root), "project")
     if not found:
-        return found
+        return found, None
     folder = project_plugins_dir(project_root)
-    trust = plugins_trust(project_root)
+    files = plugins_files(project_root)
+    trust = plugins_trust(project_root, files)
     names = ", ".join(plugin.name for plugin in found)
     if trust != "trusted" and ask is not None:
         changed = " They changed since you trusted them." if trust == "changed" else ""
@@ -132,9 +138,11 @@ def _project_plugins(project_root: Path, ask: AskTrust | None, host: PluginHost)
             "Trust the project as it is now (its plugins and config files) and run them?"
         ):
             trust_project(project_root)
-            trust = "trusted"
+            trust = plugins_trust(project_root, files)  # "changed" if the folder changed while the user was asked
     if trust == "trusted":
-        return found
+        hashed = HashedFolder(folder, files)
+        hashed.install()
+        return found, hashed
     if trust == "changed":
         host.note(
             f"not running the plugins in {folder} ({names}): they changed since you trusted them "
@@ -147,19 +155,25 @@ def _project_plugins(project_root: Path, ask: AskTrust | None, host: PluginHost)
         )
     for plugin in found:
         plugin.status = trust
-    return found
+    return found, None
 
 
-def _import(plugin: Plugin) -> object:
-    """The plugin's module (or an entry point's object), imported under a name of its own."""
+def _import(plugin: Plugin, hashed: HashedFolder | None) -> object:
+    """The plugin's module (or an entry point's object), imported under a name of its own; a project's plugin from
+    `hashed`, the trusted content of its folder."""
     if plugin.source == "entry point":
         return EntryPoint(plugin.name, plugin.location, ENTRY_POINT_GROUP).load()
     path = Path(plugin.location)
     package = path.is_dir()
+    file = path / "__init__.py" if package else path
     name = re.sub(r"\W", "_", f"code_puppy_plugin_{plugin.source}_{plugin.name}")
-    spec = importlib.util.spec_from_file_location(
-        name, path / "__init__.py" if package else path, submodule_search_locations=[str(path)] if package else None
-    )
+    if plugin.source == "project":
+        assert hashed is not None  # project plugins are imported only once trusted
+        spec = hashed.spec(name, file.relative_to(hashed.folder).as_posix())
+    else:
+        spec = importlib.util.spec_from_file_location(
+            name, file, submodule_search_locations=[str(path)] if package else None
+        )
     assert spec is not None and spec.loader is not None  # a .py file always has a source loader
     module = importlib.util.module_from_spec(spec)
     for loaded in [loaded for loaded in sys.modules if loaded.startswith(f"{name}.")]:

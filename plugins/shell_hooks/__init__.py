@@ -21,8 +21,8 @@ Exit 0 lets things go on (UserPromptSubmit: stdout is added to the prompt as con
 the reason: PreToolUse blocks the call and the model is told, UserPromptSubmit blocks the prompt, Stop sends the
 reason to the model as a follow-up prompt, PostToolUse shows it to the user (the call already ran). Exit 0 with
 `{"decision": "block", "reason": …}` on stdout blocks the same way, as does PreToolUse's
-`{"hookSpecificOutput": {"permissionDecision": "deny", "permissionDecisionReason": …}}`. Any other exit code or a
-timeout (default 60 s) is reported in one line and changes nothing.
+`{"hookSpecificOutput": {"permissionDecision": "deny", "permissionDecisionReason": …}}`. Any other exit code (a crash)
+or a timeout (default 60 s) is reported in one line, with the last line of stderr, and blocks nothing.
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ async def user_prompt_submit(prompt: str, session: Any) -> str | None:
             raise code_puppy.PromptBlocked(reason)
         if done.returncode == 0 and done.stdout.strip():
             output = _json(done.stdout)
-            extra = output.get("hookSpecificOutput", {}).get("additionalContext") if output else done.stdout
+            extra = output.get("hookSpecificOutput", {}).get("additionalContext") if output is not None else done.stdout
             if isinstance(extra, str) and extra.strip():
                 context.append(extra.strip())
     return "\n\n".join([prompt, *context]) if context else None
@@ -185,8 +185,9 @@ async def _run(
         if done.returncode is None:
             _report(event_name, command.command, f"timed out after {command.timeout:g}s")
         elif done.returncode not in (0, 2):
-            first = done.stderr.strip().splitlines()[0] if done.stderr.strip() else "no output"
-            _report(event_name, command.command, f"exited {done.returncode}: {first}")
+            # A crash's last line says what went wrong (a Python traceback's first says nothing).
+            last = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "no output"
+            _report(event_name, command.command, f"exited {done.returncode}: {last}")
     return [(command.command, done) for command, done in results]
 
 
@@ -312,4 +313,5 @@ def _json(text: str) -> dict[str, Any] | None:
 
 
 def _report(event_name: str, command: str, what: str) -> None:
-    print(f"code-puppy: shell_hooks: {event_name} hook `{command}` {what}", file=sys.stderr, flush=True)
+    shown = " ".join(command.split())  # a multi-line command on one line too
+    print(f"code-puppy: shell_hooks: {event_name} hook `{shown}` {what}", file=sys.stderr, flush=True)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from code_puppy.checkpoints.shadow import ShadowRepo, write_file
+from code_puppy.trust import trust_project
 
 
 @pytest.fixture
@@ -46,11 +47,20 @@ def test_checkpointignore_and_the_size_limit_leave_files_out_and_list_the_big_on
     (project / "data" / "set.csv").write_text("1,2\n")
     (project / "key.secret").write_text("k\n")
     (project / "big.bin").write_bytes(b"x" * (1024 * 1024 + 1))
+    trust_project(project)  # the checkpointignore is project config: it applies only as trusted
 
     tree = shadow.snapshot()
 
     assert files_in(shadow, tree) == [".code-puppy/checkpointignore", ".gitignore", "README.md"]
     assert shadow.skipped == {"big.bin"}
+    (project / ".code-puppy" / "checkpointignore").write_text("*\n")  # changed since trusted: ignored
+    assert files_in(shadow, shadow.snapshot()) == [
+        ".code-puppy/checkpointignore",
+        ".gitignore",
+        "README.md",
+        "data/set.csv",
+        "key.secret",
+    ]
 
 
 def test_the_projects_own_git_state_is_never_touched(repo: Path, shadow: ShadowRepo) -> None:

@@ -13,6 +13,7 @@ import pytest
 from code_puppy.agents.checkpoints import Checkpoints
 from code_puppy.checkpoints import watch
 from code_puppy.checkpoints.shadow import ShadowRepo
+from code_puppy.trust import trust_project
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify is Linux's")
 
@@ -193,6 +194,7 @@ async def test_a_checkpointignore_change_in_a_folder_git_ignores_is_seen(project
     (project / "private").mkdir()
     (project / "private" / "notes.txt").write_text("the user's\n")
     (project / ".gitignore").write_text("node_modules/\nbuild/\n.code-puppy/\n")  # its folder: not watched
+    trust_project(project)
     turn = Turn(shadow)
     await turn.call(lambda: None)
     assert await turn.call(lambda: None) == 0
