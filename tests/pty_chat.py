@@ -41,8 +41,10 @@ class PtyChat:
     def text(self) -> str:
         return "\n".join(line.rstrip() for line in self.screen.display)
 
-    def wait_for(self, what: str | Callable[[str], bool], timeout: float = 15) -> str:
-        """Read output until the screen shows `what` (or satisfies it); the screen's text."""
+    def wait_for(self, what: str | Callable[[str], bool], timeout: float = 60) -> str:
+        """Read output until the screen shows `what` (or satisfies it); the screen's text. The wait is long because a
+        loaded machine (CI on two cores running tests in parallel) can take many seconds to start the chat: it bounds
+        only how long a failing test takes, never what a passing one sees."""
         check = (lambda text: what in text) if isinstance(what, str) else what
         deadline = time.monotonic() + timeout
         while True:
@@ -57,7 +59,7 @@ class PtyChat:
             if time.monotonic() > deadline:
                 raise AssertionError(f"timed out waiting for {what!r}; screen:\n{self.text}")
 
-    def wait_turn(self, text: str, timeout: float = 15) -> str:
+    def wait_turn(self, text: str, timeout: float = 60) -> str:
         """Wait until `text` is on the screen and the turn is over (the toolbar shows the idle keys again)."""
         return self.wait_for(lambda screen: text in screen and IDLE_KEYS in screen, timeout)
 
@@ -77,7 +79,7 @@ class PtyChat:
         row = self.row_of(text)
         return self.screen.buffer[row][self.screen.display[row].index(text)].fg
 
-    def wait_exit(self, timeout: float = 15) -> int:
+    def wait_exit(self, timeout: float = 60) -> int:
         """Read output until the process ends; its exit status."""
         deadline = time.monotonic() + timeout
         while True:
