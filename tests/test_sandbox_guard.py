@@ -73,7 +73,7 @@ def test_a_git_folder_swapped_for_a_link_is_moved_back_and_nothing_is_written_th
         return
     assert completed.stdout == "swapped\n", completed.stderr
     (note,) = notes
-    assert f"A command replaced .git; what took its place is in {code_puppy_home}" in note
+    assert f"A command replaced .git. The changed versions are in {code_puppy_home}" in note
     assert f"The sandbox moved .git back from {git_repo / '.git-real'}: commands may not rename it." in note
     assert ("The sandbox put back .git/config: " in note) == (planted == "during")
 
@@ -254,3 +254,14 @@ def test_a_git_folder_made_after_the_first_command_is_guarded_from_then_on(mecha
         sandbox.close()
     assert not (project / ".git" / "commondir").exists()
     assert note is not None and note.startswith("The sandbox put back .git/commondir: ")
+
+
+def test_the_put_back_goes_on_when_what_it_removes_cannot_be_kept(code_puppy_home: Path, git_repo: Path) -> None:
+    use("landlock", code_puppy_home)
+    (code_puppy_home / "sandbox-put-back").write_text("a file where the folder would go\n")
+    completed = sandboxed(git_repo, "echo '[permissions]' >> .code-puppy/config.toml")
+    assert (git_repo / ".code-puppy" / "config.toml").read_text() == "# the project's config\n"
+    (note,) = [line for line in completed.stderr.splitlines() if line.startswith("code-puppy: sandbox:")]
+    assert note.endswith(
+        f"The changed versions could not be kept ({code_puppy_home / 'sandbox-put-back'} cannot be written)."
+    )

@@ -82,7 +82,7 @@ class ProtectedFiles:
             return " ".join(notes) or None
         backup = _backup()
         for path in changed:
-            if path in now:
+            if path in now and backup is not None:
                 _write_aside(backup / self._name(path), now[path])
         failed: list[str] = []
         for path in sorted((path for path in changed if path in now), reverse=True):  # children before parents
@@ -98,7 +98,7 @@ class ProtectedFiles:
         names = ", ".join(self._name(path) for path in changed)
         notes.append(
             f"The sandbox put back {names}: commands may not change the files that configure code-puppy, other agents "
-            f"or git. The changed versions are in {backup}."
+            f"or git. {_kept(backup)}"
         )
         return " ".join(notes) + (f" It could not put back: {', '.join(failed)}." if failed else "")
 
@@ -141,11 +141,11 @@ class ProtectedFiles:
                 if there is not None:
                     impostor: State = {}
                     _read(anchor.parent, anchor.path.name, anchor.path, impostor, self._skip)
-                    backup = _backup()
-                    for path, entry in sorted(impostor.items()):
-                        _write_aside(backup / self._name(path), entry)
+                    if (backup := _backup()) is not None:
+                        for path, entry in sorted(impostor.items()):
+                            _write_aside(backup / self._name(path), entry)
                     _remove(anchor.parent, anchor.path.name)
-                    notes.append(f"A command replaced {name}; what took its place is in {backup}.")
+                    notes.append(f"A command replaced {name}. {_kept(backup)}")
                 current = os.open("..", _DIRECTORY, dir_fd=anchor.fd)
                 try:
                     moved = os.stat(Path(where).name, dir_fd=current, follow_symlinks=False)
@@ -181,11 +181,20 @@ class ProtectedFiles:
         raise FileNotFoundError(2, "not guarded")
 
 
-def _backup() -> Path:
-    """A new folder for what one put-back removes."""
+def _backup() -> Path | None:
+    """A new folder for what one put-back removes; None when none can be made (a full disk): the put-back goes on."""
     folder = data_dir() / "sandbox-put-back"
-    folder.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=time.strftime("%Y%m%d-%H%M%S-"), dir=folder))
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=time.strftime("%Y%m%d-%H%M%S-"), dir=folder))
+    except OSError:
+        return None
+
+
+def _kept(backup: Path | None) -> str:
+    if backup is None:
+        return f"The changed versions could not be kept ({data_dir() / 'sandbox-put-back'} cannot be written)."
+    return f"The changed versions are in {backup}."
 
 
 def _walk(fd: int, names: Sequence[str]) -> int:
