@@ -78,11 +78,42 @@ REFUSED = [
     ("python -m pip install --user x", "`--user` (pip) installs into the user's site-packages, outside the project"),
     ("git status && git diff --output=/elsewhere/x", "`--output /elsewhere/x` points git outside the project"),
     ("cd /elsewhere && git diff --output=x", "`--output x` points git outside the project"),
-    ("git diff --output=$HOME/x", "`--output $HOME/x` points git outside the project"),
     ("git diff --output=link/x", "`--output link/x` points git outside the project"),
     ("git commit -m 'unterminated", "`git commit -m 'unterminated` cannot be parsed"),
 ]
 """(command, why it is refused); `link` in the project is a symlink to a folder outside it."""
+
+
+def expands(word: str) -> str:
+    return f"the shell expands `{word}` when the command runs, so it can hold any option"
+
+
+COMPUTED = [
+    "--out${NOPE}put=/elsewhere/x",
+    "${NOPE:---output=/elsewhere/x}",
+    "--output=$HOME/x",
+    '"--out${NOPE}put=/elsewhere/x"',
+    "--out$'put'=/elsewhere/x",
+    "--outpu?=/elsewhere/x",
+    "--outp*=/elsewhere/x",
+    "--outpu[t]=/elsewhere/x",
+    "--{output,stat}=/elsewhere/x",
+    "--output={a..b}",
+    "~-/x",
+    "~+",
+    "~2/x",
+    "src/*.py",
+]
+"""Words the shell computes when `git diff WORD` runs: whatever they hold, no allow-list entry covers them."""
+REFUSED += [(f"git diff {word}", expands(word)) for word in COMPUTED]
+REFUSED += [
+    ("pytest --base${X}temp=/elsewhere", expands("--base${X}temp=/elsewhere")),
+    ("ls $HOME", expands("$HOME")),  # `$` counts wherever it is
+    ("p?test --basetemp=..", expands("p?test")),  # a file named `pytest` makes it pytest
+    ("timeout 60 *", expands("*")),  # behind a prefix every word may be the command
+    ("python *.py", expands("*.py")),
+    ("cd s* && git diff --output=x", expands("s*")),
+]
 ALLOWED = [
     "grep -C 3 pattern src",
     "grep -rn -o foo .",
@@ -110,6 +141,16 @@ ALLOWED = [
     "ruff check --output-file=ruff.json .",
     "echo --output=/elsewhere/x",
     "cd sub && pytest -q",
+    "git log --format='%H ${x} *'",  # single quotes keep it literal
+    'git commit -m "plain words, no [expansion]"',
+    "git diff --output='$HOME/x'",  # a folder named `$HOME` in the project
+    r"git log --grep=\$x\*",
+    "git stash show stash@{0}",
+    "[ -f setup.py ] && pytest -q",
+    "cd ~ && ls",
+    "ls *.py",  # nothing checks an unknown program's arguments
+    "python script.py *.txt",
+    "python -m http.server 8000 --bind ?",
 ]
 
 
@@ -120,6 +161,29 @@ def policy(tmp_path: Path) -> PermissionPolicy:
     (tmp_path / "outside").mkdir()
     (root / "link").symlink_to(tmp_path / "outside")
     return PermissionPolicy(root.resolve(), mode="accept-edits", allow=["*"])
+
+
+LEAVING_AFTER_CD = [
+    ("sort --out=/elsewhere/x data.txt", "`--output /elsewhere/x` points sort outside the project"),
+    ("make --dir=/elsewhere", "`--directory /elsewhere` points make outside the project"),
+    ("cd sub || git diff --output=../x", "`--output ../x` points git outside the project"),
+    ("cd sub; git diff --output=../x", "`--output ../x` points git outside the project"),
+]
+"""Refused under the narrow entries of `test_narrow_entries_refuse_abbreviated_options_and_paths_from_either_cwd`;
+after `cd sub ||` or `cd sub;` the command may run in the project root or in `sub`, and `../x` leaves from the root."""
+
+
+@pytest.mark.parametrize(("command", "why"), LEAVING_AFTER_CD)
+def test_narrow_entries_refuse_abbreviated_options_and_paths_from_either_cwd(
+    policy: PermissionPolicy, command: str, why: str
+) -> None:
+    policy.mode, policy.allow = "ask", ["sort*", "make*", "git diff*", "cd sub"]
+    assert policy.decide("shell", {"command": command}) == (
+        "ask",
+        f"`{command}` matches the shell allow-list, but {why}, and an allow-list entry covers a command only without "
+        "such options. It needs the user's approval and this run is non-interactive, so it was denied. Do not retry "
+        "it; say what you would have run.",
+    )
 
 
 @pytest.mark.parametrize(("command", "why"), REFUSED)
@@ -146,14 +210,23 @@ def test_a_refused_command_asks_interactively_and_yolo_runs_it(policy: Permissio
     assert policy.decide("shell", command) == ("allow", "")
 
 
+@pytest.mark.parametrize(
+    ("option", "why"),
+    [
+        ("--output=OUT", "`--output OUT` points git outside the project"),
+        ("--out${NOPE}put=OUT", expands("--out${NOPE}put=OUT")),
+        ("${NOPE:---output=OUT}", expands("${NOPE:---output=OUT}")),
+    ],
+    ids=["literal", "variable-inside", "variable-default"],
+)
 @pytest.mark.parametrize("mode", ["ask", "yolo"])
 def test_an_allow_listed_git_diff_cannot_write_outside_the_project(
-    server: Any, project: Path, tmp_path: Path, mode: str
+    server: Any, project: Path, tmp_path: Path, mode: str, option: str, why: str
 ) -> None:
     (project / "a.txt").write_text("one\n")
     (project / "b.txt").write_text("two\n")
     outside = tmp_path / "outside.diff"
-    command = f"git diff --no-index --output={outside} a.txt b.txt"
+    command = f"git diff --no-index {option.replace('OUT', str(outside))} a.txt b.txt"
     server.script(tool_calls(call("shell", {"command": command})), text("done"))
     completed = run_cli("-p", "diff them", "--allow", "git diff*", "--permission-mode", mode, cwd=project)
     assert (completed.returncode, completed.stdout) == (0, "done\n"), completed.stderr
@@ -162,8 +235,8 @@ def test_an_allow_listed_git_diff_cannot_write_outside_the_project(
         assert "+two" in outside.read_text()
         return
     assert result == (
-        f"`{command}` matches the shell allow-list, but `--output {outside}` points git outside the project, and an "
-        "allow-list entry covers a command only without such options. It needs the user's approval and this run is "
-        "non-interactive, so it was denied. Do not retry it; say what you would have run."
+        f"`{command}` matches the shell allow-list, but {why.replace('OUT', str(outside))}, and an allow-list entry "
+        "covers a command only without such options. It needs the user's approval and this run is non-interactive, "
+        "so it was denied. Do not retry it; say what you would have run."
     )
     assert not outside.exists()

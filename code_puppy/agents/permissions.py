@@ -59,7 +59,8 @@ blocked, or None."""
 
 _UNSAFE_SHELL = re.compile(r"[<>`\n\r]|\$\(|(?<![&|])&(?![&|])|[()]")
 """Redirection, command substitution, background jobs and subshells: never matched by an allow-list entry."""
-_SEGMENT_SPLIT = re.compile(r"&&|\|\||;|\|")
+SEGMENT_SPLIT = re.compile(r"&&|\|\||;|\|")
+"""Where a command line splits into the simple commands an allow-list entry must each match."""
 
 
 def is_read_only(tool_def: ToolDefinition) -> bool:
@@ -82,7 +83,7 @@ def allowed_by_list(command: str, allow: Sequence[str]) -> bool:
     """Whether every segment of `command` matches an allow-list entry (`ls && rm -rf x` is not `ls`)."""
     if not allow or _UNSAFE_SHELL.search(command):
         return False
-    segments = [" ".join(segment.split()) for segment in _SEGMENT_SPLIT.split(command)]
+    segments = [" ".join(segment.split()) for segment in SEGMENT_SPLIT.split(command)]
     return all(segment and any(fnmatch.fnmatchcase(segment, pattern) for pattern in allow) for segment in segments)
 
 
