@@ -113,6 +113,15 @@ REFUSED += [
     ("timeout 60 *", expands("*")),  # behind a prefix every word may be the command
     ("python *.py", expands("*.py")),
     ("cd s* && git diff --output=x", expands("s*")),
+    (
+        "curl --output-d /elsewhere -O https://example.com/x",
+        "`--output-dir /elsewhere` points curl outside the project",
+    ),
+    (
+        "curl -s --dump-he /elsewhere/h https://example.com",
+        "`--dump-header /elsewhere/h` points curl outside the project",
+    ),
+    ("mypy --cache-d=/elsewhere .", "`--cache-dir /elsewhere` points mypy outside the project"),
 ]
 ALLOWED = [
     "grep -C 3 pattern src",
@@ -151,6 +160,7 @@ ALLOWED = [
     "ls *.py",  # nothing checks an unknown program's arguments
     "python script.py *.txt",
     "python -m http.server 8000 --bind ?",
+    "curl --cookie /etc/cookies.txt https://example.com",  # reads them: not `--cookie-jar`
 ]
 
 

@@ -169,7 +169,8 @@ RULES: Mapping[str, Rules] = {
                 "--any-exprs-report",
                 "--memory-xml-report",
             )
-        }
+        },
+        abbreviations=True,
     ),
     "pip": Rules(
         {
@@ -212,7 +213,9 @@ RULES: Mapping[str, Rules] = {
             **dict.fromkeys(("-o", "--output", "--output-dir", "-D", "--dump-header", "-c", "--cookie-jar"), PATH),
             **dict.fromkeys(("--trace", "--trace-ascii", "--stderr", "--libcurl", "--etag-save"), PATH),
             **dict.fromkeys(("--hsts", "--alt-svc"), PATH),
-        }
+            "--cookie": VALUE,  # reads cookies: not an abbreviation of `--cookie-jar`
+        },
+        abbreviations=True,
     ),
     "wget": Rules(
         {
