@@ -109,7 +109,7 @@ class PermissionPolicy(AbstractCapability[Any]):
     """Approval scopes the user allowed "always for this session"."""
     pre_tool_call: PreToolCall | None = None
     """Plugins' `pre_tool_call`, asked before the mode decision, in every mode: a returned reason blocks the call."""
-    sandbox_modes: Collection[str] = ("auto",)
+    sandbox_modes: Collection[str] = ()
     """The modes whose shell commands run in the sandbox (`[sandbox] modes`; `auto` always, `yolo` never)."""
     unsandboxed: Sequence[str] = ()
     """Allow-list patterns whose commands run outside the sandbox even in those modes (`sandbox = false`)."""
@@ -265,7 +265,7 @@ class PermissionPolicy(AbstractCapability[Any]):
 
     def sandboxes(self, command: str) -> bool:
         """Whether the `shell` tool runs `command` in the sandbox in the current mode."""
-        if self.mode in ("yolo", "read-only") or (self.mode != "auto" and self.mode not in self.sandbox_modes):
+        if not self.sandboxing:
             return False
         if not allowed_by_list(command, self.unsandboxed):
             return True

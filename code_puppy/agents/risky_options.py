@@ -20,7 +20,6 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 from code_puppy.agents.permissions import SEGMENT_SPLIT
 
@@ -42,8 +41,9 @@ class Rules:
     """First operands that work outside the project by design (`cargo install`), with why."""
     operands: bool = False
     """Whether every operand is a file the tool writes (`tee`)."""
-    style: Literal["gnu", "single-dash"] = "gnu"
-    """`gnu`: `--long[=v]`, bundled short flags with attached values (`-o/path`); `single-dash`: `-name[=v]`."""
+    single_dash: bool = False
+    """Whether options are `-name[=v]` (or `--name`), rather than GNU's `--long[=v]` and bundled short flags with
+    attached values (`-o/path`)."""
     abbreviations: bool = False
     """Whether the tool accepts unambiguous prefixes of long options (`--outp` for `--output`)."""
     old_style_first_bundle: bool = False
@@ -142,7 +142,7 @@ RULES: Mapping[str, Rules] = {
             **dict.fromkeys(("-coverprofile", "-cpuprofile", "-memprofile", "-blockprofile", "-mutexprofile"), PATH),
         },
         subcommands={"install": GLOBAL},
-        style="single-dash",
+        single_dash=True,
     ),
     "ruff": Rules(
         {
@@ -205,7 +205,7 @@ RULES: Mapping[str, Rules] = {
         {"-i": "edits the files it is given in place", "--in-place": "edits the files it is given in place"},
         abbreviations=True,
     ),
-    "tee": Rules({}, operands=True, abbreviations=True),
+    "tee": Rules({}, operands=True),
     "curl": Rules(
         {
             "-K": "reads options from the file it names",
@@ -233,7 +233,7 @@ RULES: Mapping[str, Rules] = {
             **dict.fromkeys(("-exec", "-execdir", "-ok", "-okdir"), RUNS),
             **dict.fromkeys(("-fprint", "-fprint0", "-fprintf", "-fls"), PATH),
         },
-        style="single-dash",
+        single_dash=True,
     ),
 }
 ALIASES = {"py.test": "pytest", "pip3": "pip", "gmake": "make", "gtar": "tar", "bsdtar": "tar"}
@@ -322,7 +322,7 @@ def _check(tool: str, args: Sequence[str], cwds: Sequence[Path | None], root: Pa
     rules = RULES[tool]
     if rules.old_style_first_bundle and args and not args[0].startswith("-"):
         args = [f"-{args[0]}", *args[1:]]
-    operands = 0
+    after_operand = False
     index = 0
     while index < len(args):
         token = args[index]
@@ -331,13 +331,13 @@ def _check(tool: str, args: Sequence[str], cwds: Sequence[Path | None], root: Pa
             outside = [value for value in args[index:] if rules.operands and _leaves(value, cwds, root)]
             return _outside(tool, "", outside[0]) if outside else None
         if token == "-" or not token.startswith("-"):
-            if operands == 0 and token in rules.subcommands:
+            if not after_operand and token in rules.subcommands:
                 return f"`{tool} {token}` {rules.subcommands[token]}"
-            operands += 1
+            after_operand = True
             if rules.operands and _leaves(token, cwds, root):
                 return _outside(tool, "", token)
             continue
-        table = {**rules.options, **(rules.global_options if operands == 0 else {})}
+        table = {**rules.options, **({} if after_operand else rules.global_options)}
         for option, attached in _options(token, table, rules):
             if (kind := table[option]) not in (PATH, VALUE):
                 return f"`{option}` ({tool}) {kind}"
@@ -383,13 +383,13 @@ def _python_module(tokens: Sequence[str], start: int) -> tuple[str | None, int]:
 
 def _options(token: str, table: Mapping[str, str], rules: Rules) -> Iterator[tuple[str, str | None]]:
     """The table's options one argument holds, each with its attached value (None: the value may follow)."""
-    if rules.style == "single-dash" or token.startswith("--"):
+    if rules.single_dash or token.startswith("--"):
         name, equals, value = token.partition("=")
-        name = "-" + name.lstrip("-") if rules.style == "single-dash" else name
+        name = "-" + name.lstrip("-") if rules.single_dash else name
         attached = value if equals else None
         if name in table:
             yield name, attached
-        elif rules.abbreviations and name.startswith("--") and len(name) >= 5:
+        elif rules.abbreviations and len(name) >= 5:
             yield from ((option, attached) for option in table if option.startswith(name))
         return
     for position, letter in enumerate(token[1:], start=2):
