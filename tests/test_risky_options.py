@@ -122,6 +122,133 @@ REFUSED += [
         "`--dump-header /elsewhere/h` points curl outside the project",
     ),
     ("mypy --cache-d=/elsewhere .", "`--cache-dir /elsewhere` points mypy outside the project"),
+    ("npm install --pref=/elsewhere", "`--prefix /elsewhere` points npm outside the project"),
+    ("pip install --targ /elsewhere x", "`--target /elsewhere` points pip outside the project"),
+    ("tar -xf a.tar --direc=/elsewhere", "`--directory /elsewhere` points tar outside the project"),
+    ("sed --in-pl s/a/b/ notes.txt", "`--in-place` (sed) edits the files it is given in place"),
+    (
+        "wget --output-d /elsewhere/x https://example.com",
+        "`--output-document /elsewhere/x` points wget outside the project",
+    ),
+    ("tar cf /elsewhere/a.tar .", "`-f /elsewhere/a.tar` points tar outside the project"),  # `cf` is `-cf`
+    ("go build --o=/elsewhere/app .", "`-o /elsewhere/app` points go outside the project"),
+    ("go test -coverprofile=/elsewhere/c.out ./...", "`-coverprofile /elsewhere/c.out` points go outside the project"),
+    ("git --namespace ns -C /elsewhere status", "`-C /elsewhere` points git outside the project"),
+    ("git --super-prefix p/ -C /elsewhere status", "`-C /elsewhere` points git outside the project"),
+    ("npm link", "`npm link` links packages globally"),
+    ("yarn link", "`yarn link` links packages globally"),
+    ("pushd /elsewhere && git diff --output=x", "`--output x` points git outside the project"),
+    ("cd && git diff --output=x", "`--output x` points git outside the project"),  # home
+    ("cd - && git diff --output=x", "`--output x` points git outside the project"),  # wherever it was
+    ("python -mpytest --basetemp=x", "`--basetemp` (pytest) deletes and recreates the folder it names"),
+    ("python -u -m pytest --basetemp=x", "`--basetemp` (pytest) deletes and recreates the folder it names"),
+    ("py -m pytest --basetemp=x", "`--basetemp` (pytest) deletes and recreates the folder it names"),
+]
+THROUGH = ["pip3", "poetry run", "pipenv run", "pdm run", "hatch run", "rye run", "npx", "pnpx", "bunx", "env", "nice"]
+THROUGH += ["nohup", "time", "stdbuf -oL", "xargs", "command", "exec", "gmake", "gtar", "bsdtar"]
+"""What runs `pytest` (or is `make`, `tar`, `pip`): each in front of a refused command must keep it refused."""
+REFUSED += [
+    (f"{runner} pytest -p x", "`-p` (pytest) loads the plugin it names")
+    for runner in THROUGH
+    if runner not in ("pip3", "gmake", "gtar", "bsdtar")
+]
+REFUSED += [
+    ("pip3 install --user x", "`--user` (pip) installs into the user's site-packages, outside the project"),
+    ("gmake -C /elsewhere", "`-C /elsewhere` points make outside the project"),
+    ("gtar -cf /elsewhere/a.tar .", "`-f /elsewhere/a.tar` points tar outside the project"),
+    ("bsdtar -cf /elsewhere/a.tar .", "`-f /elsewhere/a.tar` points tar outside the project"),
+]
+LEAVING_BY = {
+    "git": "--output -o --output-directory --git-dir --work-tree -C",
+    "pytest": "--junitxml --junit-xml --result-log --report-log --log-file --rootdir -c --config-file --inifile "
+    "--confcutdir",
+    "npm": "--prefix --cache --userconfig --globalconfig --pack-destination",
+    "yarn": "--cwd --cache-folder --modules-folder --global-folder --link-folder --prefix --filename -f --out -o",
+    "pnpm": "-C --dir --global-dir --store-dir --virtual-store-dir --modules-dir --pack-destination --cache-dir",
+    "cargo": "--target-dir --manifest-path --out-dir --artifact-dir -C --root --lockfile-path",
+    "make": "-C --directory -f --file --makefile -I --include-dir",
+    "go": "-C -o -modfile -overlay -pkgdir -trace -outputdir -coverprofile -cpuprofile -memprofile -blockprofile "
+    "-mutexprofile",
+    "ruff": "--cache-dir --output-file -o",
+    "mypy": "--cache-dir --config-file --junit-xml --html-report --xml-report --txt-report --linecount-report "
+    "--linecoverage-report --lineprecision-report --cobertura-xml-report --any-exprs-report --memory-xml-report",
+    "pip": "-t --target --prefix --root --src --cache-dir --log --log-file --report -d --dest -w --wheel-dir",
+    "tar": "-f --file -C --directory --index-file -g --listed-incremental",
+    "sort": "-o --output -T --temporary-directory",
+    "curl": "-o --output --output-dir -D --dump-header -c --cookie-jar --trace --trace-ascii --stderr --libcurl "
+    "--etag-save --hsts --alt-svc",
+    "wget": "-O --output-document -o --output-file -a --append-output -P --directory-prefix --save-cookies",
+    "find": "-fprint -fprint0 -fprintf -fls",
+}
+"""Every option, per tool, whose value is a path the tool writes to or works in."""
+RUNS = "runs the command it names"
+REFUSED_WHATEVER_THE_VALUE = {
+    "git": {
+        "--exec-path": "runs git's programs from the folder it names",
+        "--config-env": "sets configuration, which can run commands",
+        "--exec": RUNS,
+        "-x": RUNS,
+        "--upload-pack": RUNS,
+        "--receive-pack": RUNS,
+        "--open-files-in-pager": RUNS,
+        "-O": RUNS,
+        "-c": "sets configuration, which can run commands (core.pager, core.fsmonitor, aliases)",
+    },
+    "pytest": {
+        "--basetemp": "deletes and recreates the folder it names",
+        "-o": "overrides ini options (cache_dir, addopts, …)",
+        "--override-ini": "overrides ini options (cache_dir, addopts, …)",
+        "-p": "loads the plugin it names",
+        "--debug": "writes a debug log to the file it names",
+        "--pastebin": "uploads the output",
+    },
+    "npm": {
+        "-g": "works outside the project by design (a global install)",
+        "--global": "works outside the project by design (a global install)",
+        "--location": "chooses where packages go (global, user)",
+        "--script-shell": "runs scripts with the shell it names",
+    },
+    "pnpm": {
+        "-g": "works outside the project by design (a global install)",
+        "--global": "works outside the project by design (a global install)",
+    },
+    "cargo": {"--config": "overrides configuration, which can run commands", "-Z": "enables unstable options"},
+    "make": {"--eval": "evaluates the makefile text it is given", "-E": "evaluates the makefile text it is given"},
+    "go": {"-toolexec": RUNS, "-exec": RUNS, "-w": "writes go's own environment file"},
+    "ruff": {"--config": "takes settings that can name any path"},
+    "pip": {"--user": "installs into the user's site-packages, outside the project"},
+    "tar": {
+        "-P": "keeps absolute member names, so extracting writes anywhere",
+        "--absolute-names": "keeps absolute member names, so extracting writes anywhere",
+        "--to-command": RUNS,
+        "-I": RUNS,
+        "--use-compress-program": RUNS,
+        "--checkpoint-action": RUNS,
+        "-F": RUNS,
+        "--info-script": RUNS,
+        "--new-volume-script": RUNS,
+        "--rsh-command": RUNS,
+    },
+    "sort": {"--compress-program": RUNS},
+    "sed": {"-i": "edits the files it is given in place", "--in-place": "edits the files it is given in place"},
+    "curl": {"-K": "reads options from the file it names", "--config": "reads options from the file it names"},
+    "wget": {
+        "-e": "runs wgetrc commands, which can set any output",
+        "--execute": "runs wgetrc commands, which can set any output",
+        "--config": "reads settings from the file it names",
+    },
+    "find": {"-delete": "deletes what it finds", "-exec": RUNS, "-execdir": RUNS, "-ok": RUNS, "-okdir": RUNS},
+}
+"""Every option, per tool, refused whatever its value, with why."""
+REFUSED += [
+    (f"{tool} {option} /elsewhere/x", f"`{option} /elsewhere/x` points {tool} outside the project")
+    for tool, options in LEAVING_BY.items()
+    for option in options.split()
+]
+REFUSED += [
+    (f"{tool} {option} x", f"`{option}` ({tool}) {why}")
+    for tool, options in REFUSED_WHATEVER_THE_VALUE.items()
+    for option, why in options.items()
 ]
 ALLOWED = [
     "grep -C 3 pattern src",
@@ -160,7 +287,20 @@ ALLOWED = [
     "ls *.py",  # nothing checks an unknown program's arguments
     "python script.py *.txt",
     "python -m http.server 8000 --bind ?",
+    "echo pytest --basetemp=x",  # an unknown program's arguments are its own
+    "python -c -mpytest -p x",  # `-c` takes the next word as code
+    "python -m",
+    "git diff -- --output=/elsewhere/x",  # after `--`, operands
+    "tee -- inside.txt",
+    "git diff --output",
+    "git -C . status",
+    "git --namespace /elsewhere status",  # a value, not a path
+    "git commit -m 'fix: no -c here'",  # `commit` is an operand, not a bundle of flags
+    "git diff --no-index /etc/hosts a.txt",  # git diff reads its operands
+    "cargo test install",  # a test filter, not `cargo install`
+    "cargo build --target /opt/targets/custom.json",  # not `--target-dir`: cargo takes no abbreviations
     "curl --cookie /etc/cookies.txt https://example.com",  # reads them: not `--cookie-jar`
+    "go build -o=bin/app .",
 ]
 
 
