@@ -140,6 +140,7 @@ REFUSED += [
     ("pushd /elsewhere && git diff --output=x", "`--output x` points git outside the project"),
     ("cd && git diff --output=x", "`--output x` points git outside the project"),  # home
     ("cd - && git diff --output=x", "`--output x` points git outside the project"),  # wherever it was
+    ("cd -P /elsewhere && git diff --output=x", "`--output x` points git outside the project"),  # cd's option
     ("python -mpytest --basetemp=x", "`--basetemp` (pytest) deletes and recreates the folder it names"),
     ("python -u -m pytest --basetemp=x", "`--basetemp` (pytest) deletes and recreates the folder it names"),
     ("py -m pytest --basetemp=x", "`--basetemp` (pytest) deletes and recreates the folder it names"),
@@ -318,16 +319,18 @@ LEAVING_AFTER_CD = [
     ("make --dir=/elsewhere", "`--directory /elsewhere` points make outside the project"),
     ("cd sub || git diff --output=../x", "`--output ../x` points git outside the project"),
     ("cd sub; git diff --output=../x", "`--output ../x` points git outside the project"),
+    ("cd -P /elsewhere && git diff --output=x", "`--output x` points git outside the project"),
 ]
 """Refused under the narrow entries of `test_narrow_entries_refuse_abbreviated_options_and_paths_from_either_cwd`;
-after `cd sub ||` or `cd sub;` the command may run in the project root or in `sub`, and `../x` leaves from the root."""
+after `cd sub ||` or `cd sub;` the command may run in the project root or in `sub`, and `../x` leaves from the root;
+after `cd -P /elsewhere` it runs in `/elsewhere`."""
 
 
 @pytest.mark.parametrize(("command", "why"), LEAVING_AFTER_CD)
 def test_narrow_entries_refuse_abbreviated_options_and_paths_from_either_cwd(
     policy: PermissionPolicy, command: str, why: str
 ) -> None:
-    policy.mode, policy.allow = "ask", ["sort*", "make*", "git diff*", "cd sub"]
+    policy.mode, policy.allow = "ask", ["sort*", "make*", "git diff*", "cd *"]
     assert policy.decide("shell", {"command": command}) == (
         "ask",
         f"`{command}` matches the shell allow-list, but {why}, and an allow-list entry covers a command only without "

@@ -400,8 +400,9 @@ def _options(token: str, table: Mapping[str, str], rules: Rules) -> Iterator[tup
 
 
 def _resolve(path: str, cwd: Path | None) -> Path | None:
-    """Where `path` lands from `cwd`; None when unknown (`cd -`, or an unknown starting point)."""
-    if path == "-" or (cwd is None and not Path(path).expanduser().is_absolute()):
+    """Where `path` lands from `cwd`; None when unknown (`cd -`, an option such as `cd -P DIR`'s, or an unknown
+    starting point)."""
+    if path.startswith("-") or (cwd is None and not Path(path).expanduser().is_absolute()):
         return None
     return ((cwd or Path("/")) / Path(path).expanduser()).resolve()
 
