@@ -355,12 +355,12 @@ def test_allow_listed_commands_without_them_still_run(policy: PermissionPolicy, 
     assert policy.decide("shell", {"command": command}) == ("allow", "")
 
 
-def test_a_refused_command_asks_interactively_and_yolo_runs_it(policy: PermissionPolicy) -> None:
-    command = {"command": "pytest --basetemp=/elsewhere"}
-    policy.mode, policy.interactive = "ask", True
-    assert policy.decide("shell", command)[0] == "ask"
+@pytest.mark.parametrize("command", ["pytest --basetemp=/elsewhere", "pytest --base${X}temp=/elsewhere"])
+def test_a_refused_command_asks_in_ask_mode_and_yolo_runs_it(policy: PermissionPolicy, command: str) -> None:
+    policy.mode = "ask"
+    assert policy.decide("shell", {"command": command})[0] == "ask"
     policy.mode = "yolo"
-    assert policy.decide("shell", command) == ("allow", "")
+    assert policy.decide("shell", {"command": command}) == ("allow", "")
 
 
 @pytest.mark.parametrize(
