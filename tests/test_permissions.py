@@ -118,6 +118,8 @@ MCP_NOT_LISTED = (
         ("accept-edits", "edit_file", {"path": "src/a.py"}, ("allow", "")),
         ("accept-edits", "create_directory", {"path": "."}, ("allow", "")),
         ("accept-edits", "write_file", {}, ("allow", "")),  # the tool itself rejects a missing path
+        ("accept-edits", "write_file", {"path": 3}, ("allow", "")),
+        ("accept-edits", "write_file", {"path": ""}, ("allow", "")),
         ("accept-edits", "edit_file", {"path": "../outside.py"}, ("deny", OUTSIDE.format("../outside.py"))),
         ("accept-edits", "write_file", {"path": "/etc/passwd"}, ("deny", OUTSIDE.format("/etc/passwd"))),
         (

@@ -216,7 +216,7 @@ class PermissionPolicy(AbstractCapability[Any]):
         if self.mode == "read-only":
             return "deny", f"`{tool_name}` is not available in read-only mode."
         if tool_name in EDIT_TOOL_NAMES and not self._inside_project(args.get("path")):
-            where = f"in {WORKTREES_DIR}/, other agents' worktrees" if self._in_worktrees(args.get("path")) else ""
+            where = f"in {WORKTREES_DIR}/, other agents' worktrees" if self._in_worktrees(args["path"]) else ""
             return (
                 "deny",
                 f"`{args.get('path')}` is outside the project ({where or self.project_root}); it cannot be changed.",
@@ -335,16 +335,14 @@ class PermissionPolicy(AbstractCapability[Any]):
         return None
 
     def _inside_project(self, path: object) -> bool:
-        if not isinstance(path, str) or not path:
+        if not isinstance(path, str):
             return True  # the tool itself rejects a missing path
         target = (self.project_root / Path(path).expanduser()).resolve()
         inside = target == self.project_root or self.project_root in target.parents
         return inside and not self._in_worktrees(path)
 
-    def _in_worktrees(self, path: object) -> bool:
+    def _in_worktrees(self, path: str) -> bool:
         """Whether `path` lies in one of the project's worktrees: other agents' checkouts, not part of this project."""
-        if not isinstance(path, str) or not path:
-            return False
         return in_worktrees(self.project_root, (self.project_root / Path(path).expanduser()).resolve())
 
 
