@@ -293,6 +293,8 @@ ALLOWED = [
     "python -m",
     "git diff -- --output=/elsewhere/x",  # after `--`, operands
     "tee -- inside.txt",
+    "tee -",  # a file named `-`, here
+    'git diff "--out\\put=/elsewhere/x"',  # in double quotes a backslash before `p` stays: not `--output`
     "git diff --output",
     "git -C . status",
     "git --namespace /elsewhere status",  # a value, not a path

@@ -330,7 +330,7 @@ def _check(tool: str, args: Sequence[str], cwds: Sequence[Path | None], root: Pa
         if token == "--":  # only operands follow
             outside = [value for value in args[index:] if rules.operands and _leaves(value, cwds, root)]
             return _outside(tool, "", outside[0]) if outside else None
-        if token == "-" or not token.startswith("-"):
+        if not token.startswith("-"):
             if not after_operand and token in rules.subcommands:
                 return f"`{tool} {token}` {rules.subcommands[token]}"
             after_operand = True
@@ -402,9 +402,10 @@ def _options(token: str, table: Mapping[str, str], rules: Rules) -> Iterator[tup
 def _resolve(path: str, cwd: Path | None) -> Path | None:
     """Where `path` lands from `cwd`; None when unknown (`cd -`, an option such as `cd -P DIR`'s, or an unknown
     starting point)."""
-    if path.startswith("-") or (cwd is None and not Path(path).expanduser().is_absolute()):
+    target = Path(path).expanduser()
+    if path.startswith("-") or (cwd is None and not target.is_absolute()):
         return None
-    return ((cwd or Path("/")) / Path(path).expanduser()).resolve()
+    return (target if cwd is None else cwd / target).resolve()
 
 
 def _leaves(path: str, cwds: Sequence[Path | None], root: Path) -> bool:
