@@ -152,6 +152,17 @@ MCP_NOT_LISTED = (
         ("auto", "run_command", {"command": "make"}, ("deny", NOT_LISTED.format("auto"))),  # never unsandboxed
         (
             "auto",
+            "run_command",
+            {"command": "pytest --basetemp=x"},
+            (
+                "deny",
+                "`pytest --basetemp=x` matches the shell allow-list, but `--basetemp` (pytest) deletes and recreates "
+                "the folder it names, and an allow-list entry covers a command only without such options. Do not "
+                "retry it.",
+            ),
+        ),
+        (
+            "auto",
             "some_plugin_tool",
             {},
             ("deny", "`some_plugin_tool` is not a file edit, and auto mode only allows edits. Do not retry it."),
@@ -196,6 +207,7 @@ def test_mcp_tools_run_when_listed_or_in_yolo(
 
 def test_what_always_for_this_session_covers_and_what_the_prompt_says(tmp_path: Path) -> None:
     policy = PermissionPolicy(tmp_path.resolve())
+    assert policy.decide("write_file", {"path": "a"}) == ("ask", "")  # ask is the default mode
     calls = [
         ("shell", {"command": "git  diff\t--stat "}),
         ("run_command", {"command": "ls"}),
