@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
-from pydantic_ai import Agent
+from pydantic_ai import Agent, ToolDefinition
 from pydantic_ai.messages import ToolCallPart
 from pydantic_ai.models import Model
+from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, RunContext, ToolDenied
 
-from code_puppy.agents.builder import build_pydantic_agent
-from code_puppy.agents.permissions import PermissionPolicy, allowed_by_list
+from code_puppy.agents.builder import build_pydantic_agent, capability
+from code_puppy.agents.deps import RunDeps
+from code_puppy.agents.permissions import PermissionPolicy, allowed_by_list, is_read_only, mcp_allowed
 from code_puppy.config import PermissionMode, Settings
+from code_puppy.sessions.session import Session
 from tests.scripted_model import scripted, tool_returns
+from tests.test_auto_mode import approve_all
 from tests.test_mcp import BUILT_IN, PLAN_TOOLS
 
 
@@ -28,6 +32,9 @@ from tests.test_mcp import BUILT_IN, PLAN_TOOLS
         ("ls && git status", False),
         ("pytest -q && git diff", True),
         ("pytest -q; rm -rf x", False),
+        ("pytest -q && rm -rf x", False),
+        ("pytest -q || rm -rf x", False),
+        ("pytest\rrm -rf x", False),
         ("pytest | tee out", False),
         ("pytest > out.txt", False),
         ("pytest $(rm -rf x)", False),
@@ -42,36 +49,210 @@ def test_allow_list_matches_every_segment(command: str, allowed: bool) -> None:
     assert allowed_by_list(command, ["pytest*", "git status", "git diff*"]) is allowed
 
 
+def test_an_empty_segment_or_an_empty_list_matches_nothing() -> None:
+    assert [allowed_by_list(command, ["*"]) for command in ("ls", "ls;", "ls && ", "")] == [True, False, False, False]
+    assert allowed_by_list("ls", []) is False
+
+
 @pytest.mark.parametrize(
-    ("mode", "tool", "args", "decision"),
+    ("permission", "allowed"),
     [
-        ("ask", "read_file", {"path": "a"}, "allow"),
-        ("ask", "write_file", {"path": "a"}, "ask"),
-        ("ask", "shell", {"command": "pytest"}, "allow"),
-        ("ask", "shell", {"command": "make"}, "ask"),
-        ("ask", "some_plugin_tool", {}, "ask"),
-        ("accept-edits", "edit_file", {"path": "src/a.py"}, "allow"),
-        ("accept-edits", "edit_file", {"path": "../outside.py"}, "deny"),
-        ("accept-edits", "write_file", {"path": "/etc/passwd"}, "deny"),
-        ("accept-edits", "shell", {"command": "make"}, "deny"),
-        ("accept-edits", "shell", {"command": "pytest -x"}, "allow"),
-        ("auto", "edit_file", {"path": "src/a.py"}, "allow"),
-        ("auto", "edit_file", {"path": "../outside.py"}, "deny"),
-        ("auto", "write_file", {"path": ".code-puppy/config.toml"}, "ask"),
-        ("auto", "shell", {"command": "make"}, "allow"),
-        ("auto", "shell", {"command": "rm -rf build && curl x | sh"}, "allow"),
-        ("auto", "run_command", {"command": "make"}, "deny"),  # not offered, and never unsandboxed
-        ("auto", "some_plugin_tool", {}, "deny"),
-        ("yolo", "shell", {"command": "rm -rf build"}, "allow"),
-        ("yolo", "write_file", {"path": "../x"}, "deny"),
-        ("read-only", "write_file", {"path": "a"}, "deny"),
-        ("read-only", "shell", {"command": "pytest"}, "deny"),
-        ("read-only", "grep", {"pattern": "x"}, "allow"),
+        ("mcp__gh__get_issue", True),  # exactly
+        ("mcp__docs__search", True),  # the whole server
+        ("mcp__docsearch__find", False),  # another server whose name starts alike
+        ("mcp__fs__read_text", True),  # a pattern
+        ("mcp__fs__write_text", False),
     ],
 )
-def test_decision_table(tmp_path: Path, mode: PermissionMode, tool: str, args: dict[str, Any], decision: str) -> None:
+def test_mcp_allow_entries_name_a_tool_a_server_or_a_pattern(permission: str, allowed: bool) -> None:
+    allow = ["pytest*", "*", "mcp__gh__get_issue", "mcp__docs", "mcp__fs__read_*"]  # `*` is a shell entry
+    assert mcp_allowed(permission, allow) is allowed
+
+
+@pytest.mark.parametrize(
+    ("name", "metadata", "read_only"),
+    [
+        ("read_file", None, True),
+        ("check_command", None, True),
+        ("write_file", None, False),
+        ("mcp_tool", {"annotations": {"readOnlyHint": True}}, True),
+        ("mcp_tool", {"annotations": {"readOnlyHint": "true"}}, False),
+        ("mcp_tool", {"annotations": {"destructiveHint": True}}, False),
+        ("mcp_tool", {"annotations": ["readOnlyHint"]}, False),
+        ("mcp_tool", None, False),
+    ],
+)
+def test_read_only_tools_are_the_readers_and_mcp_tools_marked_so(
+    name: str, metadata: dict[str, Any] | None, read_only: bool
+) -> None:
+    assert is_read_only(ToolDefinition(name=name, metadata=metadata)) is read_only
+
+
+NOT_LISTED = "`make` is not on the shell allow-list, and {} mode only runs allow-listed commands. Do not retry it."
+OUTSIDE = "`{}` is outside the project (ROOT); it cannot be changed."
+CONFIG = (
+    "`.code-puppy/config.toml` (.code-puppy/config.toml) configures code-puppy or another agent, so changing it needs "
+    "the user's approval in every permission mode but yolo, and this run is non-interactive: it was denied. Do not "
+    "retry it; say what you would change, so the user can make the change."
+)
+MCP_NOT_LISTED = (
+    "`tool` is an MCP tool that is not allow-listed (mcp__srv__tool), and {} mode only allows file edits. Do not retry "
+    "it."
+)
+
+
+@pytest.mark.parametrize(
+    ("mode", "tool", "args", "verdict"),
+    [
+        ("ask", "read_file", {"path": "a"}, ("allow", "")),
+        ("ask", "check_command", {}, ("allow", "")),
+        ("ask", "stop_command", {}, ("allow", "")),
+        ("ask", "write_file", {"path": "a"}, ("ask", "")),
+        ("ask", "edit_file", {"path": "a"}, ("ask", "")),
+        ("ask", "create_directory", {"path": "."}, ("ask", "")),
+        ("ask", "shell", {"command": "pytest"}, ("allow", "")),
+        ("ask", "run_command", {"command": "pytest -q"}, ("allow", "")),
+        ("ask", "start_command", {"command": "pytest -q"}, ("allow", "")),
+        ("ask", "shell", {"command": "make"}, ("ask", "")),
+        ("ask", "some_plugin_tool", {}, ("ask", "")),
+        ("accept-edits", "edit_file", {"path": "src/a.py"}, ("allow", "")),
+        ("accept-edits", "create_directory", {"path": "."}, ("allow", "")),
+        ("accept-edits", "write_file", {}, ("allow", "")),  # the tool itself rejects a missing path
+        ("accept-edits", "write_file", {"path": 3}, ("allow", "")),
+        ("accept-edits", "write_file", {"path": ""}, ("allow", "")),
+        ("accept-edits", "edit_file", {"path": "../outside.py"}, ("deny", OUTSIDE.format("../outside.py"))),
+        ("accept-edits", "write_file", {"path": "/etc/passwd"}, ("deny", OUTSIDE.format("/etc/passwd"))),
+        (
+            "accept-edits",
+            "write_file",
+            {"path": ".code-puppy/worktrees/other/a.py"},
+            (
+                "deny",
+                "`.code-puppy/worktrees/other/a.py` is outside the project (in .code-puppy/worktrees/, other agents' "
+                "worktrees); it cannot be changed.",
+            ),
+        ),
+        ("accept-edits", "shell", {"command": "make"}, ("deny", NOT_LISTED.format("accept-edits"))),
+        ("accept-edits", "shell", {"command": "pytest -x"}, ("allow", "")),
+        (
+            "accept-edits",
+            "some_plugin_tool",
+            {},
+            (
+                "deny",
+                "`some_plugin_tool` is not a file edit, and accept-edits mode only allows edits. Do not retry it.",
+            ),
+        ),
+        ("accept-edits", "write_file", {"path": ".code-puppy/config.toml"}, ("ask", CONFIG)),
+        ("auto", "edit_file", {"path": "src/a.py"}, ("allow", "")),
+        ("auto", "edit_file", {"path": "../outside.py"}, ("deny", OUTSIDE.format("../outside.py"))),
+        ("auto", "write_file", {"path": ".code-puppy/config.toml"}, ("ask", CONFIG)),
+        ("auto", "shell", {"command": "make"}, ("allow", "")),
+        ("auto", "shell", {"command": "rm -rf build && curl x | sh"}, ("allow", "")),
+        ("auto", "run_command", {"command": "make"}, ("deny", NOT_LISTED.format("auto"))),  # never unsandboxed
+        (
+            "auto",
+            "run_command",
+            {"command": "pytest --basetemp=x"},
+            (
+                "deny",
+                "`pytest --basetemp=x` matches the shell allow-list, but `--basetemp` (pytest) deletes and recreates "
+                "the folder it names, and an allow-list entry covers a command only without such options. Do not "
+                "retry it.",
+            ),
+        ),
+        (
+            "auto",
+            "some_plugin_tool",
+            {},
+            ("deny", "`some_plugin_tool` is not a file edit, and auto mode only allows edits. Do not retry it."),
+        ),
+        ("yolo", "shell", {"command": "rm -rf build"}, ("allow", "")),
+        ("yolo", "write_file", {"path": ".code-puppy/config.toml"}, ("allow", "")),
+        ("yolo", "write_file", {"path": "../x"}, ("deny", OUTSIDE.format("../x"))),
+        ("read-only", "write_file", {"path": "a"}, ("deny", "`write_file` is not available in read-only mode.")),
+        ("read-only", "shell", {"command": "pytest"}, ("deny", "`shell` is not available in read-only mode.")),
+        ("read-only", "grep", {"pattern": "x"}, ("allow", "")),
+        ("read-only", "write_plan", {}, ("allow", "")),
+        ("read-only", "delegate_task", {}, ("allow", "")),
+        ("read-only", "load_capability", {}, ("allow", "")),
+    ],
+)
+def test_decision_table(
+    tmp_path: Path, mode: PermissionMode, tool: str, args: dict[str, Any], verdict: tuple[str, str]
+) -> None:
     policy = PermissionPolicy(tmp_path.resolve(), mode=mode, allow=["pytest*"])
-    assert policy.decide(tool, args)[0] == decision
+    assert policy.decide(tool, args) == (verdict[0], verdict[1].replace("ROOT", str(tmp_path.resolve())))
+
+
+@pytest.mark.parametrize(
+    ("mode", "tool", "verdict"),
+    [
+        ("ask", "tool", ("ask", "")),
+        ("ask", "read_file", ("ask", "")),  # an MCP tool named like a reader is still an MCP tool
+        ("ask", "listed", ("allow", "")),
+        ("accept-edits", "tool", ("deny", MCP_NOT_LISTED.format("accept-edits"))),
+        ("accept-edits", "listed", ("allow", "")),
+        ("auto", "tool", ("deny", MCP_NOT_LISTED.format("auto"))),
+        ("yolo", "tool", ("allow", "")),
+        ("read-only", "listed", ("deny", "`listed` is not available in read-only mode.")),
+    ],
+)
+def test_mcp_tools_run_when_listed_or_in_yolo(
+    tmp_path: Path, mode: PermissionMode, tool: str, verdict: tuple[str, str]
+) -> None:
+    policy = PermissionPolicy(tmp_path.resolve(), mode=mode, allow=["mcp__srv__listed"])
+    assert policy.decide(tool, {}, mcp_permission=f"mcp__srv__{tool}") == verdict
+
+
+def test_what_always_for_this_session_covers_and_what_the_prompt_says(tmp_path: Path) -> None:
+    policy = PermissionPolicy(tmp_path.resolve())
+    assert policy.decide("write_file", {"path": "a"}) == ("ask", "")  # ask is the default mode
+    calls = [
+        ("shell", {"command": "git  diff\t--stat "}),
+        ("run_command", {"command": "ls"}),
+        ("write_file", {"path": ".mcp.json"}),
+        ("create_directory", {"path": "src/new"}),
+        ("fetch", {"url": "x"}),
+    ]
+    assert [(policy.scope(tool, args), policy.summary(tool, args)) for tool, args in calls] == [
+        ("shell:git diff --stat", "run `git  diff\t--stat `"),
+        ("shell:ls", "run `ls`"),
+        (
+            "config:write_file:.mcp.json",
+            "write file .mcp.json, which configures code-puppy or another agent (always asked, in every mode but yolo)",
+        ),
+        ("tool:create_directory", "create directory src/new"),
+        ("tool:fetch", "call fetch"),
+    ]
+
+
+INSTRUCTIONS = {
+    "read-only": "Permission mode: read-only. You can read and search files but not change anything or run commands.",
+    "yolo": "Permission mode: yolo. File changes and commands run without asking.",
+    "auto": "Permission mode: auto. File changes inside the project run, except to files that configure code-puppy or "
+    "other agents (.code-puppy/, .claude/, .agents/, .mcp.json, .git/hooks, .git/config), which need the user's "
+    "approval; every shell command runs without asking, inside a sandbox.",
+    "accept-edits": "Permission mode: accept-edits. File changes inside the project run, except to files that "
+    "configure code-puppy or other agents (.code-puppy/, .claude/, .agents/, .mcp.json, .git/hooks, .git/config), "
+    "which need the user's approval; commands run only if allow-listed.",
+    "ask": "Permission mode: ask, non-interactive. Nobody can approve tool calls, so file changes and commands outside "
+    "the allow-list are denied. If you need one, say what you would do instead of retrying.",
+}
+
+
+@pytest.mark.parametrize("mode", [*INSTRUCTIONS, "ask interactively"])
+async def test_the_model_is_told_its_permission_mode(tmp_path: Path, mode: str) -> None:
+    script = scripted("ok")
+    interactive = mode == "ask interactively"
+    policy = PermissionPolicy(tmp_path.resolve(), mode="ask" if interactive else cast(PermissionMode, mode))
+    deps = RunDeps(Session.in_memory(), ask=approve_all if interactive else None)
+    await Agent(script.model, capabilities=[policy], deps_type=RunDeps).run("hi", deps=deps)
+    assert script.infos[0].instructions == (
+        "Permission mode: ask. File changes and commands outside the allow-list ask the user first."
+        if interactive
+        else INSTRUCTIONS[mode]
+    )
 
 
 def agent_for(project: Path, model: Model, mode: PermissionMode, **kwargs: Any) -> Agent[None, str]:
@@ -212,15 +393,20 @@ AGENT_CONFIG_PATHS = [
     ".Code-Puppy/config.toml",
     "hooks-link/pre-commit",
     "dotfiles/claude/settings.json",
+    "dotfiles/claude",
+    "gitconfig",
 ]
 """Paths that configure code-puppy or another agent, seen from the project root set up by `agent_config_project`."""
-ORDINARY_PATHS = ["src/app.py", ".git/info/exclude", ".gitignore", "AGENTS.md", "docs/claude.md", "code-puppy/x"]
+ORDINARY_PATHS = [".", "src/app.py", ".git/info/exclude", ".gitignore", "AGENTS.md", "docs/claude.md", "code-puppy/x"]
 
 
 @pytest.fixture
 def agent_config_project(project: Path) -> Path:
-    """A project with a git folder, `hooks-link -> .git/hooks`, and `.claude -> dotfiles/claude`."""
+    """A project with a git folder whose `config` links to `gitconfig`, `hooks-link -> .git/hooks`, and
+    `.claude -> dotfiles/claude`."""
     (project / ".git" / "hooks").mkdir(parents=True)
+    (project / "gitconfig").write_text("[core]\n")
+    (project / ".git" / "config").symlink_to("../gitconfig")
     (project / "hooks-link").symlink_to(project / ".git" / "hooks")
     (project / "dotfiles" / "claude").mkdir(parents=True)
     (project / ".claude").symlink_to("dotfiles/claude")
@@ -243,13 +429,22 @@ def test_ordinary_paths_are_edits_like_any_other(agent_config_project: Path, pat
     assert (policy.decide("write_file", {"path": path})[0], policy.agent_config(path)) == ("allow", None)
 
 
+def test_what_is_no_path_or_lies_outside_configures_nothing(agent_config_project: Path) -> None:
+    policy = PermissionPolicy(agent_config_project, mode="accept-edits")
+    assert [policy.agent_config(path) for path in ("", None, 3, "/etc/passwd", "../x/.claude")] == [None] * 5
+
+
 def test_the_trust_file_and_user_config_ask_when_they_lie_inside_the_project(
     project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("CODE_PUPPY_HOME", str(project / "home"))
     policy = PermissionPolicy(project.resolve(), mode="accept-edits")
-    for path in ("home/trusted_projects.json", "home/config.toml", "home/plugins/guard.py"):
-        assert policy.decide("write_file", {"path": path})[0] == "ask"
+    owned = ("trusted_projects.json", "config.toml", "plugins", "plugins/guard.py", "agents/a.md", "commands/c.md")
+    for path in (f"home/{name}" for name in (*owned, "skills/s/SKILL.md")):
+        assert (policy.decide("write_file", {"path": path})[0], policy.agent_config(path)) == (
+            "ask",
+            str(project.resolve() / path),
+        )
     assert policy.decide("write_file", {"path": "home/notes.txt"})[0] == "allow"
 
 
@@ -286,6 +481,9 @@ async def test_headless_accept_edits_cannot_write_agent_config_and_the_model_is_
         ("accept-edits", ("auto", "ask"), "make test", False),
         ("accept-edits", ("accept-edits",), "gh pr view 1", False),
         ("yolo", ("auto", "accept-edits", "ask"), "make test", False),  # yolo never
+        ("read-only", ("read-only",), "make test", False),
+        ("ask", ("ask",), "gh pr list", False),
+        ("auto", (), "gh pr list --repo $REPO", True),  # the shell computes a word of it
     ],
 )
 def test_which_commands_run_in_the_sandbox(
@@ -293,3 +491,82 @@ def test_which_commands_run_in_the_sandbox(
 ) -> None:
     policy = PermissionPolicy(tmp_path, mode=mode, sandbox_modes=modes, unsandboxed=("gh pr *", "cd *", "git *"))
     assert policy.sandboxes(command) is sandboxed
+
+
+@pytest.mark.parametrize(
+    ("mode", "modes", "sandboxing"),
+    [
+        ("auto", (), True),
+        ("ask", (), False),
+        ("ask", ("ask",), True),
+        ("accept-edits", ("accept-edits",), True),
+        ("accept-edits", ("ask",), False),
+        ("yolo", ("yolo",), False),
+        ("read-only", ("read-only",), False),
+    ],
+)
+def test_which_modes_sandbox_commands(
+    tmp_path: Path, mode: PermissionMode, modes: tuple[str, ...], sandboxing: bool
+) -> None:
+    assert PermissionPolicy(tmp_path, mode=mode, sandbox_modes=modes).sandboxing is sandboxing
+
+
+async def test_interactive_ask_asks_about_a_command_the_shell_computes_and_the_answer_holds(
+    project: Path, tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside.diff"
+    (project / "a.txt").write_text("one\n")
+    (project / "b.txt").write_text("two\n")
+    computed = f"git diff --no-index --out${{NOPE}}put={outside} a.txt b.txt"
+    asked: list[dict[str, Any]] = []
+
+    async def refuse(ctx: RunContext[Any], requests: DeferredToolRequests, token: str) -> DeferredToolResults:
+        asked.extend(requests.metadata.values())
+        return requests.build_results(approvals={call.tool_call_id: ToolDenied("no") for call in requests.approvals})
+
+    script = scripted(
+        [ToolCallPart("shell", {"command": computed}, tool_call_id="a")],
+        [ToolCallPart("shell", {"command": "touch approved-before"}, tool_call_id="b")],
+        "done",
+    )
+    agent = agent_for(project, script.model, "ask", allow=("git diff*",))
+    policy = capability(agent, PermissionPolicy)
+    assert policy is not None
+    policy.session_allowed.add("shell:touch approved-before")
+    result = await agent.run("diff", deps=RunDeps(Session.in_memory(), ask=refuse))
+    assert asked == [{"scope": f"shell:{computed}", "summary": f"run `{computed}`"}]
+    assert [(name, outcome) for name, outcome, _ in tool_returns(result.all_messages())] == [
+        ("shell", "denied"),
+        ("shell", "success"),
+    ]
+    assert not outside.exists() and (project / "approved-before").exists()
+
+
+async def test_plugins_are_asked_once_per_call_though_it_waits_for_approval_and_can_block_it(project: Path) -> None:
+    asked: list[tuple[str, dict[str, Any]]] = []
+
+    async def pre_tool_call(tool: str, args: dict[str, Any], session: Session) -> str | None:
+        asked.append((tool, args))
+        return "no secrets" if args.get("path") == "secret.txt" else None
+
+    script = scripted(
+        [
+            ToolCallPart("write_file", {"path": "new.txt", "content": "x"}, tool_call_id="a"),
+            ToolCallPart("write_file", {"path": "secret.txt", "content": "x"}, tool_call_id="b"),
+        ],
+        "done",
+    )
+    agent = agent_for(project, script.model, "ask")
+    policy = capability(agent, PermissionPolicy)
+    assert policy is not None
+    policy.pre_tool_call = pre_tool_call
+    result = await agent.run("write", deps=RunDeps(Session.in_memory(), ask=approve_all))
+    assert sorted(asked, key=str) == [
+        ("write_file", {"path": "new.txt", "content": "x"}),
+        ("write_file", {"path": "secret.txt", "content": "x"}),
+    ]
+    assert sorted(tool_returns(result.all_messages())) == [
+        ("write_file", "denied", "no secrets"),
+        ("write_file", "success", "Wrote 1 chars (1 lines) to new.txt."),
+    ]
+    assert not (project / "secret.txt").exists()

@@ -59,7 +59,8 @@ blocked, or None."""
 
 _UNSAFE_SHELL = re.compile(r"[<>`\n\r]|\$\(|(?<![&|])&(?![&|])|[()]")
 """Redirection, command substitution, background jobs and subshells: never matched by an allow-list entry."""
-_SEGMENT_SPLIT = re.compile(r"&&|\|\||;|\|")
+SEGMENT_SPLIT = re.compile(r"&&|\|\||;|\|")
+"""Where a command line splits into the simple commands an allow-list entry must each match."""
 
 
 def is_read_only(tool_def: ToolDefinition) -> bool:
@@ -82,7 +83,7 @@ def allowed_by_list(command: str, allow: Sequence[str]) -> bool:
     """Whether every segment of `command` matches an allow-list entry (`ls && rm -rf x` is not `ls`)."""
     if not allow or _UNSAFE_SHELL.search(command):
         return False
-    segments = [" ".join(segment.split()) for segment in _SEGMENT_SPLIT.split(command)]
+    segments = [" ".join(segment.split()) for segment in SEGMENT_SPLIT.split(command)]
     return all(segment and any(fnmatch.fnmatchcase(segment, pattern) for pattern in allow) for segment in segments)
 
 
@@ -108,7 +109,7 @@ class PermissionPolicy(AbstractCapability[Any]):
     """Approval scopes the user allowed "always for this session"."""
     pre_tool_call: PreToolCall | None = None
     """Plugins' `pre_tool_call`, asked before the mode decision, in every mode: a returned reason blocks the call."""
-    sandbox_modes: Collection[str] = ("auto",)
+    sandbox_modes: Collection[str] = ()
     """The modes whose shell commands run in the sandbox (`[sandbox] modes`; `auto` always, `yolo` never)."""
     unsandboxed: Sequence[str] = ()
     """Allow-list patterns whose commands run outside the sandbox even in those modes (`sandbox = false`)."""
@@ -215,7 +216,7 @@ class PermissionPolicy(AbstractCapability[Any]):
         if self.mode == "read-only":
             return "deny", f"`{tool_name}` is not available in read-only mode."
         if tool_name in EDIT_TOOL_NAMES and not self._inside_project(args.get("path")):
-            where = f"in {WORKTREES_DIR}/, other agents' worktrees" if self._in_worktrees(args.get("path")) else ""
+            where = f"in {WORKTREES_DIR}/, other agents' worktrees" if self._in_worktrees(args["path"]) else ""
             return (
                 "deny",
                 f"`{args.get('path')}` is outside the project ({where or self.project_root}); it cannot be changed.",
@@ -264,7 +265,7 @@ class PermissionPolicy(AbstractCapability[Any]):
 
     def sandboxes(self, command: str) -> bool:
         """Whether the `shell` tool runs `command` in the sandbox in the current mode."""
-        if self.mode in ("yolo", "read-only") or (self.mode != "auto" and self.mode not in self.sandbox_modes):
+        if not self.sandboxing:
             return False
         if not allowed_by_list(command, self.unsandboxed):
             return True
@@ -334,16 +335,14 @@ class PermissionPolicy(AbstractCapability[Any]):
         return None
 
     def _inside_project(self, path: object) -> bool:
-        if not isinstance(path, str) or not path:
+        if not isinstance(path, str):
             return True  # the tool itself rejects a missing path
         target = (self.project_root / Path(path).expanduser()).resolve()
         inside = target == self.project_root or self.project_root in target.parents
         return inside and not self._in_worktrees(path)
 
-    def _in_worktrees(self, path: object) -> bool:
+    def _in_worktrees(self, path: str) -> bool:
         """Whether `path` lies in one of the project's worktrees: other agents' checkouts, not part of this project."""
-        if not isinstance(path, str) or not path:
-            return False
         return in_worktrees(self.project_root, (self.project_root / Path(path).expanduser()).resolve())
 
 

@@ -7,17 +7,21 @@ while `git -C /elsewhere` does not: a command carrying one is no longer allowed 
 denied where nobody can answer). An option whose value is a path (`PATH`) is refused only when the path leaves the
 project; any other is refused whatever its value, with the reason given.
 
+A word the shell computes when the command runs (`--out${X}put=/abs`, `-o ~-/x`, a glob, a brace expansion) can
+hold any option, so a command with one is not covered either: `$` and `~+`/`~-` anywhere, globs and braces wherever
+this check reads the word (a known tool's arguments, a `cd` destination, the name of the program).
+
 It is a list of known cases, not a sandbox: an allow-listed `make` or `pytest` still runs the project's own code.
 """
 
 from __future__ import annotations
 
 import re
-import shlex
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+
+from code_puppy.agents.permissions import SEGMENT_SPLIT
 
 PATH = "path"
 """The option's value is a path the tool writes to or works in: refused when it leaves the project."""
@@ -37,8 +41,9 @@ class Rules:
     """First operands that work outside the project by design (`cargo install`), with why."""
     operands: bool = False
     """Whether every operand is a file the tool writes (`tee`)."""
-    style: Literal["gnu", "single-dash"] = "gnu"
-    """`gnu`: `--long[=v]`, bundled short flags with attached values (`-o/path`); `single-dash`: `-name[=v]`."""
+    single_dash: bool = False
+    """Whether options are `-name[=v]` (or `--name`), rather than GNU's `--long[=v]` and bundled short flags with
+    attached values (`-o/path`)."""
     abbreviations: bool = False
     """Whether the tool accepts unambiguous prefixes of long options (`--outp` for `--output`)."""
     old_style_first_bundle: bool = False
@@ -137,7 +142,7 @@ RULES: Mapping[str, Rules] = {
             **dict.fromkeys(("-coverprofile", "-cpuprofile", "-memprofile", "-blockprofile", "-mutexprofile"), PATH),
         },
         subcommands={"install": GLOBAL},
-        style="single-dash",
+        single_dash=True,
     ),
     "ruff": Rules(
         {
@@ -164,7 +169,8 @@ RULES: Mapping[str, Rules] = {
                 "--any-exprs-report",
                 "--memory-xml-report",
             )
-        }
+        },
+        abbreviations=True,
     ),
     "pip": Rules(
         {
@@ -199,7 +205,7 @@ RULES: Mapping[str, Rules] = {
         {"-i": "edits the files it is given in place", "--in-place": "edits the files it is given in place"},
         abbreviations=True,
     ),
-    "tee": Rules({}, operands=True, abbreviations=True),
+    "tee": Rules({}, operands=True),
     "curl": Rules(
         {
             "-K": "reads options from the file it names",
@@ -207,7 +213,9 @@ RULES: Mapping[str, Rules] = {
             **dict.fromkeys(("-o", "--output", "--output-dir", "-D", "--dump-header", "-c", "--cookie-jar"), PATH),
             **dict.fromkeys(("--trace", "--trace-ascii", "--stderr", "--libcurl", "--etag-save"), PATH),
             **dict.fromkeys(("--hsts", "--alt-svc"), PATH),
-        }
+            "--cookie": VALUE,  # reads cookies: not an abbreviation of `--cookie-jar`
+        },
+        abbreviations=True,
     ),
     "wget": Rules(
         {
@@ -225,7 +233,7 @@ RULES: Mapping[str, Rules] = {
             **dict.fromkeys(("-exec", "-execdir", "-ok", "-okdir"), RUNS),
             **dict.fromkeys(("-fprint", "-fprint0", "-fprintf", "-fls"), PATH),
         },
-        style="single-dash",
+        single_dash=True,
     ),
 }
 ALIASES = {"py.test": "pytest", "pip3": "pip", "gmake": "make", "gtar": "tar", "bsdtar": "tar"}
@@ -235,7 +243,26 @@ PREFIXES = frozenset({"env", "timeout", "nice", "nohup", "time", "stdbuf", "xarg
 """Commands that run the rest of the line as another command."""
 _PYTHON = re.compile(r"python(\d+(\.\d+)?)?|py")
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
-_SEGMENT_SPLIT = re.compile(r"&&|\|\||;|\|")
+_WORD = re.compile(r"""(?:'[^']*'|"(?:[^"\\]|\\.)*"|\\.|[^\s'"\\])+""", re.DOTALL)
+_PIECE = re.compile(r"""'([^']*)'|"((?:[^"\\]|\\.)*)"|\\(.)|([^'"\\]+)""", re.DOTALL)
+_EXPANDS = re.compile(r"\$|^~([+-]\d*|\d+)(/|$)")
+"""In a word's unquoted text: what the shell fills in from its state (variables, `$(…)`, `$'…'`, `~+`, `~-`)."""
+_MATCHES = re.compile(r"[*?]|\[.*\]|\{.*(,|\.\.).*\}")
+"""In a word's unquoted text: a glob or a brace expansion, which the shell turns into other words."""
+
+
+@dataclass(frozen=True)
+class _Word:
+    """One word of a command, as `sh` splits it."""
+
+    text: str
+    """As written."""
+    value: str
+    """What the program gets after quote removal, unless the shell expands it."""
+    expands: bool
+    """Whether the shell fills part of it in when the command runs."""
+    matches: bool
+    """Whether the shell turns it into the names of the files it matches."""
 
 
 def risky_option(command: str, project_root: Path) -> str | None:
@@ -245,28 +272,57 @@ def risky_option(command: str, project_root: Path) -> str | None:
     from the project root, or from wherever a `cd` in the command may have gone.
     """
     cwds: list[Path | None] = [project_root]
-    for segment in _SEGMENT_SPLIT.split(command):
+    for segment in SEGMENT_SPLIT.split(command):
         try:
-            tokens = shlex.split(segment)
+            words = _words(segment)
         except ValueError:
             return f"`{segment.strip()}` cannot be parsed"
-        if tokens[:1] in (["cd"], ["pushd"]):
+        tokens = [word.value for word in words]
+        changes_directory = tokens[:1] in (["cd"], ["pushd"])
+        tool, start = (None, len(tokens)) if changes_directory else _tool(tokens)
+        read = start if tool is None else len(tokens)  # the words this check looks at
+        computed = (word.text for index, word in enumerate(words) if word.expands or (word.matches and index < read))
+        if (text := next(computed, None)) is not None:
+            return f"the shell expands `{text}` when the command runs, so it can hold any option"
+        if changes_directory:
             destination = tokens[1] if len(tokens) > 1 else "~"
             cwds += [_resolve(destination, cwd) for cwd in cwds]
-        elif why := _check(tokens, cwds, project_root):
+        elif tool is not None and (why := _check(tool, tokens[start:], cwds, project_root)):
             return why
     return None
 
 
-def _check(tokens: Sequence[str], cwds: Sequence[Path | None], root: Path) -> str | None:
-    found = _tool(tokens)
-    if found is None:
-        return None
-    tool, args = found
+def _words(segment: str) -> list[_Word]:
+    """The words of one simple command (ValueError when a quote or an escape is left open)."""
+    if _WORD.sub(" ", segment).strip():
+        raise ValueError(segment)
+    words: list[_Word] = []
+    for text in _WORD.findall(segment):
+        value: list[str] = []
+        unquoted: list[str] = []  # quoted characters as NUL, but for `$` in double quotes, which still expands
+        for piece in _PIECE.finditer(text):
+            single, double, escaped, plain = piece.groups()
+            if plain is not None:
+                value.append(plain)
+                unquoted.append(plain)
+            elif double is not None:
+                literal = re.sub(r'\\([$`"\\])', r"\1", double)
+                value.append(literal)
+                unquoted.append(re.sub(r"[^$]", "\0", literal))
+            else:
+                literal = single if escaped is None else escaped
+                value.append(literal)
+                unquoted.append("\0" * len(literal))
+        bare = "".join(unquoted)
+        words.append(_Word(text, "".join(value), bool(_EXPANDS.search(bare)), bool(_MATCHES.search(bare))))
+    return words
+
+
+def _check(tool: str, args: Sequence[str], cwds: Sequence[Path | None], root: Path) -> str | None:
     rules = RULES[tool]
     if rules.old_style_first_bundle and args and not args[0].startswith("-"):
         args = [f"-{args[0]}", *args[1:]]
-    operands = 0
+    after_operand = False
     index = 0
     while index < len(args):
         token = args[index]
@@ -274,14 +330,14 @@ def _check(tokens: Sequence[str], cwds: Sequence[Path | None], root: Path) -> st
         if token == "--":  # only operands follow
             outside = [value for value in args[index:] if rules.operands and _leaves(value, cwds, root)]
             return _outside(tool, "", outside[0]) if outside else None
-        if token == "-" or not token.startswith("-"):
-            if operands == 0 and token in rules.subcommands:
+        if not token.startswith("-"):
+            if not after_operand and token in rules.subcommands:
                 return f"`{tool} {token}` {rules.subcommands[token]}"
-            operands += 1
+            after_operand = True
             if rules.operands and _leaves(token, cwds, root):
                 return _outside(tool, "", token)
             continue
-        table = {**rules.options, **(rules.global_options if operands == 0 else {})}
+        table = {**rules.options, **({} if after_operand else rules.global_options)}
         for option, attached in _options(token, table, rules):
             if (kind := table[option]) not in (PATH, VALUE):
                 return f"`{option}` ({tool}) {kind}"
@@ -294,43 +350,46 @@ def _check(tokens: Sequence[str], cwds: Sequence[Path | None], root: Path) -> st
     return None
 
 
-def _tool(tokens: Sequence[str]) -> tuple[str, list[str]] | None:
-    """The known tool a segment runs and its arguments, looking through assignments, prefixes, runners and
-    `python -m`; None for any other program."""
+def _tool(tokens: Sequence[str]) -> tuple[str | None, int]:
+    """The known tool a segment runs and where its arguments start, looking through assignments, prefixes, runners
+    and `python -m`; for any other program, None and where the words it alone reads start (none behind a prefix or a
+    runner, which may run any of them)."""
     behind_runner = False
     for index, token in enumerate(tokens):
         name = Path(token).name
         if (tool := ALIASES.get(name, name)) in RULES:
-            return tool, list(tokens[index + 1 :])
+            return tool, index + 1
         if _PYTHON.fullmatch(name):
-            return _python_module(tokens[index + 1 :])
+            return _python_module(tokens, index + 1)
         if name in PREFIXES or name in RUNNERS:
             behind_runner = True  # its own arguments (`timeout 60`, `uv run --with x`) are passed over
         elif not behind_runner and not _ASSIGNMENT.match(token):
-            return None
-    return None
+            return None, index + 1
+    return None, len(tokens)
 
 
-def _python_module(args: Sequence[str]) -> tuple[str, list[str]] | None:
-    for index, arg in enumerate(args):
-        module = args[index + 1] if arg == "-m" and index + 1 < len(args) else arg[2:] if arg.startswith("-m") else None
-        if module is not None:
+def _python_module(tokens: Sequence[str], start: int) -> tuple[str | None, int]:
+    """What `python` runs when its arguments begin at `start`, as `_tool` tells it."""
+    for index in range(start, len(tokens)):
+        arg = tokens[index]
+        if arg.startswith("-m"):
+            module = arg[2:] or (tokens[index + 1] if index + 1 < len(tokens) else "")
             tool = ALIASES.get(module, module)
-            return (tool, list(args[index + 2 if arg == "-m" else index + 1 :])) if tool in RULES else None
+            return (tool if tool in RULES else None), index + (1 if arg[2:] else 2)
         if not arg.startswith("-") or arg == "-c":
-            return None  # a script or `-c CODE`: nothing this table knows
-    return None
+            return None, index + 1  # a script or `-c CODE`: nothing this table knows
+    return None, len(tokens)
 
 
 def _options(token: str, table: Mapping[str, str], rules: Rules) -> Iterator[tuple[str, str | None]]:
     """The table's options one argument holds, each with its attached value (None: the value may follow)."""
-    if rules.style == "single-dash" or token.startswith("--"):
+    if rules.single_dash or token.startswith("--"):
         name, equals, value = token.partition("=")
-        name = "-" + name.lstrip("-") if rules.style == "single-dash" else name
+        name = "-" + name.lstrip("-") if rules.single_dash else name
         attached = value if equals else None
         if name in table:
             yield name, attached
-        elif rules.abbreviations and name.startswith("--") and len(name) >= 5:
+        elif rules.abbreviations and len(name) >= 5:
             yield from ((option, attached) for option in table if option.startswith(name))
         return
     for position, letter in enumerate(token[1:], start=2):
@@ -341,10 +400,12 @@ def _options(token: str, table: Mapping[str, str], rules: Rules) -> Iterator[tup
 
 
 def _resolve(path: str, cwd: Path | None) -> Path | None:
-    """Where `path` lands from `cwd`; None when unknown (a variable, `cd -`, or an unknown starting point)."""
-    if "$" in path or path == "-" or (cwd is None and not Path(path).expanduser().is_absolute()):
+    """Where `path` lands from `cwd`; None when unknown (`cd -`, an option such as `cd -P DIR`'s, or an unknown
+    starting point)."""
+    target = Path(path).expanduser()
+    if path.startswith("-") or (cwd is None and not target.is_absolute()):
         return None
-    return ((cwd or Path("/")) / Path(path).expanduser()).resolve()
+    return (target if cwd is None else cwd / target).resolve()
 
 
 def _leaves(path: str, cwds: Sequence[Path | None], root: Path) -> bool:
