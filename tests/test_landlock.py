@@ -4,6 +4,7 @@ here (this machine's has ABI 7)."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 from pathlib import Path
@@ -178,3 +179,50 @@ def test_a_project_at_home_keeps_credentials_and_code_puppys_own_files_out_of_re
     assert check.returncode == 0, check.stdout + check.stderr
     limit = f"  limit: in {home}, {home / '.config'} (they hold denied paths) commands cannot create, remove or rename"
     assert any(line.startswith(limit) for line in check.stdout.splitlines()), check.stdout
+
+
+def test_every_kind_of_entry_can_be_made_changed_and_removed_inside_the_project_and_none_outside(
+    repo: Path, outside: Path
+) -> None:
+    """Each right the project gets is used once (a wrong bit in the launcher's table refuses one of these), and none
+    of them reaches a folder outside."""
+    script = """
+        mkdir work && cd work || exit 9
+        mkdir d && echo mkdir
+        rmdir d && echo rmdir
+        echo x > f && echo create
+        echo y >> f && echo append
+        truncate -s 1 f && echo truncate
+        : > f && echo open-truncating
+        printf '#!/bin/sh\\necho ran\\n' > run.sh && chmod +x run.sh && ./run.sh
+        ln -s f l && echo symlink
+        ln f h && echo hardlink
+        mkfifo p && echo fifo
+        "$2" -c 'import socket; socket.socket(socket.AF_UNIX).bind("s")' && echo socket
+        if [ "$(id -u)" = 0 ]; then mknod c c 1 3 && echo char; mknod b b 7 0 && echo block; fi
+        mv f g && echo rename
+        mkdir sub && mv g sub/g && echo move-between-folders
+        ls sub && cd .. && rm -r work && echo removed
+        touch "$1/file" 2>/dev/null || echo refused-file
+        mkdir "$1/dir" 2>/dev/null || echo refused-dir
+        mkfifo "$1/fifo" 2>/dev/null || echo refused-fifo
+        ln -s / "$1/link" 2>/dev/null || echo refused-link
+    """
+    completed = sandboxed(repo, script, str(outside), PYTHON)
+    made = ["mkdir", "rmdir", "create", "append", "truncate", "open-truncating", "ran", "symlink", "hardlink", "fifo"]
+    made += ["socket", *(["char", "block"] if os.geteuid() == 0 else []), "rename", "move-between-folders", "g"]
+    refused = ["refused-file", "refused-dir", "refused-fifo", "refused-link"]
+    assert completed.stdout.split() == [*made, "removed", *refused], completed.stderr
+    assert list(outside.iterdir()) == [] and not (repo / "work").exists()
+
+
+def test_abstract_unix_sockets_outside_are_out_of_reach(repo: Path) -> None:
+    """An abstract socket has no path for a rule to refuse (the session bus and X11 listen on some): from Landlock ABI 6
+    they are scoped to the sandbox."""
+    name = f"code-puppy-test-{os.getpid()}"
+    connect = "import socket, sys; socket.socket(socket.AF_UNIX).connect('\\0' + sys.argv[1]); print('reached')"
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind("\0" + name)
+        listener.listen()
+        completed = sandboxed(repo, 'exec "$1" -c "$2" "$3"', PYTHON, connect, name)
+    assert completed.returncode == 1 and "PermissionError" in completed.stderr, completed.stdout + completed.stderr
