@@ -1,8 +1,10 @@
-"""The file tools' writes (atomic replace: hard links, symlinks, modes, a write that fails half way) and reads (the
-harness's output, streamed: bounded memory for a huge one-line file), in process and through the console script."""
+"""The file tools' writes (atomic replace: hard links, symlinks, modes, a write that fails half way, a folder swapped
+for a link meanwhile) and reads (the harness's output, streamed: bounded memory for a huge one-line file), in process
+and through the console script."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -12,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic_ai.exceptions import ModelRetry
 from pydantic_ai.messages import ToolCallPart
 from pydantic_ai_harness.filesystem import FileSystem
 
@@ -81,6 +84,68 @@ async def test_a_replaced_file_keeps_its_mode_and_a_new_one_gets_the_umask(proje
     os.umask(umask)
     assert (script.stat().st_mode & 0o7777, script.read_text()) == (0o750, "echo ho\n")
     assert (project / "new.txt").stat().st_mode & 0o7777 == 0o666 & ~umask
+
+
+SWAPPER = """
+import ctypes, os, sys
+folder, link, stop = (os.fsencode(argument) for argument in sys.argv[1:])
+libc = ctypes.CDLL(None, use_errno=True)
+swaps = 0
+while not os.path.exists(stop):
+    for _ in range(2):  # so that the folder is back in its place whenever the loop ends
+        if libc.renameat2(-100, folder, -100, link, 2) != 0:  # AT_FDCWD, RENAME_EXCHANGE
+            raise OSError(ctypes.get_errno(), "renameat2")
+    swaps += 2
+print(swaps)
+"""
+"""Swaps a folder with a link to outside the project, atomically and in a tight loop, until told to stop."""
+
+
+async def test_a_folder_swapped_for_a_link_to_outside_never_takes_a_write_there(project: Path, outside: Path) -> None:
+    """A command in the background swaps `sub` with a link to a folder outside the project while the file tools write,
+    edit and make folders in it: whatever each call's outcome, nothing outside changes and no temporary is left."""
+    calls = 200
+    (project / "sub").mkdir()
+    (project / "link").symlink_to(outside)
+    for index in range(calls):
+        # The same file outside too, so that an edit taken outside would match and go through.
+        (project / "sub" / f"e{index}.txt").write_text("a\n")
+        (outside / f"e{index}.txt").write_text("a\n")
+    before = {path: path.read_bytes() for path in outside.rglob("*")}
+    files = ProjectFileSystem(root_dir=project).get_toolset()
+    stop = project.parent / "stop"
+    swapper = subprocess.Popen(
+        [sys.executable, "-c", SWAPPER, str(project / "sub"), str(project / "link"), str(stop)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    written: str | None = None
+    edited: set[int] = set()
+    made: set[int] = set()
+    try:
+        for index in range(calls):
+            with contextlib.suppress(ModelRetry):
+                await files.write_file("sub/w.txt", f"write {index}\n")
+                written = f"write {index}\n"
+            with contextlib.suppress(ModelRetry):
+                await files.edit_file(f"sub/e{index}.txt", "a", "b")
+                edited.add(index)
+            with contextlib.suppress(ModelRetry):
+                await files.create_directory(f"sub/made/{index}")
+                made.add(index)
+    finally:
+        stop.touch()
+        swaps, _ = swapper.communicate(timeout=60)
+    assert (swapper.returncode, int(swaps) > 0) == (0, True)
+    assert {path: path.read_bytes() for path in outside.rglob("*")} == before
+    assert [path for root in (project, outside) for path in root.rglob("*.tmp")] == []
+    # What a call reported done is in the folder it checked.
+    assert not (project / "sub").is_symlink()
+    assert written is not None and (project / "sub" / "w.txt").read_text() == written
+    assert [(project / "sub" / f"e{index}.txt").read_text() for index in range(calls)] == [
+        "b\n" if index in edited else "a\n" for index in range(calls)
+    ]
+    assert all((project / "sub" / "made" / str(index)).is_dir() for index in made)
 
 
 def test_a_read_only_file_is_not_replaced_though_its_folder_is_writable() -> None:
