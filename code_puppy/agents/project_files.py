@@ -131,6 +131,11 @@ class ProjectFileSystemToolset(FileSystemToolset[Any]):
     """The harness file toolset: `write_file` and `edit_file` replace files atomically, `read_file` streams; the
     three go through the run's editor when it has one; every open goes through folder descriptors."""
 
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        for tool in self.tools.values():
+            tool.args_validator = _refuse_nul_paths
+
     async def call_tool(
         self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
     ) -> Any:
@@ -301,6 +306,13 @@ def _retry(error: OSError | ValueError, path: str) -> ModelRetry:
     if isinstance(error, OSError) and error.strerror:
         return ModelRetry(f"[Errno {error.errno}] {error.strerror}: {path!r}")
     return ModelRetry(str(error))
+
+
+def _refuse_nul_paths(ctx: RunContext[Any], **args: Any) -> None:
+    """Refuse a path no file can have before anything looks at it (the permission policy resolves it first)."""
+    path = args.get("path")
+    if isinstance(path, str) and "\0" in path:
+        raise ModelRetry(f"Path {path!r} holds a NUL byte, which no file name can hold.")
 
 
 def _open_for_write(folder: int, name: str, path: str, *, read_back: bool, create: bool) -> tuple[int, bool]:

@@ -5,6 +5,7 @@ and through the console script."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -204,6 +205,28 @@ def test_an_edit_that_fails_half_way_leaves_the_file_whole(project: Path) -> Non
     assert completed.stdout == "File too large\n"
     assert (project / "big.txt").read_text() == original
     assert sorted(p.name for p in project.iterdir()) == ["README.md", "big.txt"]
+
+
+def test_a_path_with_a_nul_byte_is_refused_to_the_model_and_the_run_goes_on(
+    server: FakeLLMServer, project: Path
+) -> None:
+    server.script(
+        tool_calls(
+            call("write_file", {"path": "notes\0.txt", "content": "x"}),
+            call("edit_file", {"path": "README.md\0", "old_text": "demo", "new_text": "x"}),
+            call("create_directory", {"path": "new\0folder"}),
+            call("read_file", {"path": "README.md\0"}),
+        ),
+        text("done"),
+    )
+    completed = run_cli("-p", "edit", "--permission-mode", "accept-edits", cwd=project)
+    assert (completed.returncode, completed.stdout) == (0, "done\n"), completed.stderr
+    assert [json.loads(message) for message in tool_messages(server.requests[1].body)] == [
+        {"error": f"Path {path!r} holds a NUL byte, which no file name can hold."}
+        for path in ("notes\0.txt", "README.md\0", "new\0folder", "README.md\0")
+    ]
+    assert sorted(p.name for p in project.iterdir()) == ["README.md"]
+    assert (project / "README.md").read_text() == "# demo project\n"
 
 
 READ_CASES: dict[str, bytes] = {
