@@ -241,13 +241,13 @@ class ProjectFileSystemToolset(FileSystemToolset[Any]):
         folder = self._open_folder(resolved.parent)
         try:
             descriptor, created = _open_for_write(folder, resolved.name, path, read_back=read_back, create=create)
-            current = os.fdopen(descriptor, "rb+" if read_back else "wb")
             if not stat.S_ISREG(os.fstat(descriptor).st_mode):
-                current.close()
+                os.close(descriptor)
                 raise ModelRetry(f"Path {path!r} exists and is not a regular file.")
         except BaseException:
             os.close(folder)
             raise
+        current = os.fdopen(descriptor, "rb+" if read_back else "wb")
         return cast(BinaryIO, AtomicReplacement(current, folder, resolved.name)), created
 
     async def _create_directory(self, ctx: RunContext[Any] | None, path: str) -> str:
@@ -469,7 +469,6 @@ class AtomicReplacement(io.BufferedIOBase):
         self._folder = folder
         self._name = name
         self._temporary: tuple[int, str] | None = None
-        self._renamed = False
 
     def readable(self) -> bool:
         return True
@@ -513,9 +512,8 @@ class AtomicReplacement(io.BufferedIOBase):
             if self._temporary is not None:
                 descriptor, name = self._temporary
                 os.close(descriptor)
-                if not self._renamed:
-                    with contextlib.suppress(FileNotFoundError):  # removed by someone else meanwhile
-                        os.unlink(name, dir_fd=self._folder)
+                with contextlib.suppress(FileNotFoundError):  # renamed over the file already
+                    os.unlink(name, dir_fd=self._folder)
         finally:
             os.close(self._folder)
             self._current.close()
@@ -530,7 +528,6 @@ class AtomicReplacement(io.BufferedIOBase):
                 os.fchown(descriptor, current.st_uid, current.st_gid)
         os.fsync(descriptor)
         os.replace(name, self._name, src_dir_fd=self._folder, dst_dir_fd=self._folder)
-        self._renamed = True
         os.fsync(self._folder)  # the rename is durable once the folder's entry is
 
 
