@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from code_puppy.agents.cut_off_calls import ends_inside_json
+from code_puppy.agents.cut_off_calls import json_outline
 from tests.conftest import run_cli
 from tests.fake_llm import FakeLLMServer, ToolCall, call, cut_call, text, tool_calls
 
@@ -79,21 +79,50 @@ def test_a_repair_that_loses_nothing_still_applies(server: FakeLLMServer, projec
 
 
 @pytest.mark.parametrize(
-    ("raw", "cut"),
+    "raw",
     [
-        ('{"a": "b"}', False),
-        ('{"a": [1, 2], "b": {"c": "}"}}', False),
-        ('{"a": 1,}', False),
-        ('```json\n{"a": 1}\n```', False),
-        ("", False),
-        ('{"a": "b', True),
-        ('{"a": "b\\"', True),
-        ('{"a": [1, 2', True),
-        ('{"a": {"b": 1}', True),
-        ('{"a"', True),
+        '{"path":"important.txt","content":"x"}{"path":"important.txt","content":""}',
+        '{"path": "important.txt", "content": "x"}\n{"path": "important.txt", "content": ""}',
+        '```json\n{"path": "important.txt", "content": "x"}\n```\n'
+        '```json\n{"path": "important.txt", "content": ""}\n```',
+    ],
+    ids=["back-to-back", "one-a-line", "two-fences"],
+)
+def test_arguments_that_are_several_objects_are_refused_not_repaired(
+    server: FakeLLMServer, project: Path, raw: str
+) -> None:
+    (project / "important.txt").write_text(PRECIOUS)
+    server.script(tool_calls(ToolCall("write_file", {}, raw_args=raw)), text("I will send them one by one."))
+    completed = run_cli("-p", "change it", "--permission-mode", "yolo", cwd=project)
+    assert (completed.returncode, completed.stdout) == (0, "I will send them one by one.\n"), completed.stderr
+    assert (project / "important.txt").read_text() == PRECIOUS
+    assert [json.loads(m["content"]) for m in server.requests[1].body["messages"] if m["role"] == "tool"] == [
+        {
+            "error": "Your `write_file` call's arguments are 2 JSON objects one after another, so it was not run and "
+            "nothing changed. Send each call again on its own, its arguments as one JSON object."
+        }
+    ]
+
+
+@pytest.mark.parametrize(
+    ("raw", "values", "cut"),
+    [
+        ('{"a": "b"}', 1, False),
+        ('{"a": [1, 2], "b": {"c": "}"}}', 1, False),
+        ('{"a": 1,}', 1, False),
+        ('```json\n{"a": 1}\n```', 1, False),
+        ("", 0, False),
+        ('{"a": "b', 1, True),
+        ('{"a": "b\\"', 1, True),
+        ('{"a": [1, 2', 1, True),
+        ('{"a": {"b": 1}', 1, True),
+        ('{"a"', 1, True),
+        ('{"a": "}{"}{"b": 2}', 2, False),
+        ('{"a": 1} [2]\n{"c": 3}', 3, False),
+        ('{"a": 1}{"b": "', 2, True),
     ],
 )
-def test_ends_inside_json(raw: str, cut: bool) -> None:
-    assert ends_inside_json(raw) is cut
-    if not cut and raw.startswith("{") and not raw.endswith(",}"):
+def test_json_outline(raw: str, values: int, cut: bool) -> None:
+    assert json_outline(raw) == (values, cut)
+    if values == 1 and not cut and raw.startswith("{") and not raw.endswith(",}"):
         json.loads(raw)  # the uncut examples are real JSON

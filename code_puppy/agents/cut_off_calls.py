@@ -17,14 +17,17 @@ from code_puppy.agents.permissions import is_read_only
 
 @dataclass
 class CutOffCalls(AbstractCapability[Any]):
-    """Repairs malformed tool-call JSON where nothing can be lost, and refuses calls that were cut off.
+    """Repairs malformed tool-call JSON where nothing can be lost, and refuses calls that were cut off or that hold
+    several calls' arguments.
 
     A call is cut off when the response that made it stopped on the output limit (finish reason `length`), or when
     its arguments end inside a string, object or array (a stream that ended mid-arguments). Closing such JSON would
     run the tool with whatever prefix arrived: `write_file` with half its content replaces the whole file. So a
     cut-off call to a tool that can change anything (an edit, a command, an MCP tool not marked read-only) fails
-    with a result asking the model to send it again, smaller; a read-only tool's call is repaired and runs. Other
-    malformed JSON (a trailing comma, a code fence around it) is repaired with `json-repair`, as the harness's
+    with a result asking the model to send it again, smaller; a read-only tool's call is repaired and runs. Arguments
+    that are several objects one after another (`{…}{…}`) fail too, whatever the tool: a repair keeps one and drops
+    the rest, and the one kept need not be the one meant (an empty `content` after the real one empties the file).
+    Other malformed JSON (a trailing comma, a code fence around it) is repaired with `json-repair`, as the harness's
     `RepairToolArguments` does.
     """
 
@@ -37,8 +40,9 @@ class CutOffCalls(AbstractCapability[Any]):
     ) -> RawToolArgs:
         raw = args if isinstance(args, str) else None
         valid = raw is None or _parses(raw)
+        values, ends_inside = json_outline(raw) if raw is not None else (1, False)
         cut_by_limit = _stopped_on_length(ctx.messages, call.tool_call_id)
-        if (cut_by_limit or (raw is not None and ends_inside_json(raw))) and not is_read_only(tool_def):
+        if (cut_by_limit or ends_inside) and not is_read_only(tool_def):
             why = "it hit the output token limit" if cut_by_limit else "its arguments end mid-JSON"
             raise ToolFailed(
                 f"Your `{call.tool_name}` call was cut off ({why}), so it was not run and nothing changed. "
@@ -46,6 +50,11 @@ class CutOffCalls(AbstractCapability[Any]):
             )
         if valid or raw is None:
             return args
+        if values > 1:
+            raise ToolFailed(
+                f"Your `{call.tool_name}` call's arguments are {values} JSON objects one after another, so it was not "
+                "run and nothing changed. Send each call again on its own, its arguments as one JSON object."
+            )
         import json_repair  # only once a model sends malformed JSON
 
         try:
@@ -54,9 +63,10 @@ class CutOffCalls(AbstractCapability[Any]):
             return args
 
 
-def ends_inside_json(text: str) -> bool:
-    """Whether JSON text stops inside a string, object or array: what a reply cut off mid-arguments leaves."""
-    depth = 0
+def json_outline(text: str) -> tuple[int, bool]:
+    """How many objects and arrays JSON text opens at its top level, and whether it stops inside a string, object or
+    array (what a reply cut off mid-arguments leaves)."""
+    depth = values = 0
     in_string = escaped = False
     for char in text:
         if in_string:
@@ -69,10 +79,12 @@ def ends_inside_json(text: str) -> bool:
         elif char == '"':
             in_string = True
         elif char in "{[":
+            if depth <= 0:
+                values += 1
             depth += 1
         elif char in "}]":
             depth -= 1
-    return in_string or depth > 0
+    return values, in_string or depth > 0
 
 
 def _parses(text: str) -> bool:

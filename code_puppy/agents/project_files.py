@@ -7,6 +7,13 @@ the file is whole at every moment, old or new, and its other links keep the old 
 several hard links is not written through). The harness resolves symlinks before it writes, so a link inside the
 project (`CLAUDE.md → AGENTS.md`) stays a link and the file it points to is the one replaced.
 
+Descriptors: the harness checks the resolved path, then opens it by name, so a folder on it swapped for a link to
+outside the project in between (a background command can loop on that) would take the write outside. Here every
+open, the temporary file, the rename and `create_directory`'s folders go through directory descriptors, reached from
+the root's one folder at a time with `O_NOFOLLOW` along the checked path: a link that appears on it makes the call
+fail with a retry, and a folder moved meanwhile is still the folder that was checked. A link is followed only by the
+harness's resolution, which checks where it leads.
+
 Reads: the harness reads the whole file and holds it several times over (bytes, text, lines), about 1 GB for a
 300 MB one-line file, to show at most `max_read_chars` of it. Here the file is streamed once: the lines and the
 hash are computed as it passes, and only what the result can show is kept. The result is the harness's, to the
@@ -20,20 +27,22 @@ harness reads and writes through `open_read`/`open_write`, which are synchronous
 checks, the permission policy around the call, and checkpoints, which snapshot the disk after the call, that is after
 the editor answered the write (ACP's `fs/write_text_file` writes the file).
 
-`ProjectFileSystemToolset._read_file` and `call_tool` are the places that use private members of the harness toolset
-(its read entry point, path resolution, header and budget): the harness offers no public hook for reading.
+`ProjectFileSystemToolset._read_file`, `_create_directory`, `_resolve_path` and `call_tool` are the places that use
+private members of the harness toolset (its read and create entry points, path resolution, header and budget): the
+harness offers no public hook for reading or for making a folder.
 """
 
 from __future__ import annotations
 
 import codecs
 import contextlib
+import errno
 import hashlib
 import io
 import itertools
 import os
+import secrets
 import stat
-import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -45,7 +54,14 @@ from typing import Any, BinaryIO, cast
 from pydantic_ai import RunContext
 from pydantic_ai.exceptions import ModelRetry
 from pydantic_ai.toolsets import FilteredToolset, ToolsetTool
-from pydantic_ai_harness.filesystem import READ_ONLY_TOOL_NAMES, FileReadEvent, FileSystem, FileSystemToolset
+from pydantic_ai_harness.filesystem import (
+    READ_ONLY_TOOL_NAMES,
+    DirectoryCreatedEvent,
+    FileChangeRequestEvent,
+    FileReadEvent,
+    FileSystem,
+    FileSystemToolset,
+)
 
 from code_puppy.agents.deps import EditorFiles, deps_of
 
@@ -55,6 +71,10 @@ BINARY_SAMPLE_BYTES = 8192
 """A NUL byte in this many leading bytes makes a file binary, as the harness decides."""
 LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 """The characters `str.splitlines` ends a line on, which is how the harness counts and numbers lines."""
+FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+"""How each folder on a path is opened: a link where a folder was checked fails the open instead of being followed."""
+FILE_FLAGS = os.O_NONBLOCK | os.O_NOFOLLOW
+"""As the harness opens a file: a FIFO swapped in does not stall the open, a link swapped in is not followed."""
 
 
 @dataclass
@@ -109,7 +129,12 @@ _editor_call: ContextVar[_EditorCall | None] = ContextVar("code_puppy_editor_cal
 
 class ProjectFileSystemToolset(FileSystemToolset[Any]):
     """The harness file toolset: `write_file` and `edit_file` replace files atomically, `read_file` streams; the
-    three go through the run's editor when it has one."""
+    three go through the run's editor when it has one; every open goes through folder descriptors."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        for tool in self.tools.values():
+            tool.args_validator = _refuse_nul_paths
 
     async def call_tool(
         self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
@@ -146,14 +171,53 @@ class ProjectFileSystemToolset(FileSystemToolset[Any]):
 
     def _binary(self, resolved: Path) -> bool:
         """Whether the file on disk is binary, as the harness decides: no editor holds it as text."""
-        with super().open_read(resolved) as source:
+        with self._read_disk(resolved) as source:
             return b"\0" in source.read(BINARY_SAMPLE_BYTES)
 
     def open_read(self, resolved: Path) -> BinaryIO:
         call = _editor_call.get()
         if call is not None and resolved in call.buffers:
             return io.BytesIO(call.buffers[resolved])
-        return super().open_read(resolved)
+        return self._read_disk(resolved)
+
+    def _read_disk(self, resolved: Path) -> BinaryIO:
+        """The file on disk, whatever the editor holds."""
+        folder = self._open_folder(resolved.parent)
+        try:
+            return os.fdopen(os.open(resolved.name, os.O_RDONLY | FILE_FLAGS, dir_fd=folder), "rb")
+        finally:
+            os.close(folder)
+
+    def _open_folder(self, folder: Path, *, create: bool = False) -> int:
+        """A descriptor of `folder` (resolved and checked), reached from the root one folder at a time without
+        following a link, making the missing ones on the way when `create` is set."""
+        descriptor = os.open(self._real_root, FOLDER_FLAGS)
+        try:
+            for name in folder.relative_to(self._real_root).parts:
+                if create:
+                    with contextlib.suppress(FileExistsError):
+                        os.mkdir(name, dir_fd=descriptor)
+                child = os.open(name, FOLDER_FLAGS, dir_fd=descriptor)
+                os.close(descriptor)
+                descriptor = child
+        except OSError as error:
+            os.close(descriptor)
+            if error.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+                raise ModelRetry(
+                    f"A folder on {self._relative_to_root(folder)!r} was moved, removed or replaced by a link while "
+                    "it was opened, so nothing was done. Retry."
+                ) from error
+            raise
+        return descriptor
+
+    def _resolve_path(self, path: str) -> Path:
+        try:
+            return super()._resolve_path(path)
+        except OSError as error:
+            if error.errno != errno.EINVAL:
+                raise
+            # `realpath` found a link and read it after a concurrent swap had made it a folder again.
+            raise ModelRetry(f"Path {path!r} changed while it was resolved. Retry.") from error
 
     def open_write(self, resolved: Path, *, read_back: bool, create: bool) -> tuple[BinaryIO, bool]:
         call = _editor_call.get()
@@ -163,18 +227,53 @@ class ProjectFileSystemToolset(FileSystemToolset[Any]):
             if resolved in call.buffers:
                 current = call.buffers[resolved]
             elif resolved.is_file():
-                with super().open_read(resolved) as source:
+                with self._read_disk(resolved) as source:
                     current = source.read()
             else:
                 current = b""
             return _EditorWrite(current, lambda content: call.written.__setitem__(resolved, content)), (
                 not resolved.exists()
             )
-        # The harness's open does the checks that matter before anything changes: a regular file, not a symlink
-        # swapped in, one this process may write (a read-only file is not replaced just because its folder is
+        # The checks that matter before anything changes, as the harness's open makes them: a regular file, not a
+        # link swapped in, one this process may write (a read-only file is not replaced just because its folder is
         # writable), created exclusively when new.
-        current, created = super().open_write(resolved, read_back=read_back, create=create)
-        return cast(BinaryIO, AtomicReplacement(current, resolved)), created
+        path = self._relative_to_root(resolved)
+        folder = self._open_folder(resolved.parent)
+        try:
+            descriptor, created = _open_for_write(folder, resolved.name, path, read_back=read_back, create=create)
+            if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+                os.close(descriptor)
+                raise ModelRetry(f"Path {path!r} exists and is not a regular file.")
+        except BaseException:
+            os.close(folder)
+            raise
+        current = os.fdopen(descriptor, "rb+" if read_back else "wb")
+        return cast(BinaryIO, AtomicReplacement(current, folder, resolved.name)), created
+
+    async def _create_directory(self, ctx: RunContext[Any] | None, path: str) -> str:
+        # The harness's, with the folders made through descriptors: its `mkdir(parents=True)` goes by name.
+        try:
+            resolved = self._safe_resolve(path, write=True)
+            if resolved.is_dir():
+                return f"Created directory: {path}"
+            if resolved.exists():
+                raise ModelRetry(f"Path {path!r} exists and is not a directory.")
+            if not next(parent for parent in resolved.parents if parent.exists()).is_dir():
+                raise ModelRetry(f"Path {path!r} has a parent that is not a directory.")
+            location = self._event_location(resolved)
+            if ctx is not None:
+                request = FileChangeRequestEvent(**location, operation="create_directory", diff="", truncated=False)
+                await ctx.emit(request)
+                if request.cancelled:
+                    return (
+                        f"[{location['path']!r} was not created: {request.cancel_reason or 'cancelled by a listener'}]"
+                    )
+            os.close(self._open_folder(resolved, create=True))
+        except (OSError, ValueError) as error:
+            raise _retry(error, path) from error
+        if ctx is not None:
+            await ctx.emit(DirectoryCreatedEvent(**location))
+        return f"Created directory: {path}"
 
     async def _read_file(
         self, ctx: RunContext[Any] | None, path: str, *, offset: int = 0, limit: int | None = None
@@ -195,14 +294,47 @@ class ProjectFileSystemToolset(FileSystemToolset[Any]):
                 header = self._read_header(path, scan.total, scan.content_hash)
                 result = header + scan.body(offset, self._body_budget(header))
         except (OSError, ValueError) as error:
-            # What the model can correct (a missing file, a bad offset) is a retry, as in the harness, named by the
-            # path the model gave rather than the absolute one.
-            if isinstance(error, OSError) and error.strerror:
-                raise ModelRetry(f"[Errno {error.errno}] {error.strerror}: {path!r}") from error
-            raise ModelRetry(str(error)) from error
+            raise _retry(error, path) from error
         if ctx is not None:
             await ctx.emit(FileReadEvent(**self._event_location(resolved), content_hash=scan.content_hash))
         return result
+
+
+def _retry(error: OSError | ValueError, path: str) -> ModelRetry:
+    """What the model can correct (a missing file, a bad offset) is a retry, as in the harness, named by the path the
+    model gave rather than the absolute one."""
+    if isinstance(error, OSError) and error.strerror:
+        return ModelRetry(f"[Errno {error.errno}] {error.strerror}: {path!r}")
+    return ModelRetry(str(error))
+
+
+def _refuse_nul_paths(ctx: RunContext[Any], **args: Any) -> None:
+    """Refuse a path no file can have before anything looks at it (the permission policy resolves it first)."""
+    path = args.get("path")
+    if isinstance(path, str) and "\0" in path:
+        raise ModelRetry(f"Path {path!r} holds a NUL byte, which no file name can hold.")
+
+
+def _open_for_write(folder: int, name: str, path: str, *, read_back: bool, create: bool) -> tuple[int, bool]:
+    """Open `name` in `folder` for writing without truncating it, as the harness does by name: the descriptor, and
+    whether this open created the file."""
+    flags = (os.O_RDWR if read_back else os.O_WRONLY) | FILE_FLAGS
+    try:
+        if not create:
+            return os.open(name, flags, dir_fd=folder), False
+        # The file can go between the exclusive create finding it and the plain open: try both again, a few times.
+        for _ in range(3):
+            with contextlib.suppress(FileExistsError):
+                return os.open(name, flags | os.O_CREAT | os.O_EXCL, 0o666, dir_fd=folder), True
+            with contextlib.suppress(FileNotFoundError):
+                return os.open(name, flags, dir_fd=folder), False
+        raise ModelRetry(f"Path {path!r} changed repeatedly while opening. Retry the write.")
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise ModelRetry(f"Path {path!r} changed to a symlink before opening.") from error
+        if error.errno in (errno.EISDIR, errno.ENODEV, errno.ENXIO):
+            raise ModelRetry(f"Path {path!r} exists and is not a regular file.") from error
+        raise
 
 
 @dataclass
@@ -323,17 +455,19 @@ class _EditorWrite(io.BytesIO):
 
 class AtomicReplacement(io.BufferedIOBase):
     """The stream `open_write` hands the harness: reads come from the file as it is (for the harness's hash check),
-    writes go to a temporary file beside it, and a clean close renames that over the file with the file's mode.
+    writes go to a temporary file in the file's folder, and a clean close renames that over the file with the file's
+    mode. Both go through the folder's descriptor, which this stream owns.
 
     The harness rewinds, truncates, then writes the whole new content, all inside `with`; whatever was written
     replaces the file when that block ends cleanly. Any other ending (a stale hash, a full disk, a plain `close`)
     removes the temporary file and leaves the original alone.
     """
 
-    def __init__(self, current: BinaryIO, target: Path) -> None:
+    def __init__(self, current: BinaryIO, folder: int, name: str) -> None:
         super().__init__()
         self._current = current
-        self._target = target
+        self._folder = folder
+        self._name = name
         self._temporary: tuple[int, str] | None = None
 
     def readable(self) -> bool:
@@ -356,7 +490,7 @@ class AtomicReplacement(io.BufferedIOBase):
 
     def write(self, data: Any, /) -> int:
         if self._temporary is None:
-            self._temporary = tempfile.mkstemp(dir=self._target.parent, prefix=f".{self._target.name}.", suffix=".tmp")
+            self._temporary = _temporary_file(self._folder, self._name)
         view = memoryview(data).cast("B")
         while view:
             view = view[os.write(self._temporary[0], view) :]
@@ -378,9 +512,10 @@ class AtomicReplacement(io.BufferedIOBase):
             if self._temporary is not None:
                 descriptor, name = self._temporary
                 os.close(descriptor)
-                if os.path.exists(name):  # not renamed over the target
-                    os.unlink(name)
+                with contextlib.suppress(FileNotFoundError):  # renamed over the file already
+                    os.unlink(name, dir_fd=self._folder)
         finally:
+            os.close(self._folder)
             self._current.close()
             super().close()
 
@@ -392,10 +527,15 @@ class AtomicReplacement(io.BufferedIOBase):
             with contextlib.suppress(PermissionError):
                 os.fchown(descriptor, current.st_uid, current.st_gid)
         os.fsync(descriptor)
-        os.replace(name, self._target)
-        # The rename is durable once the directory entry is.
-        directory = os.open(self._target.parent, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
+        os.replace(name, self._name, src_dir_fd=self._folder, dst_dir_fd=self._folder)
+        os.fsync(self._folder)  # the rename is durable once the folder's entry is
+
+
+def _temporary_file(folder: int, name: str) -> tuple[int, str]:
+    """A new file in `folder` named after `name`, hidden, private, and never one that was already there."""
+    while True:
+        temporary = f".{name}.{secrets.token_hex(4)}.tmp"
+        with contextlib.suppress(FileExistsError):
+            return os.open(
+                temporary, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=folder
+            ), temporary

@@ -1,19 +1,28 @@
-"""The file tools' writes (atomic replace: hard links, symlinks, modes, a write that fails half way) and reads (the
-harness's output, streamed: bounded memory for a huge one-line file), in process and through the console script."""
+"""The file tools' writes (atomic replace: hard links, symlinks, modes, a write that fails half way, a folder swapped
+for a link meanwhile) and reads (the harness's output, streamed: bounded memory for a huge one-line file), in process
+and through the console script."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
 import os
+import stat
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic_ai.messages import ToolCallPart
-from pydantic_ai_harness.filesystem import FileSystem
+from pydantic_ai import Agent, RunContext
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.exceptions import ModelRetry
+from pydantic_ai.messages import AgentStreamEvent, ToolCallPart
+from pydantic_ai_harness.filesystem import FileChangeRequestEvent, FileSystem
 
 from code_puppy.agents.builder import MAX_READ_CHARS, build_pydantic_agent
 from code_puppy.agents.deps import RunDeps
@@ -83,6 +92,242 @@ async def test_a_replaced_file_keeps_its_mode_and_a_new_one_gets_the_umask(proje
     assert (project / "new.txt").stat().st_mode & 0o7777 == 0o666 & ~umask
 
 
+SWAPPER = """
+import ctypes, os, sys
+folder, link, stop = (os.fsencode(argument) for argument in sys.argv[1:])
+libc = ctypes.CDLL(None, use_errno=True)
+swaps = 0
+while not os.path.exists(stop):
+    for _ in range(2):  # so that the folder is back in its place whenever the loop ends
+        if libc.renameat2(-100, folder, -100, link, 2) != 0:  # AT_FDCWD, RENAME_EXCHANGE
+            raise OSError(ctypes.get_errno(), "renameat2")
+    swaps += 2
+print(swaps)
+"""
+"""Swaps a folder with a link to outside the project, atomically and in a tight loop, until told to stop."""
+
+
+async def test_a_folder_swapped_for_a_link_to_outside_never_takes_a_write_there(project: Path, outside: Path) -> None:
+    """A command in the background swaps `sub` with a link to a folder outside the project while the file tools write,
+    edit and make folders in it: whatever each call's outcome, nothing outside changes and no temporary is left."""
+    calls = 200
+    (project / "sub").mkdir()
+    (project / "link").symlink_to(outside)
+    for index in range(calls):
+        # The same file outside too, so that an edit taken outside would match and go through.
+        (project / "sub" / f"e{index}.txt").write_text("a\n")
+        (outside / f"e{index}.txt").write_text("a\n")
+    before = {path: path.read_bytes() for path in outside.rglob("*")}
+    files = ProjectFileSystem(root_dir=project).get_toolset()
+    stop = project.parent / "stop"
+    swapper = subprocess.Popen(
+        [sys.executable, "-c", SWAPPER, str(project / "sub"), str(project / "link"), str(stop)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    written: str | None = None
+    edited: set[int] = set()
+    made: set[int] = set()
+    try:
+        for index in range(calls):
+            with contextlib.suppress(ModelRetry):
+                await files.write_file("sub/w.txt", f"write {index}\n")
+                written = f"write {index}\n"
+            with contextlib.suppress(ModelRetry):
+                await files.edit_file(f"sub/e{index}.txt", "a", "b")
+                edited.add(index)
+            with contextlib.suppress(ModelRetry):
+                await files.create_directory(f"sub/made/{index}")
+                made.add(index)
+    finally:
+        stop.touch()
+        swaps, _ = swapper.communicate(timeout=60)
+    assert (swapper.returncode, int(swaps) > 0) == (0, True)
+    assert {path: path.read_bytes() for path in outside.rglob("*")} == before
+    assert [path for root in (project, outside) for path in root.rglob("*.tmp")] == []
+    # What a call reported done is in the folder it checked.
+    assert not (project / "sub").is_symlink()
+    assert written is not None and (project / "sub" / "w.txt").read_text() == written
+    assert [(project / "sub" / f"e{index}.txt").read_text() for index in range(calls)] == [
+        "b\n" if index in edited else "a\n" for index in range(calls)
+    ]
+    assert all((project / "sub" / "made" / str(index)).is_dir() for index in made)
+
+
+def test_a_write_through_a_folder_that_became_a_link_after_its_check_is_refused(project: Path, outside: Path) -> None:
+    """The harness checks a path, then hands the resolved path to `open_write`/`open_read`: a folder or the file itself
+    turned into a link to outside in between is refused there, and nothing outside is touched."""
+    files = ProjectFileSystem(root_dir=project).get_toolset()
+    root = project.resolve()
+    (outside / "notes.txt").write_text("outside\n")
+    (project / "sub").symlink_to(outside)  # `sub` was a folder when `sub/notes.txt` was checked
+    (project / "notes.txt").symlink_to(outside / "notes.txt")  # and `notes.txt` a file
+    refusals: list[str] = []
+    for resolved in (root / "sub" / "notes.txt", root / "sub" / "new.txt"):
+        for read_back, create in ((True, False), (False, True)):
+            with pytest.raises(ModelRetry) as refused:
+                files.open_write(resolved, read_back=read_back, create=create)
+            refusals.append(str(refused.value))
+        with pytest.raises(ModelRetry):
+            files.open_read(resolved)
+    for read_back, create in ((True, False), (False, True)):
+        with pytest.raises(ModelRetry) as refused:
+            files.open_write(root / "notes.txt", read_back=read_back, create=create)
+        refusals.append(str(refused.value))
+    with pytest.raises(OSError, match="Too many levels of symbolic links"):
+        files.open_read(root / "notes.txt")
+    (project / "folder").mkdir()  # was a file
+    for read_back, create in ((True, False), (False, True)):
+        with pytest.raises(ModelRetry) as refused:
+            files.open_write(root / "folder", read_back=read_back, create=create)
+        refusals.append(str(refused.value))
+        with pytest.raises(ModelRetry) as refused:
+            files.open_write(root / "gone" / "notes.txt", read_back=read_back, create=create)  # a folder removed
+        refusals.append(str(refused.value))
+    moved = "A folder on {!r} was moved, removed or replaced by a link while it was opened, so nothing was done. Retry."
+    assert refusals == [
+        *[moved.format("sub")] * 4,
+        *["Path 'notes.txt' changed to a symlink before opening."] * 2,
+        *["Path 'folder' exists and is not a regular file.", moved.format("gone")] * 2,
+    ]
+    assert sorted(p.name for p in outside.iterdir()) == ["notes.txt"]
+    assert (outside / "notes.txt").read_text() == "outside\n"
+
+
+@dataclass
+class Meddler(AbstractCapability[Any]):
+    """Changes the project while a file tool announces its change: after the tool's checks, before its write."""
+
+    meddle: Callable[[], object]
+
+    async def on_event(self, ctx: RunContext[Any], *, event: AgentStreamEvent) -> None:
+        if isinstance(event, FileChangeRequestEvent):
+            self.meddle()
+
+
+async def announced(project: Path, meddle: Callable[[], object], *calls: ToolCallPart) -> list[tuple[str, str, str]]:
+    """Run `calls` through an agent with the file tools, `meddle` running while each change is announced."""
+    script = scripted(list(calls), "done")
+    agent = Agent(script.model, capabilities=[ProjectFileSystem(root_dir=project), Meddler(meddle)], retries=5)
+    result = await agent.run("go")
+    return tool_returns(result.all_messages())
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        ToolCallPart("write_file", {"path": "sub/notes.txt", "content": "new\n"}),
+        ToolCallPart("edit_file", {"path": "sub/notes.txt", "old_text": "old", "new_text": "new"}),
+        ToolCallPart("create_directory", {"path": "sub/made/deeper"}),
+    ],
+    ids=lambda call: call.tool_name,
+)
+async def test_a_folder_swapped_for_a_link_while_a_change_is_announced_gets_nothing_outside(
+    project: Path, outside: Path, call: ToolCallPart
+) -> None:
+    (project / "sub").mkdir()
+    (project / "sub" / "notes.txt").write_text("old\n")
+    (outside / "notes.txt").write_text("old\n")
+
+    def swap() -> None:
+        (project / "sub").rename(project / "elsewhere")
+        (project / "sub").symlink_to(outside)
+
+    [(name, outcome, _)] = await announced(project, swap, call)
+    assert (name, outcome) == (call.tool_name, "retried")
+    assert sorted(p.name for p in outside.iterdir()) == ["notes.txt"]
+    assert (outside / "notes.txt").read_text() == "old\n"
+    assert sorted(p.name for p in (project / "elsewhere").iterdir()) == ["notes.txt"]
+    assert (project / "elsewhere" / "notes.txt").read_text() == "old\n"
+
+
+@pytest.mark.parametrize("existing", [True, False], ids=["existing file", "new file"])
+async def test_a_file_changed_while_its_write_is_announced_is_not_overwritten(project: Path, existing: bool) -> None:
+    if existing:
+        (project / "notes.txt").write_text("before\n")
+    returns = await announced(
+        project,
+        lambda: (project / "notes.txt").write_text("the user's\n"),
+        ToolCallPart("write_file", {"path": "notes.txt", "content": "the agent's\n"}),
+    )
+    assert [(name, outcome) for name, outcome, _ in returns] == [("write_file", "retried")]
+    assert "Conflict: file 'notes.txt' has changed" in returns[0][2]
+    assert (project / "notes.txt").read_text() == "the user's\n"
+    assert sorted(p.name for p in project.iterdir()) == ["README.md", "notes.txt"]
+
+
+async def test_create_directory_makes_every_missing_folder_and_follows_only_links_inside(
+    project: Path, outside: Path
+) -> None:
+    (project / "docs").mkdir()
+    (project / "manual").symlink_to("docs")
+    (project / "away").symlink_to(outside)
+    (project / "file.txt").write_text("text\n")
+    returns = await announced(
+        project,
+        lambda: None,
+        *(
+            ToolCallPart("create_directory", {"path": path}, tool_call_id=path)
+            for path in ("a/b/c", "a/b", "manual/guide/part", "away/x", "file.txt", "file.txt/x")
+        ),
+    )
+    assert returns == [
+        ("create_directory", "success", "Created directory: a/b/c"),
+        ("create_directory", "success", "Created directory: a/b"),
+        ("create_directory", "success", "Created directory: manual/guide/part"),
+        ("create_directory", "retried", "Path 'away/x' resolves outside the root directory."),
+        ("create_directory", "retried", "Path 'file.txt' exists and is not a directory."),
+        ("create_directory", "retried", "Path 'file.txt/x' has a parent that is not a directory."),
+    ]
+    assert (project / "a" / "b" / "c").is_dir()
+    assert (project / "docs" / "guide" / "part").is_dir() and (project / "manual").is_symlink()
+    assert list(outside.iterdir()) == []
+
+
+def open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+async def test_no_descriptor_is_left_open_whatever_the_outcome(project: Path, outside: Path) -> None:
+    files = ProjectFileSystem(root_dir=project).get_toolset()
+    (project / "sub").mkdir()
+    (project / "away").symlink_to(outside)
+    (project / "link.txt").symlink_to("README.md")
+    os.mkfifo(project / "fifo")
+    before = open_descriptors()
+    for _ in range(20):
+        await files.write_file("sub/notes.txt", "one\n")
+        await files.edit_file("sub/notes.txt", "one", "two")
+        await files.create_directory("sub/made")
+        await files.read_file("sub/notes.txt")
+        for failing in (
+            files.edit_file("sub/notes.txt", "absent", "x"),
+            files.write_file("sub/notes.txt", "x", expected_hash="stale"),
+            files.write_file("missing/notes.txt", "x"),
+        ):
+            with pytest.raises(ModelRetry):
+                await failing
+        for read_back, create in ((True, False), (False, True)):
+            for resolved in ("away/x.txt", "link.txt", "sub", "fifo"):  # refused before, at and after the open
+                with pytest.raises(ModelRetry):
+                    files.open_write(project.resolve() / resolved, read_back=read_back, create=create)
+    assert open_descriptors() == before
+
+
+def test_root_editing_someone_elses_file_keeps_it_theirs(project: Path) -> None:
+    """As root (CI, containers) the file is the unprivileged test user's; as anyone else it is one's own."""
+    runner = unprivileged()
+    notes = project / "notes.txt"
+    notes.write_text("one\n")
+    notes.chmod(0o640)
+    runner.own(notes)
+    files = ProjectFileSystem(root_dir=project).get_toolset()
+    asyncio.run(files.edit_file("notes.txt", "one", "two"))
+    status = notes.stat()
+    assert (status.st_uid, status.st_gid, stat.S_IMODE(status.st_mode)) == (runner.uid, runner.gid, 0o640)
+    assert notes.read_text() == "two\n"
+
+
 def test_a_read_only_file_is_not_replaced_though_its_folder_is_writable() -> None:
     """Root writes any file, so the write is made as an unprivileged user, as a real user's code-puppy makes it."""
     runner = unprivileged()
@@ -116,15 +361,21 @@ def test_a_read_only_file_is_not_replaced_though_its_folder_is_writable() -> Non
 
 
 def test_an_edit_that_fails_half_way_leaves_the_file_whole(project: Path) -> None:
-    """A file-size limit makes the write fail after 1 MiB, as a full disk would: the file stays as it was."""
+    """A file-size limit makes the write fail after 1 MiB, as a full disk would: the file stays as it was. The
+    temporary file holding the new content meanwhile is readable by its owner alone."""
     original = "start\n" + "a" * 600_000 + "\nend\n"
     (project / "big.txt").write_text(original)
     script = textwrap.dedent(
         """
-        import asyncio, resource, signal, sys
+        import asyncio, pathlib, resource, signal, stat, sys
         from code_puppy.agents.project_files import ProjectFileSystem
 
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        def failed(signum, frame):  # runs after the failed write, before the temporary file is removed
+            for temporary in pathlib.Path(sys.argv[1]).glob(".big.txt.*.tmp"):
+                status = temporary.stat()
+                print(oct(stat.S_IMODE(status.st_mode)), status.st_size)
+
+        signal.signal(signal.SIGXFSZ, failed)
         resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, resource.RLIM_INFINITY))
         files = ProjectFileSystem(root_dir=sys.argv[1]).get_toolset()
         try:
@@ -136,9 +387,31 @@ def test_an_edit_that_fails_half_way_leaves_the_file_whole(project: Path) -> Non
     completed = subprocess.run(
         [sys.executable, "-c", script, str(project)], capture_output=True, text=True, timeout=60, check=True
     )
-    assert completed.stdout == "File too large\n"
+    assert completed.stdout == f"0o600 {1 << 20}\nFile too large\n"
     assert (project / "big.txt").read_text() == original
     assert sorted(p.name for p in project.iterdir()) == ["README.md", "big.txt"]
+
+
+def test_a_path_with_a_nul_byte_is_refused_to_the_model_and_the_run_goes_on(
+    server: FakeLLMServer, project: Path
+) -> None:
+    server.script(
+        tool_calls(
+            call("write_file", {"path": "notes\0.txt", "content": "x"}),
+            call("edit_file", {"path": "README.md\0", "old_text": "demo", "new_text": "x"}),
+            call("create_directory", {"path": "new\0folder"}),
+            call("read_file", {"path": "README.md\0"}),
+        ),
+        text("done"),
+    )
+    completed = run_cli("-p", "edit", "--permission-mode", "accept-edits", cwd=project)
+    assert (completed.returncode, completed.stdout) == (0, "done\n"), completed.stderr
+    assert [json.loads(message) for message in tool_messages(server.requests[1].body)] == [
+        {"error": f"Path {path!r} holds a NUL byte, which no file name can hold."}
+        for path in ("notes\0.txt", "README.md\0", "new\0folder", "README.md\0")
+    ]
+    assert sorted(p.name for p in project.iterdir()) == ["README.md"]
+    assert (project / "README.md").read_text() == "# demo project\n"
 
 
 READ_CASES: dict[str, bytes] = {
