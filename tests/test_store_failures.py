@@ -190,6 +190,19 @@ def test_a_turn_that_cannot_be_recovered_before_anything_is_sent_is_one_line_exi
     assert users[-2:] == ["interrupted question", "go on"]
 
 
+def test_a_full_disk_at_the_end_of_a_turn_still_prints_the_answer(
+    server: FakeLLMServer, project: Path, code_puppy_home: Path
+) -> None:
+    seed(code_puppy_home, project, 1)
+    server.script(text("the answer"))
+    # The run's bookkeeping after the answer (its registration as running) fails too: that costs nothing.
+    completed = full_disk_run("-c", "-p", "go on", "--output-format", "json", cwd=project, kilobytes=32)
+    result = json.loads(completed.stdout)
+    assert (completed.returncode, result["status"], result["output"]) == (1, "error", "the answer"), completed.stderr
+    assert result["error"].startswith(f"session {result['session_id'][:8]} could not be saved to ")
+    assert "internal error" not in completed.stderr
+
+
 def test_a_data_directory_that_is_a_file_is_one_line_exit_2(
     server: FakeLLMServer, project: Path, tmp_path: Path
 ) -> None:
