@@ -23,6 +23,7 @@ from code_puppy.agents.history_errors import HistoryProcessingError, HistoryProc
 from code_puppy.agents.history_groups import HistoryGroup, HistoryOrigin
 from code_puppy.agents.history_persistence import in_main_run
 from code_puppy.agents.history_processors import (
+    PROCESSOR_FAILURES,
     HistoryProcessor,
     HistoryProcessorContext,
     HistoryProcessorState,
@@ -35,6 +36,7 @@ from code_puppy.agents.history_processors import (
 )
 from code_puppy.agents.history_validation import validate_output
 from code_puppy.agents.token_estimate import estimate_history_tokens, estimate_request_tokens, serialize
+from code_puppy.errors import one_line
 
 __all__ = (
     "HistoryGroup",
@@ -126,9 +128,9 @@ class UserHistoryProcessor(AbstractCapability[Any]):
                 output = await call_processor(processor, context)
             except HistoryProcessingError:
                 raise
-            except Exception as exc:
+            except PROCESSOR_FAILURES as exc:
                 raise HistoryProcessingError(
-                    f"{processor.name} raised {type(exc).__name__}: {exc}", processor=processor.name
+                    f"{processor.name} raised {one_line(exc, typed=True)}", processor=processor.name
                 ) from exc
             finally:
                 _processing.reset(token)
