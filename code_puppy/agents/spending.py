@@ -95,11 +95,14 @@ class Spending:
         prices: Prices | None = None,
         book: CostBook | None = None,
         project_dir: Path | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now().astimezone(),
     ) -> None:
         self.budgets = budgets or Budgets()
         self.prices: Prices = prices or {}
         self.book = book
         self.project_dir = project_dir
+        self.clock = clock
+        """The local time now: when a request is stored, and which day the daily budget counts."""
         self.invocation = CostTotals()
         """Every request of this process: the headless invocation, or the whole chat."""
         self.turn = CostTotals()
@@ -213,7 +216,7 @@ class Spending:
             self._unpriced = request.model
         if self.book is not None:
             try:
-                self.book.record(request)
+                self.book.record(request, at=self.clock())
             except sqlite3.Error as exc:
                 self._warn(f"the cost of a request could not be stored: {exc}")
         if self.on_request is not None:
@@ -248,7 +251,7 @@ class Spending:
         """Everything spent since local midnight, by every process of the user (only new rows are read)."""
         if self.book is None:
             return self.invocation
-        midnight = datetime.now().astimezone().replace(hour=0, minute=0, second=0, microsecond=0)
+        midnight = self.clock().replace(hour=0, minute=0, second=0, microsecond=0)
         if self._today is None or self._today[0] != midnight:
             self._today = (midnight, 0, CostTotals())
         _, last, total = self._today
