@@ -11,13 +11,15 @@ from pathlib import Path
 import pytest
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.openai import OpenAIChatModel
+from pydantic_ai.providers.openai import OpenAIProvider
 from pydantic_ai.usage import RequestUsage
 
 from code_puppy.agents.builder import build_pydantic_agent
 from code_puppy.agents.compaction import compact_history
 from code_puppy.agents.deps import RunDeps
-from code_puppy.agents.spending import BudgetReached, Budgets, CostMeter, Spending, dollars
-from code_puppy.config import BudgetConfig, HistoryConfig, Settings
+from code_puppy.agents.spending import BudgetReached, Budgets, CostMeter, Spending, configured_prices, dollars
+from code_puppy.config import BudgetConfig, HistoryConfig, ModelEndpoint, Settings
 from code_puppy.core.run import run_turn
 from code_puppy.sessions.costs import CostTotals, RequestCost, format_cost
 from code_puppy.sessions.session import Session
@@ -221,7 +223,8 @@ def test_a_request_is_recorded_with_its_session_run_and_tokens(store: SqliteConv
     spending.clock = lambda: now
     seen: list[RequestCost] = []
     spending.on_request = seen.append
-    assert spending.record("main", PRICED, costing(0.5), run_id="r0").session_id == ""  # before any turn
+    before = spending.record("main", PRICED, costing(0.5), run_id="r0")
+    assert (before.session_id, before.run) == ("", 0)  # before any turn
     spending.begin_turn("s1")
     spending.run_index = 2
     response = costing(0.5)
@@ -280,14 +283,15 @@ def test_the_day_starts_at_local_midnight(store: SqliteConversationStore) -> Non
     clock = [datetime(2026, 3, 1, 23, 59, tzinfo=EAST)]
     spending, _ = tracking(Budgets(per_day_usd=1.0), store=store)
     spending.clock = lambda: clock[0]
-    spending.record("main", PRICED, costing(0.75), run_id="r1")
-    spending.check(PRICED)
-    clock[0] = datetime(2026, 3, 2, 0, 0, tzinfo=EAST)  # midnight exactly: today's
-    spending.record("main", PRICED, costing(0.25), run_id="r2")
+    spending.record("main", PRICED, costing(1.0), run_id="r1")
+    with pytest.raises(BudgetReached):
+        spending.check(PRICED)
+    clock[0] = datetime(2026, 3, 2, 0, 0, tzinfo=EAST)
+    spending.check(PRICED)  # a new day: yesterday's dollar is not today's
+    spending.record("main", PRICED, costing(0.25), run_id="r2")  # at midnight exactly: today's
     clock[0] = datetime(2026, 3, 2, 0, 1, tzinfo=EAST)
     spending.record("main", PRICED, costing(0.5), run_id="r3")
     assert spending.standing() == [("[budget] per_day_usd", 1.0, 0.75)]
-    spending.check(PRICED)  # $1.50 since yesterday 23:59, $0.75 today
     assert spending.standing() == [("[budget] per_day_usd", 1.0, 0.75)]  # read again: nothing counted twice
     spending.record("main", PRICED, costing(0.25), run_id="r4")
     with pytest.raises(BudgetReached, match=r"\(\[budget\] per_day_usd\): \$1.00 spent$"):
@@ -302,7 +306,20 @@ def test_prices_configured_or_known_and_none_for_an_unknown_model() -> None:
     assert spending.price(KNOWN, both) == 12.5  # the model's own name, the response naming none
     assert spending.price(MYSTERY, both) is None
     assert spending.price(KNOWN, costing(1.0, model_name="mystery-2")) is None  # what the response names is priced
-    assert [spending.priceable(model) for model in (PRICED, KNOWN, MYSTERY)] == [True, True, False]
+    # A gpt-4o behind a base URL genai-prices does not know is priced by its provider's name.
+    proxied = OpenAIChatModel("gpt-4o", provider=OpenAIProvider(base_url="http://127.0.0.1:9/v1", api_key="sk-test"))
+    assert [spending.priceable(model) for model in (PRICED, KNOWN, proxied, MYSTERY)] == [True, True, True, False]
+
+
+def test_prices_come_from_the_models_that_set_both() -> None:
+    settings = Settings(
+        models={
+            "local": ModelEndpoint(name="qwen", input_price=0.5, output_price=1.5),
+            "free": ModelEndpoint(name="llama", input_price=0, output_price=0),
+            "unpriced": ModelEndpoint(name="mystery"),
+        }
+    )
+    assert configured_prices(settings) == {"qwen": (0.5, 1.5), "llama": (0.0, 0.0)}
 
 
 def test_with_a_budget_a_model_without_a_price_is_refused() -> None:

@@ -3,6 +3,7 @@ cost is written for the user (`CostTotals`, `format_cost`)."""
 
 from __future__ import annotations
 
+import sqlite3
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
@@ -38,6 +39,9 @@ def test_a_request_counts_as_priced_or_unpriced() -> None:
     assert CostTotals.of(request("s", 0.5)) == CostTotals(1, 5000, 7, 3, 1, 0.5, 0)
     assert CostTotals.of(request("s", None)) == CostTotals(1, 0, 7, 3, 1, 0.0, 1)
     assert CostTotals.of(request("s", 0.0)) == CostTotals(1, 0, 7, 3, 1, 0.0, 0)  # free is priced
+    bare = RequestCost("s", "main", "local", 10, 5)
+    assert (bare.cache_read_tokens, bare.cache_write_tokens, bare.cost_usd, bare.run) == (0, 0, None, 0)
+    assert CostTotals.of(bare) == CostTotals(1, 10, 5, 0, 0, 0.0, 1)
 
 
 @pytest.mark.parametrize(
@@ -47,6 +51,7 @@ def test_a_request_counts_as_priced_or_unpriced() -> None:
         (CostTotals(2, unpriced=2), None, False, "cost unknown"),
         (CostTotals(2, priced_usd=0.0123, unpriced=1), 0.0123, False, "at least $0.0123"),
         (CostTotals(1, priced_usd=0.1) + CostTotals(1, priced_usd=0.2), 0.3, True, "$0.3000"),  # float noise rounded
+        (CostTotals(1, priced_usd=0.30000000004), 0.3, True, "$0.3000"),  # and anything below $0.0000000001
         (CostTotals(1, priced_usd=1.0), 1.0, True, "$1.00"),
         (CostTotals(1, priced_usd=0.99994), 0.99994, True, "$0.9999"),
         (CostTotals(1, priced_usd=12.345), 12.345, True, "$12.35"),
@@ -121,3 +126,14 @@ def test_a_row_is_stored_at_the_moment_given_in_any_time_zone(store: SqliteConve
     store.costs.record(request("a", 0.5), at=east)
     assert store.costs.since(NOON)[1].requests == 1
     assert store.costs.since(NOON + timedelta(microseconds=1))[1].requests == 0
+
+
+def test_a_store_from_before_costs_reads_as_no_requests(store: SqliteConversationStore, db_path: Path) -> None:
+    with sqlite3.connect(db_path) as db:
+        db.execute("DROP TABLE requests")
+    assert store.costs.session_totals(["a"]) == {}
+    assert store.costs.since(NOON) == (0, CostTotals())
+    with sqlite3.connect(db_path) as db:
+        db.execute("CREATE TABLE requests (id INTEGER PRIMARY KEY)")  # a table of another shape is an error
+    with pytest.raises(sqlite3.OperationalError, match="no such column"):
+        store.costs.since(NOON)
