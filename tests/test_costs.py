@@ -171,6 +171,24 @@ def test_a_tiny_budget_stops_after_the_first_request(
     assert [m["kind"] for m in exported["messages"]] == ["request", "response", "request"]
 
 
+def test_a_budget_spent_exactly_stops_the_next_request(
+    server: FakeLLMServer, project: Path, code_puppy_home: Path
+) -> None:
+    configure(code_puppy_home, server, "input_price = 1.0\noutput_price = 4.0\n")  # priced as cost_of prices it
+    read_it = tool_calls(call("read_file", {"path": "README.md"}))
+    server.script(read_it, text("Done."))
+    assert json_run("read it", "-m", "fake", cwd=project)[0] == 0
+    first = cost_of(server.requests[:1], (1.0, 4.0))
+    server.script(read_it, text("Never sent."))
+    code, result, _ = json_run("read it", "-m", "fake", "--max-budget-usd", repr(first), cwd=project)
+    assert (server.requests[2].input_tokens, server.requests[2].output_tokens) == (
+        server.requests[0].input_tokens,
+        server.requests[0].output_tokens,
+    )  # the same first request: it spends the budget to the last bit
+    assert (code, len(server.requests), result["status"]) == (3, 3, "limit")
+    assert result["cost_usd"] == pytest.approx(first)
+
+
 def test_a_budget_refuses_a_model_without_a_price(server: FakeLLMServer, project: Path, code_puppy_home: Path) -> None:
     configure(code_puppy_home, server)
     done = run_cli("-p", "hello", "-m", "fake", "--max-budget-usd", "1", cwd=project)
