@@ -294,6 +294,14 @@ class CostMeter(AbstractCapability[Any]):
     async def before_model_request(
         self, ctx: RunContext[Any], request_context: ModelRequestContext
     ) -> ModelRequestContext:
+        # Before the history processors and compaction that sit after it: a spent budget pays for no summary.
+        self.spending.check(request_context.model)
+        return request_context
+
+    async def prepare_model_request(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        # Again right before each attempt is sent: a summary written since the check above may have spent the budget.
         self.spending.check(request_context.model)
         return request_context
 

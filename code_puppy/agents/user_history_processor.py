@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic_ai import RunContext
 from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.exceptions import UsageLimitExceeded
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models import Model, ModelRequestContext, infer_model
 
@@ -126,8 +127,8 @@ class UserHistoryProcessor(AbstractCapability[Any]):
             token = _processing.set(_processing.get() | {key})
             try:
                 output = await call_processor(processor, context)
-            except HistoryProcessingError:
-                raise
+            except (HistoryProcessingError, UsageLimitExceeded):
+                raise  # a limit the processor's own model requests reached (a summary's budget) is the run's
             except PROCESSOR_FAILURES as exc:
                 raise HistoryProcessingError(
                     f"{processor.name} raised {one_line(exc, typed=True)}", processor=processor.name

@@ -108,6 +108,24 @@ async def test_a_spent_turn_budget_stops_before_the_next_request(project: Path, 
     assert [type(m).__name__ for m in session.messages] == ["ModelRequest", "ModelResponse", "ModelRequest"]
 
 
+async def test_a_compaction_summary_that_spends_the_budget_stops_the_request_it_was_for(
+    project: Path, store: SqliteConversationStore
+) -> None:
+    session = await Session.start(store, project, model="test")
+    await session.set_message_history(long_history())
+    script = Model(["never"])
+    model = script.model
+    spending = spending_for(model.model_name, store, per_turn_usd=1e-9)
+    settings = Settings(history=HistoryConfig(compaction="summarize"))
+    agent = build_pydantic_agent(settings, model=model, project_root=project, spending=spending)
+    sink = Sink()
+    outcome = await run_turn(agent, RunDeps(session), "new question", sink)  # type: ignore[arg-type]
+    assert isinstance(outcome.error, BudgetReached)
+    assert (script.summaries, script.seen) == (1, [])
+    assert [request.kind for request in sink.requests] == ["compaction"]
+    assert spending.turn.cost_usd == pytest.approx(priced(sink.requests[0]))
+
+
 def test_totals_never_show_an_unknown_cost_as_zero() -> None:
     unpriced = CostTotals.of(RequestCost("s", "main", "local", 10, 5))
     some = unpriced + CostTotals.of(RequestCost("s", "main", "gpt-4o", 10, 5, cost_usd=0.25))
