@@ -42,7 +42,8 @@ CompactionKind = Literal["tiered", "summarize", "sliding", "off"]
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # TOML has `inf` and `nan` (and `1e400` parses to inf): as a timeout, price or budget each would mean no limit.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ModelEndpoint(_Section):

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import io
+import math
 import os
 import stat
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, NoReturn, cast
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 import click
 
@@ -33,6 +34,50 @@ def fail(message: str, *, code: int = EXIT_USAGE) -> NoReturn:
             traceback.print_exc()
     click.echo(f"code-puppy: error: {message}", err=True)
     sys.exit(code)
+
+
+def _flag(param: click.Parameter | None) -> str:
+    """How the user wrote `param`: `-r/--resume`, or an argument's metavar."""
+    if isinstance(param, click.Option):
+        return "/".join(param.opts)
+    return param.human_readable_name if param is not None else "a value"
+
+
+class _Name(click.ParamType[str]):
+    """Command-line text that names something (a session, a model, an agent, a worktree). Bytes that are not UTF-8
+    arrive as surrogate escapes, which name nothing and cannot be stored or sent: refused in one line (a prompt's are
+    replaced instead, `_utf8`)."""
+
+    name = "text"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        text = str(value)
+        try:
+            text.encode()
+        except UnicodeEncodeError:
+            shown = text if len(text) <= 60 else text[:60] + "…"
+            fail(f"{_flag(param)}: {shown!r} is not valid UTF-8")
+        return text
+
+
+class _Positive(click.ParamType[float]):
+    """A positive, finite number (seconds, US dollars): `nan`, `inf` and `1e400` (inf once parsed) would each mean no
+    limit at all, so they are refused with the rest in one line."""
+
+    name = "number"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        try:
+            number = float(value)
+        except ValueError:
+            number = math.nan
+        if not (math.isfinite(number) and number > 0):
+            fail(f"{_flag(param)}: expected a positive number, got {value!r}")
+        return number
+
+
+NAME = _Name()
+POSITIVE = _Positive()
 
 
 def _debug_requested() -> bool:
@@ -115,7 +160,9 @@ def ensure_own_scripts_on_path() -> None:
 
 @click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("-p", "--prompt", metavar="PROMPT", help="Run once headless with PROMPT ('-' reads it from stdin).")
-@click.option("-m", "--model", metavar="MODEL", help="A model string (openai:gpt-5.1) or a name from [models].")
+@click.option(
+    "-m", "--model", type=NAME, metavar="MODEL", help="A model string (openai:gpt-5.1) or a name from [models]."
+)
 @click.option(
     "--output-format",
     type=click.Choice(["text", "json", "stream-json"]),
@@ -139,13 +186,13 @@ def ensure_own_scripts_on_path() -> None:
 @click.option("--max-requests", type=click.IntRange(min=1), metavar="N", help="Stop after N model requests (exit 3).")
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0, min_open=True),
+    type=POSITIVE,
     metavar="SECONDS",
     help="Stop a headless run after SECONDS in all (exit 3); default [run] timeout.",
 )
 @click.option(
     "--max-budget-usd",
-    type=click.FloatRange(min=0, min_open=True),
+    type=POSITIVE,
     metavar="USD",
     help="Stop once this many US dollars are spent: the headless run, or the whole chat (exit 3).",
 )
@@ -159,16 +206,23 @@ def ensure_own_scripts_on_path() -> None:
 @click.option(
     "-r",
     "--resume",
+    type=NAME,
     metavar="ID|NAME",
     is_flag=False,
     flag_value="",
     help="Resume a session by id, name or unique id prefix; with no ID, pick one (interactive chat).",
 )
 @click.option("--fork", is_flag=True, help="With -r or -c: continue a copy of the session; the original stays.")
-@click.option("--name", metavar="NAME", help="Call the session NAME (`-r NAME` resumes it).")
-@click.option("--agent", metavar="NAME", help="Put a file-defined agent in charge (`code-puppy agents list`).")
+@click.option("--name", type=NAME, metavar="NAME", help="Call the session NAME (`-r NAME` resumes it).")
 @click.option(
-    "-w", "--worktree", metavar="NAME", help="Run in the git worktree .code-puppy/worktrees/NAME (made if needed)."
+    "--agent", type=NAME, metavar="NAME", help="Put a file-defined agent in charge (`code-puppy agents list`)."
+)
+@click.option(
+    "-w",
+    "--worktree",
+    type=NAME,
+    metavar="NAME",
+    help="Run in the git worktree .code-puppy/worktrees/NAME (made if needed).",
 )
 @click.option("--no-mcp", is_flag=True, help="Run without the configured MCP servers.")
 @click.option("--no-plugins", is_flag=True, help="Run without plugins.")
@@ -316,7 +370,11 @@ def guarded(action: Callable[[], int | None]) -> int:
 
 @cli.command()
 @click.option(
-    "--session", "session_id", metavar="ID", help="A session id or prefix (default: the newest running one here)."
+    "--session",
+    "session_id",
+    type=NAME,
+    metavar="ID",
+    help="A session id or prefix (default: the newest running one here).",
 )
 @click.argument("text", nargs=-1, required=True)
 def steer(*, session_id: str | None, text: tuple[str, ...]) -> None:
@@ -347,7 +405,9 @@ def steer(*, session_id: str | None, text: tuple[str, ...]) -> None:
 
 
 @cli.command("acp")
-@click.option("-m", "--model", metavar="MODEL", help="The sessions' default model (a model string or a [models] name).")
+@click.option(
+    "-m", "--model", type=NAME, metavar="MODEL", help="The sessions' default model (a model string or a [models] name)."
+)
 @click.option(
     "--permission-mode",
     type=click.Choice(["ask", "accept-edits", "auto", "yolo", "read-only"]),
@@ -412,8 +472,8 @@ def sessions_list(*, all_projects: bool, archived: bool) -> None:
 
 
 @sessions.command("rename")
-@click.argument("session_id", metavar="ID")
-@click.argument("name", metavar="NAME")
+@click.argument("session_id", metavar="ID", type=NAME)
+@click.argument("name", metavar="NAME", type=NAME)
 def sessions_rename(*, session_id: str, name: str) -> None:
     """Call a session NAME, which `-r NAME` resumes it by (names are unique)."""
     if not name.strip():
@@ -422,14 +482,14 @@ def sessions_rename(*, session_id: str, name: str) -> None:
 
 
 @sessions.command("archive")
-@click.argument("session_id", metavar="ID")
+@click.argument("session_id", metavar="ID", type=NAME)
 def sessions_archive(*, session_id: str) -> None:
     """Hide a session from lists, pickers, search and -c, without deleting it (`-r ID` still resumes it)."""
     _with_store(lambda store: _commands().archive_session(store, session_id, sys.stdout, archived=True))
 
 
 @sessions.command("unarchive")
-@click.argument("session_id", metavar="ID")
+@click.argument("session_id", metavar="ID", type=NAME)
 def sessions_unarchive(*, session_id: str) -> None:
     """List an archived session again (`sessions list --archived` shows them)."""
     _with_store(lambda store: _commands().archive_session(store, session_id, sys.stdout, archived=False))
@@ -468,7 +528,7 @@ def sessions_search(*, query: str, project: Path | None, all_projects: bool, out
 
 
 @sessions.command("show")
-@click.argument("session_id", metavar="ID")
+@click.argument("session_id", metavar="ID", type=NAME)
 @click.option("--groups", is_flag=True, help="Show the history groups processors see, with protections and tokens.")
 def sessions_show(*, session_id: str, groups: bool) -> None:
     """A readable transcript of a session."""
@@ -476,14 +536,14 @@ def sessions_show(*, session_id: str, groups: bool) -> None:
 
 
 @sessions.command("export")
-@click.argument("session_id", metavar="ID")
+@click.argument("session_id", metavar="ID", type=NAME)
 def sessions_export(*, session_id: str) -> None:
     """A session as JSON: its metadata and its messages (pydantic-ai's ModelMessagesTypeAdapter form)."""
     _with_store(lambda store: _commands().export_session(store, session_id, sys.stdout), readonly=True)
 
 
 @sessions.command("delete")
-@click.argument("session_id", metavar="ID")
+@click.argument("session_id", metavar="ID", type=NAME)
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 def sessions_delete(*, session_id: str, yes: bool) -> None:
     """Delete a session and its messages."""
@@ -557,7 +617,9 @@ def sessions_repair() -> None:
 
 
 @cli.command("rewind")
-@click.option("--session", "session_id", metavar="ID", help="A session id or prefix (default: the latest here).")
+@click.option(
+    "--session", "session_id", type=NAME, metavar="ID", help="A session id or prefix (default: the latest here)."
+)
 @click.option("--turns", type=click.IntRange(min=1), default=1, show_default=True, metavar="N", help="How many back.")
 @click.option(
     "--only", type=click.Choice(["code", "conversation"]), help="Rewind only the files, or only the conversation."
@@ -596,7 +658,9 @@ def rewind(
 
 
 @cli.command("checkpoints")
-@click.option("--session", "session_id", metavar="ID", help="A session id or prefix (default: the latest here).")
+@click.option(
+    "--session", "session_id", type=NAME, metavar="ID", help="A session id or prefix (default: the latest here)."
+)
 @click.option("--output-format", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def checkpoints(*, session_id: str | None, output_format: str) -> None:
     """List a session's checkpoints: the turns that changed files, and rewinds; newest first."""
@@ -631,7 +695,7 @@ def worktrees_list(*, output_format: str) -> None:
 
 
 @worktrees_group.command("remove")
-@click.argument("name")
+@click.argument("name", type=NAME)
 @click.option("--force", is_flag=True, help="Commit its uncommitted changes on its branch first, then remove it.")
 def worktrees_remove(*, name: str, force: bool) -> None:
     """Remove worktree NAME (its branch stays); exit 1 naming its uncommitted changes, unless --force."""
@@ -841,7 +905,7 @@ def mcp_list() -> None:
 
 
 @mcp.command("tools")
-@click.argument("name")
+@click.argument("name", type=NAME)
 def mcp_tools(name: str) -> None:
     """Start server NAME and show its tools as the model sees them, with their descriptions."""
     from code_puppy.mcp_commands import show_tools

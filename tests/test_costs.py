@@ -171,6 +171,78 @@ def test_a_tiny_budget_stops_after_the_first_request(
     assert [m["kind"] for m in exported["messages"]] == ["request", "response", "request"]
 
 
+def test_a_budget_spent_exactly_stops_the_next_request(
+    server: FakeLLMServer, project: Path, code_puppy_home: Path
+) -> None:
+    configure(code_puppy_home, server, "input_price = 1.0\noutput_price = 4.0\n")  # priced as cost_of prices it
+    read_it = tool_calls(call("read_file", {"path": "README.md"}))
+    server.script(read_it, text("Done."))
+    assert json_run("read it", "-m", "fake", cwd=project)[0] == 0
+    first = cost_of(server.requests[:1], (1.0, 4.0))
+    server.script(read_it, text("Never sent."))
+    code, result, _ = json_run("read it", "-m", "fake", "--max-budget-usd", repr(first), cwd=project)
+    assert (server.requests[2].input_tokens, server.requests[2].output_tokens) == (
+        server.requests[0].input_tokens,
+        server.requests[0].output_tokens,
+    )  # the same first request: it spends the budget to the last bit
+    assert (code, len(server.requests), result["status"]) == (3, 3, "limit")
+    assert result["cost_usd"] == pytest.approx(first)
+
+
+SUMMARY_PRICE = (100_000.0, 100_000.0)
+"""What `summarizing` has its summary model cost: one summary spends any small budget."""
+
+
+def summarizing(home: Path, server: FakeLLMServer, *keeps: int) -> None:
+    """`main` (priced, a window every request passes 60% of) and a `summarize_older_turns` for each of `keeps`,
+    writing on `pricey`."""
+    processors = ", ".join(
+        f'{{ path = "code_puppy.history:summarize_older_turns", args = {{ keep = {keep} }} }}' for keep in keeps
+    )
+    (home / "config.toml").write_text(
+        f'model = "main"\n[sessions]\nauto_title = false\n'
+        f'[models.main]\nname = "main-model"\nbase_url = "{server.base_url}"\ncontext_window = 1000\n'
+        "input_price = 1\noutput_price = 1\n"
+        f'[models.pricey]\nname = "pricey-model"\nbase_url = "{server.base_url}"\n'
+        f"input_price = {SUMMARY_PRICE[0]}\noutput_price = {SUMMARY_PRICE[1]}\n"
+        f'[history]\ncompaction = "off"\nsummary_model = "pricey"\nprocessors = [{processors}]\n'
+    )
+
+
+def test_a_summary_that_spends_the_budget_stops_the_run(
+    server: FakeLLMServer, project: Path, code_puppy_home: Path
+) -> None:
+    summarizing(code_puppy_home, server, 0)
+    server.script(text("a1"), text("The summary."), text("Never sent."))
+    assert run_cli("-p", "q1", cwd=project).returncode == 0
+    code, result, stderr = json_run("q2", "-c", "--max-budget-usd", "0.01", cwd=project)
+    assert [r.body["model"] for r in server.requests] == ["main-model", "pricey-model"]  # the turn's own never went
+    spent = cost_of(server.requests[1:], SUMMARY_PRICE)
+    assert (code, result["status"], stderr) == (3, "limit", "")
+    assert result["error"] == f"stopped by a limit: budget $0.01 reached (--max-budget-usd): ${spent:.2f} spent"
+    assert result["cost_usd"] == pytest.approx(spent)
+    rows = request_rows(code_puppy_home)
+    assert [(row[1], row[2]) for row in rows] == [("main", "main-model"), ("summary", "pricey-model")]
+    assert rows[1][3] == pytest.approx(spent)
+
+
+def test_a_summary_refused_by_the_budget_stops_the_run_as_a_limit(
+    server: FakeLLMServer, project: Path, code_puppy_home: Path
+) -> None:
+    server.script(text("a1"), text("a2"))
+    configure(code_puppy_home, server)
+    assert run_cli("-p", "q1", "-m", "fake", cwd=project).returncode == 0
+    assert run_cli("-p", "q2", "-c", "-m", "fake", cwd=project).returncode == 0
+    # The first processor summarizes q1; the budget that summary spent refuses the second one's summary.
+    summarizing(code_puppy_home, server, 1, 0)
+    server.script(text("The summary of q1."), text("Never sent."))
+    code, result, stderr = json_run("q3", "-c", "--max-budget-usd", "0.01", cwd=project)
+    assert [r.body["model"] for r in server.requests[2:]] == ["pricey-model"]
+    spent = cost_of(server.requests[2:], SUMMARY_PRICE)
+    assert (code, result["status"], stderr) == (3, "limit", "")  # not the summary's failure: the budget's stop
+    assert result["error"] == f"stopped by a limit: budget $0.01 reached (--max-budget-usd): ${spent:.2f} spent"
+
+
 def test_a_budget_refuses_a_model_without_a_price(server: FakeLLMServer, project: Path, code_puppy_home: Path) -> None:
     configure(code_puppy_home, server)
     done = run_cli("-p", "hello", "-m", "fake", "--max-budget-usd", "1", cwd=project)

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from code_puppy.sessions.store import SqliteConversationStore
 from tests.conftest import CODE_PUPPY, run_cli
 from tests.fake_llm import FakeLLMServer, call, error, text, tool_calls
 
@@ -242,6 +243,34 @@ def test_a_prompt_that_is_not_utf8_is_decoded_with_replacement(server: Any, proj
     )
     sent = server.requests[0].body["messages"][-1]["content"]
     assert "fix caf\ufffd \ufffd now" in sent
+
+
+LATIN_1 = "caf\udce9"
+"""`café` in Latin-1 as Python hands over a command-line argument that is not UTF-8: the byte as a surrogate escape."""
+
+
+@pytest.mark.parametrize(
+    ("args", "flag", "value"),
+    [
+        (("-p", "hi", "--name"), "--name", LATIN_1),
+        (("-p", "hi", "-r"), "-r/--resume", LATIN_1),
+        (("-p", "hi", "-m"), "-m/--model", f"openai:{LATIN_1}"),
+        (("sessions", "show"), "ID", LATIN_1),
+        (("rewind", "--session"), "--session", LATIN_1),
+    ],
+)
+def test_a_name_that_is_not_utf8_is_one_line_exit_2(
+    server: Any, project: Path, code_puppy_home: Path, args: tuple[str, ...], flag: str, value: str
+) -> None:
+    SqliteConversationStore(code_puppy_home / "sessions.db").close()  # so a lookup would get as far as the database
+    env = {"OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": server.base_url}
+    completed = run_cli(*args, value, cwd=project, env=env)
+    assert (completed.returncode, completed.stdout, completed.stderr) == (
+        2,
+        "",
+        f"code-puppy: error: {flag}: {value!r} is not valid UTF-8\n",
+    )
+    assert server.requests == []
 
 
 def test_a_failure_after_the_session_line_names_the_same_session(

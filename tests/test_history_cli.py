@@ -23,6 +23,7 @@ from tests.fake_llm import FakeLLMServer, call, text, tool_calls
 PROCESSORS = """
 import os
 import pathlib
+import sys
 import time
 
 from code_puppy.agents.user_history_processor import HistoryProcessorContext
@@ -59,6 +60,22 @@ def slow(messages):
 
 def always(state) -> bool:
     return True
+
+
+def exits(messages):
+    sys.exit(3)
+
+
+async def exits_async(messages):
+    sys.exit(3)
+
+
+def interrupted(messages):
+    raise KeyboardInterrupt
+
+
+def exits_deciding(state) -> bool:
+    sys.exit(3)
 """
 
 
@@ -217,6 +234,34 @@ def test_a_crashing_processor_exits_1_and_keeps_the_stored_history(
     )
     assert server.requests == []
     assert stored(code_puppy_home, session_id) == (["q1", "a1", "q2"], [], 0)  # the prompt is kept, no branch
+
+
+@pytest.mark.parametrize(
+    ("history", "error"),
+    [
+        ('processors = ["hist_procs:exits"]', "hist_procs:exits raised SystemExit: 3"),
+        ('processors = ["hist_procs:exits_async"]', "hist_procs:exits_async raised SystemExit: 3"),
+        ('processors = ["hist_procs:interrupted"]', "hist_procs:interrupted raised KeyboardInterrupt"),
+        (
+            'processors = ["hist_procs:tail"]\nprocessor_condition = "hist_procs:exits_deciding"',
+            "history processor condition hist_procs:exits_deciding raised SystemExit: 3",
+        ),
+    ],
+)
+def test_a_processor_that_exits_or_interrupts_is_that_processors_failure(
+    history: str, error: str, server: Any, project: Path, code_puppy_home: Path
+) -> None:
+    # Not the limit's exit 3, nor Ctrl-C's 130: the processor failed, as if it had raised anything else.
+    session_id = seed(code_puppy_home, project, [U("q1"), T("a1")])
+    configure(code_puppy_home, server, history)
+    completed = run_cli("-c", "-p", "q2", cwd=project)
+    assert (completed.returncode, completed.stdout, completed.stderr) == (
+        1,
+        "",
+        f"code-puppy: run failed: HistoryProcessingError {error}\n",
+    )
+    assert server.requests == []
+    assert stored(code_puppy_home, session_id) == (["q1", "a1", "q2"], [], 0)
 
 
 def test_an_invalid_edit_exits_1_naming_the_rule_and_keeps_the_finished_work(

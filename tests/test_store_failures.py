@@ -16,6 +16,7 @@ from code_puppy.sessions.session import Session
 from code_puppy.sessions.store import SqliteConversationStore
 from tests.conftest import CODE_PUPPY, run_cli
 from tests.fake_llm import FakeLLMServer, text
+from tests.sessions.test_journal_recovery import die_journaling
 from tests.sessions_data import exchange
 from tests.unprivileged import unprivileged
 
@@ -145,6 +146,61 @@ def test_a_save_that_fails_after_the_answer_still_prints_it_and_exits_1(
     assert (result["status"], result["output"]) == ("error", answer)
     assert result["error"].startswith(f"session {result['session_id'][:8]} could not be saved to ")
     assert "disk I/O error" in result["error"] or "full" in result["error"]
+
+
+def full_disk_run(*args: str, cwd: Path, kilobytes: int) -> subprocess.CompletedProcess[str]:
+    """The installed `code-puppy` with every write past `kilobytes` failing, as on a full disk (the file size limit;
+    Python ignores SIGXFSZ)."""
+    return subprocess.run(
+        ["bash", "-c", f'ulimit -f {kilobytes} && exec "$@"', "bash", str(CODE_PUPPY), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+    )
+
+
+def test_a_turn_that_cannot_be_recovered_before_anything_is_sent_is_one_line_exit_2(
+    server: FakeLLMServer, project: Path, code_puppy_home: Path
+) -> None:
+    (session_id,) = seed(code_puppy_home, project, 1)
+    die_journaling(code_puppy_home / "sessions.db", session_id)
+    # 32 KB: the store opens (its shared-memory file is 32 KB), but the save of the recovered turn does not fit.
+    completed = full_disk_run("-c", "-p", "go on", "--output-format", "json", cwd=project, kilobytes=32)
+    database = code_puppy_home / "sessions.db"
+    assert (completed.returncode, completed.stderr) == (
+        2,
+        f"code-puppy: error: cannot write to {database}: disk I/O error (free space on its disk, set CODE_PUPPY_HOME "
+        "to a writable directory, or fix this one); nothing was sent, and the interrupted turn is kept for the next "
+        "start\n",
+    )
+    result = json.loads(completed.stdout)
+    assert (result["status"], result["error"]) == (
+        "error",
+        completed.stderr.removeprefix("code-puppy: error: ").strip(),
+    )
+    assert server.requests == []
+    # With room again, the next start recovers the turn: nothing was lost.
+    server.script(text("continued"))
+    recovered = run_cli("-c", "-p", "go on", cwd=project)
+    assert (recovered.returncode, recovered.stdout) == (0, "continued\n"), recovered.stderr
+    assert recovered.stderr == "code-puppy: note: recovered an interrupted turn: 2 steps\n"
+    users = [m["content"] for m in server.requests[0].body["messages"] if m["role"] == "user"]
+    assert users[-2:] == ["interrupted question", "go on"]
+
+
+def test_a_full_disk_at_the_end_of_a_turn_still_prints_the_answer(
+    server: FakeLLMServer, project: Path, code_puppy_home: Path
+) -> None:
+    seed(code_puppy_home, project, 1)
+    server.script(text("the answer"))
+    # The run's bookkeeping after the answer (its registration as running) fails too: that costs nothing.
+    completed = full_disk_run("-c", "-p", "go on", "--output-format", "json", cwd=project, kilobytes=32)
+    result = json.loads(completed.stdout)
+    assert (completed.returncode, result["status"], result["output"]) == (1, "error", "the answer"), completed.stderr
+    assert result["error"].startswith(f"session {result['session_id'][:8]} could not be saved to ")
+    assert "internal error" not in completed.stderr
 
 
 def test_a_data_directory_that_is_a_file_is_one_line_exit_2(

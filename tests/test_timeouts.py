@@ -103,18 +103,18 @@ def test_an_unreachable_provider_is_named_with_its_base_url(code_puppy_home: Pat
     assert last.startswith(f"code-puppy: run failed: cannot reach {url}/")
 
 
-@pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        (("-p", "hi", "--timeout", "0"), "Invalid value for '--timeout'"),
-        (("-p", "hi", "--timeout", "soon"), "Invalid value for '--timeout'"),
-    ],
-)
-def test_bad_timeouts_are_usage_errors(
-    server: FakeLLMServer, project: Path, args: tuple[str, ...], message: str
+@pytest.mark.parametrize("value", ["0", "-1", "soon", "nan", "inf", "1e400"])
+@pytest.mark.parametrize("flag", ["--timeout", "--max-budget-usd"])
+def test_a_limit_that_is_not_a_positive_number_is_one_line_exit_2(
+    server: FakeLLMServer, project: Path, flag: str, value: str
 ) -> None:
-    completed = run_cli(*args, cwd=project)
-    assert completed.returncode == 2 and message in completed.stderr
+    completed = run_cli("-p", "hi", flag, value, cwd=project)
+    # nan, inf and 1e400 (inf once parsed) would each be no limit at all.
+    assert (completed.returncode, completed.stdout, completed.stderr) == (
+        2,
+        "",
+        f"code-puppy: error: {flag}: expected a positive number, got {value!r}\n",
+    )
     assert server.requests == []
 
 
@@ -131,3 +131,29 @@ def test_a_bad_run_table_names_the_key(server: FakeLLMServer, project: Path, cod
     completed = run_cli("-p", "hi", cwd=project)
     assert completed.returncode == 2
     assert "'run.idle_timeout'" in completed.stderr and completed.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("lines", "key", "shown"),
+    [
+        ("[run]\ntimeout = inf", "run.timeout", "inf"),
+        ("[run]\nidle_timeout = inf", "run.idle_timeout", "inf"),
+        ("[run]\nfirst_event_timeout = 1e400", "run.first_event_timeout", "inf"),
+        ("[budget]\nper_day_usd = inf", "budget.per_day_usd", "inf"),
+        ("[budget]\nper_turn_usd = nan", "budget.per_turn_usd", "nan"),
+        # Into the server's [models.fake], the config's last table: a price of nan would keep every budget unspent.
+        ("input_price = nan\noutput_price = 1", "models.fake.input_price", "nan"),
+    ],
+)
+def test_a_limit_in_the_config_that_is_not_finite_is_one_line_exit_2(
+    server: FakeLLMServer, project: Path, code_puppy_home: Path, lines: str, key: str, shown: str
+) -> None:
+    config = code_puppy_home / "config.toml"
+    config.write_text(f"{config.read_text()}{lines}\n")
+    completed = run_cli("-p", "hi", cwd=project)
+    assert (completed.returncode, completed.stdout, completed.stderr) == (
+        2,
+        "",
+        f"code-puppy: error: {config}: '{key}': input should be a finite number, got {shown}\n",
+    )
+    assert server.requests == []

@@ -13,6 +13,7 @@ No other code sets the durable history.
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 import uuid
 from collections.abc import Sequence
 from contextvars import ContextVar
@@ -34,6 +35,8 @@ from pydantic_ai.messages import (
 from pydantic_ai.usage import RunUsage
 
 from code_puppy.agents.deps import deps_of
+from code_puppy.errors import StoreError
+from code_puppy.sessions.schema import store_error
 from code_puppy.sessions.session import Session, SessionNotSaved
 
 
@@ -137,47 +140,53 @@ async def recover_interrupted_turn(session: Session) -> str | None:
     recovers it deletes it: a journal is recovered once, or (a process killed in between) again whole, never twice.
 
     Raises:
-        StoreError: A journal that does not read back.
+        StoreError: A journal that does not read back, or a store that cannot take the recovered turn (a full disk):
+            nothing was sent yet, and the journal stays for the next start.
     """
     journal = session.journal
     if journal is None:
         return None
     notes: list[str] = []
-    for interrupted in journal.read(session.id):
-        if not interrupted.orphaned:
-            continue
-        own = [message for message in interrupted.messages if message.run_id == interrupted.run_id]
-        usage = RunUsage()
-        for response in own:
-            if isinstance(response, ModelResponse):
-                usage = usage + response.usage
-                usage.requests += 1
-        steps = sum(
-            1
-            if isinstance(message, ModelResponse)
-            else sum(isinstance(p, UserPromptPart | ToolReturnPart) for p in message.parts)
-            for message in own
-        )
-        counted = f"{steps} step{'' if steps == 1 else 's'}"
-        record = await session.store.read_record(session.id)
-        run_id = f"recovered-{uuid.uuid4()}"
-        if (record.revision if record is not None else None) == interrupted.base_revision:
-            if not journal.claim(interrupted, into=session.id):
-                continue  # another process is recovering it
-            messages = interrupted.messages if interrupted.snapshot else [*session.messages, *interrupted.messages]
-            await session.set_message_history(repair_messages(messages), run_id=run_id, run_usage=usage)
-            notes.append(f"recovered an interrupted turn: {counted}")
-            continue
-        elsewhere = await session.sibling()
-        if not journal.claim(interrupted, into=elsewhere.id):
-            continue
-        base: list[ModelMessage] = []
-        if not interrupted.snapshot and interrupted.base_head is not None:
-            base = [entry.message for entry in await session.store.read_history(interrupted.base_head)]
-        history = repair_messages([*base, *interrupted.messages])
-        await elsewhere.set_message_history(history, run_id=run_id, run_usage=usage)
-        notes.append(
-            f"session {session.id[:8]} went on in another process after a turn of it was interrupted; "
-            f"that turn ({counted}) was recovered as session {elsewhere.id[:8]}"
-        )
+    try:
+        for interrupted in journal.read(session.id):
+            if not interrupted.orphaned:
+                continue
+            own = [message for message in interrupted.messages if message.run_id == interrupted.run_id]
+            usage = RunUsage()
+            for response in own:
+                if isinstance(response, ModelResponse):
+                    usage = usage + response.usage
+                    usage.requests += 1
+            steps = sum(
+                1
+                if isinstance(message, ModelResponse)
+                else sum(isinstance(p, UserPromptPart | ToolReturnPart) for p in message.parts)
+                for message in own
+            )
+            counted = f"{steps} step{'' if steps == 1 else 's'}"
+            record = await session.store.read_record(session.id)
+            run_id = f"recovered-{uuid.uuid4()}"
+            if (record.revision if record is not None else None) == interrupted.base_revision:
+                if not journal.claim(interrupted, into=session.id):
+                    continue  # another process is recovering it
+                messages = interrupted.messages if interrupted.snapshot else [*session.messages, *interrupted.messages]
+                await session.set_message_history(repair_messages(messages), run_id=run_id, run_usage=usage)
+                notes.append(f"recovered an interrupted turn: {counted}")
+                continue
+            elsewhere = await session.sibling()
+            if not journal.claim(interrupted, into=elsewhere.id):
+                continue
+            base: list[ModelMessage] = []
+            if not interrupted.snapshot and interrupted.base_head is not None:
+                base = [entry.message for entry in await session.store.read_history(interrupted.base_head)]
+            history = repair_messages([*base, *interrupted.messages])
+            await elsewhere.set_message_history(history, run_id=run_id, run_usage=usage)
+            notes.append(
+                f"session {session.id[:8]} went on in another process after a turn of it was interrupted; "
+                f"that turn ({counted}) was recovered as session {elsewhere.id[:8]}"
+            )
+    except (SessionNotSaved, sqlite3.Error) as exc:
+        failure = exc.__cause__ if isinstance(exc, SessionNotSaved) and exc.__cause__ is not None else exc
+        problem = store_error(journal.path, failure, writing=True)
+        raise StoreError(f"{problem}; nothing was sent, and the interrupted turn is kept for the next start") from exc
     return "; ".join(notes) or None

@@ -51,6 +51,11 @@ from code_puppy.errors import one_line
 
 ProcessorKind = Literal["messages", "run_context", "context"]
 
+PROCESSOR_FAILURES = (Exception, SystemExit, KeyboardInterrupt)
+"""What a processor or condition raising fails with, as a `HistoryProcessingError` naming it: its `sys.exit()` or
+`KeyboardInterrupt` too, which would otherwise end the run as a limit (exit 3) or a Ctrl-C (130). No front end lets
+a real Ctrl-C reach one: headless and the ACP server turn SIGINT into a cancellation, the chat reads it as a key."""
+
 
 @runtime_checkable
 class HistoryRevision(Protocol):
@@ -277,9 +282,9 @@ async def evaluate_condition(condition: ProcessorCondition, state: HistoryProces
     """The condition's verdict; `HistoryProcessingError` when it raises or answers anything but a bool."""
     try:
         verdict = await call(condition.function, condition.is_async, state)
-    except Exception as exc:
+    except PROCESSOR_FAILURES as exc:
         raise HistoryProcessingError(
-            f"history processor condition {condition.name} raised {type(exc).__name__}: {exc}",
+            f"history processor condition {condition.name} raised {one_line(exc, typed=True)}",
             processor=condition.name,
         ) from exc
     if type(verdict) is not bool:

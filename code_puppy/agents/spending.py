@@ -95,11 +95,14 @@ class Spending:
         prices: Prices | None = None,
         book: CostBook | None = None,
         project_dir: Path | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now().astimezone(),
     ) -> None:
         self.budgets = budgets or Budgets()
         self.prices: Prices = prices or {}
         self.book = book
         self.project_dir = project_dir
+        self.clock = clock
+        """The local time now: when a request is stored, and which day the daily budget counts."""
         self.invocation = CostTotals()
         """Every request of this process: the headless invocation, or the whole chat."""
         self.turn = CostTotals()
@@ -213,7 +216,7 @@ class Spending:
             self._unpriced = request.model
         if self.book is not None:
             try:
-                self.book.record(request)
+                self.book.record(request, at=self.clock())
             except sqlite3.Error as exc:
                 self._warn(f"the cost of a request could not be stored: {exc}")
         if self.on_request is not None:
@@ -248,7 +251,7 @@ class Spending:
         """Everything spent since local midnight, by every process of the user (only new rows are read)."""
         if self.book is None:
             return self.invocation
-        midnight = datetime.now().astimezone().replace(hour=0, minute=0, second=0, microsecond=0)
+        midnight = self.clock().replace(hour=0, minute=0, second=0, microsecond=0)
         if self._today is None or self._today[0] != midnight:
             self._today = (midnight, 0, CostTotals())
         _, last, total = self._today
@@ -291,6 +294,14 @@ class CostMeter(AbstractCapability[Any]):
     async def before_model_request(
         self, ctx: RunContext[Any], request_context: ModelRequestContext
     ) -> ModelRequestContext:
+        # Before the history processors and compaction that sit after it: a spent budget pays for no summary.
+        self.spending.check(request_context.model)
+        return request_context
+
+    async def prepare_model_request(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        # Again right before each attempt is sent: a summary written since the check above may have spent the budget.
         self.spending.check(request_context.model)
         return request_context
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sqlite3
 import threading
 import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable
@@ -195,6 +196,9 @@ async def accepting_steers(
         yield
     finally:
         poller.cancel()
-        registry.unregister(session_id)
+        # A registration that cannot be dropped (a full disk) is stale once this process is gone, and is dropped, its
+        # steers rejected, where it is met: the turn's answer must not be lost to it.
+        with contextlib.suppress(sqlite3.Error):
+            registry.unregister(session_id)
         with contextlib.suppress(asyncio.CancelledError):
             await poller

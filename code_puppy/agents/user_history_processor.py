@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic_ai import RunContext
 from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.exceptions import UsageLimitExceeded
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models import Model, ModelRequestContext, infer_model
 
@@ -23,6 +24,7 @@ from code_puppy.agents.history_errors import HistoryProcessingError, HistoryProc
 from code_puppy.agents.history_groups import HistoryGroup, HistoryOrigin
 from code_puppy.agents.history_persistence import in_main_run
 from code_puppy.agents.history_processors import (
+    PROCESSOR_FAILURES,
     HistoryProcessor,
     HistoryProcessorContext,
     HistoryProcessorState,
@@ -35,6 +37,7 @@ from code_puppy.agents.history_processors import (
 )
 from code_puppy.agents.history_validation import validate_output
 from code_puppy.agents.token_estimate import estimate_history_tokens, estimate_request_tokens, serialize
+from code_puppy.errors import one_line
 
 __all__ = (
     "HistoryGroup",
@@ -124,11 +127,11 @@ class UserHistoryProcessor(AbstractCapability[Any]):
             token = _processing.set(_processing.get() | {key})
             try:
                 output = await call_processor(processor, context)
-            except HistoryProcessingError:
-                raise
-            except Exception as exc:
+            except (HistoryProcessingError, UsageLimitExceeded):
+                raise  # a limit the processor's own model requests reached (a summary's budget) is the run's
+            except PROCESSOR_FAILURES as exc:
                 raise HistoryProcessingError(
-                    f"{processor.name} raised {type(exc).__name__}: {exc}", processor=processor.name
+                    f"{processor.name} raised {one_line(exc, typed=True)}", processor=processor.name
                 ) from exc
             finally:
                 _processing.reset(token)

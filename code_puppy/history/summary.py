@@ -22,6 +22,7 @@ from pydantic_ai.usage import UsageLimits
 
 from code_puppy.agents.history_groups import HistoryGroup
 from code_puppy.agents.history_processors import HistoryProcessorContext
+from code_puppy.agents.spending import BudgetReached
 from code_puppy.errors import one_line, say
 from code_puppy.history.processors import STRICT, Fraction
 
@@ -92,6 +93,8 @@ class SummarizeOlderTurns:
                 usage=ctx.run_context.usage,
                 usage_limits=limits or UsageLimits(request_limit=None),
             )
+        except BudgetReached:
+            raise  # a spent budget stops the run; going on without the summary would not
         except Exception as exc:
             self._failed.add(run_id)
             say(

@@ -25,7 +25,7 @@ from .catalog import SessionInfo
 from .schema import timestamp
 from .session import Session
 from .store import SqliteConversationStore
-from .transcripts import Transcript, read_transcript
+from .transcripts import NotARegularFile, Transcript, read_transcript
 
 __all__ = ("import_paths", "session_id_for")
 
@@ -42,7 +42,7 @@ class Outcome:
     """`imported`, `would import` (--dry-run), `updated` / `would update` (a transcript that grew since its import),
     `already imported`, `not imported` (a file named that could not be),
     or `skipped` (a file found in a folder that holds no conversation: Claude Code's sub-agent files, Codex's
-    history.jsonl)."""
+    history.jsonl; or that is not a regular file, as a FIFO)."""
     session_id: str | None = None
     project_dir: Path | None = None
     reason: str = ""
@@ -98,6 +98,10 @@ def import_paths(
     for path, named in files_under(paths).items():
         try:
             transcript = read_transcript(path)
+        except NotARegularFile:
+            status = "not imported" if named else "skipped"
+            outcomes.append(Outcome(Transcript(path=path), status, reason="not a regular file"))
+            continue
         except OSError as exc:
             outcomes.append(Outcome(Transcript(path=path), "not imported", reason=f"cannot read it: {exc.strerror}"))
             continue

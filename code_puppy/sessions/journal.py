@@ -20,6 +20,7 @@ import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
 
@@ -63,6 +64,11 @@ class Journal:
 
     def __init__(self, database: Database) -> None:
         self._database = database
+
+    @property
+    def path(self) -> Path:
+        """The database file."""
+        return self._database.path
 
     def begin(
         self, session_id: str, run_id: str | None, prompt: str | None, *, revision: str | None

@@ -416,12 +416,13 @@ def _connect(path: Path, *, readonly: bool, immutable: bool = False) -> sqlite3.
 _WHAT_TO_DO = "set CODE_PUPPY_HOME to a writable directory, or fix this one"
 
 
-def store_error(path: Path, exc: BaseException) -> StoreError:
-    """The error a store that cannot be used, or a row of it that cannot be read, is reported with."""
-    return StoreError(_describe(path, exc))
+def store_error(path: Path, exc: BaseException, *, writing: bool = False) -> StoreError:
+    """The error a store that cannot be used, or a row of it that cannot be read, is reported with; `writing`: one
+    that opened but cannot be written (a full disk)."""
+    return StoreError(_describe(path, exc, writing=writing))
 
 
-def _describe(path: Path, exc: BaseException | None) -> str:
+def _describe(path: Path, exc: BaseException | None, *, writing: bool = False) -> str:
     reason = one_line(exc, limit=200) if exc is not None else "unknown error"
     if not isinstance(exc, sqlite3.OperationalError):  # a page or a row that does not read back
         return (
@@ -430,6 +431,8 @@ def _describe(path: Path, exc: BaseException | None) -> str:
         )
     if "locked" in reason or "busy" in reason:
         return f"{path} is locked by another process ({reason}); try again"
+    if writing:
+        return f"cannot write to {path}: {reason} (free space on its disk, {_WHAT_TO_DO})"
     return f"cannot open {path}: {reason} ({_WHAT_TO_DO})"
 
 

@@ -21,6 +21,8 @@ lines repeat what the items hold, for the TUI, and are skipped and counted.
 from __future__ import annotations
 
 import json
+import os
+import stat
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -141,10 +143,16 @@ class _Builder:
         self.response, self.response_time = [], None
 
 
+class NotARegularFile(OSError):
+    """A path that is no regular file (a FIFO, a device, a folder named `*.jsonl`): reading it could wait for a writer
+    forever, or never end."""
+
+
 def read_transcript(path: Path) -> Transcript:
     """Read `path` as a Claude Code transcript or a Codex rollout, whichever its records are.
 
     Raises:
+        NotARegularFile: It is not a regular file; nothing was read.
         OSError: The file cannot be read.
     """
     transcript = Transcript(path=path)
@@ -160,7 +168,12 @@ def read_transcript(path: Path) -> Transcript:
 
 
 def _records(path: Path, transcript: Transcript) -> Iterator[tuple[int, dict[str, Any]]]:
-    with path.open("rb") as file:
+    # Non-blocking, so a FIFO opens at once instead of waiting for a writer; the type is checked on what was opened.
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+        os.close(descriptor)
+        raise NotARegularFile(f"{path}: not a regular file")
+    with open(descriptor, "rb") as file:
         for number, raw in enumerate(file, start=1):
             line = raw.decode("utf-8", errors="replace").strip()
             if not line:

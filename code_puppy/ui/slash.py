@@ -7,6 +7,7 @@ runtime has loaded.
 from __future__ import annotations
 
 import io
+import math
 from typing import TYPE_CHECKING, cast, get_args
 
 from code_puppy.ui.jobs import show_resumed
@@ -180,7 +181,7 @@ class Builtins:
                     limit = float(args.removeprefix("$"))
                 except ValueError:
                     limit = -1.0
-                if not limit > 0:
+                if not (math.isfinite(limit) and limit > 0):  # `inf` and `1e400` would be no budget at all
                     return f"usage: /budget USD (a positive amount, e.g. /budget 2.50) or /budget off; got {args!r}"
             spending.budgets = replace(spending.budgets, max_usd=limit)
         standing = spending.standing()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -312,6 +313,28 @@ def test_a_folder_dry_run_lists_every_file_and_writes_nothing(
 
     assert named.returncode == 1
     assert named.stdout == f"{history}: not imported: neither a Claude Code transcript nor a Codex rollout\n"
+
+
+def test_what_is_not_a_regular_file_is_never_read(project: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "in"
+    transcript = claude_transcript(folder / "a.jsonl", project)
+    fifo = folder / "pipe.jsonl"
+    os.mkfifo(fifo)  # reading it would wait for a writer forever
+    (folder / "dir.jsonl").mkdir()
+
+    found = run_cli("sessions", "import", str(folder), "--dry-run", cwd=project, timeout=30)
+
+    assert found.returncode == 0
+    assert all(line.startswith(f"{transcript}:") for line in found.stderr.splitlines())  # its malformed line
+    assert found.stdout.splitlines()[1:] == [
+        f"{folder / 'dir.jsonl'}: skipped: not a regular file",
+        f"{fifo}: skipped: not a regular file",
+    ]
+    assert found.stdout.startswith(f"{transcript}: would import (claude-code) ")
+
+    named = run_cli("sessions", "import", str(fifo), cwd=project, timeout=30)
+
+    assert (named.returncode, named.stdout, named.stderr) == (1, f"{fifo}: not imported: not a regular file\n", "")
 
 
 def test_a_missing_path_is_one_line_and_exit_2(project: Path) -> None:

@@ -27,6 +27,8 @@ def test_bar_turn_line_usage_and_budget(server: FakeLLMServer, project: Path, co
         (main,) = [line for line in screen.splitlines() if line.startswith("  main ")]
         assert main.split()[:4] == ["main", "gpt-4o", "1", "request"] and main.endswith(f"out · {spent}")
         assert f"this chat: {spent} over 1 requests" in screen
+        chat.type("/budget inf\r")
+        chat.wait_for("usage: /budget USD (a positive amount, e.g. /budget 2.50) or /budget off; got 'inf'")
         chat.type("/budget 0.000001\r")
         chat.wait_for(f"budgets: --max-budget-usd $0.000001: {spent} spent")
         chat.type("second question\r")
