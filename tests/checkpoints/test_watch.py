@@ -7,6 +7,7 @@ import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 
 import pytest
 
@@ -246,3 +247,46 @@ async def test_a_change_to_the_users_global_ignore_file_is_seen(
     (config / "git" / "ignore").write_text("")  # scratch/ is snapshotted from now on
     assert await turn.call(lambda: (project / "a.txt").write_text("a\n")) == 1
     assert turn.changes() == ["a.txt"]  # not scratch/notes.txt
+
+
+async def test_a_folder_moved_in_from_outside_between_calls_is_watched_and_an_edit_in_it_is_the_users(
+    project: Path, shadow: ShadowRepo, tmp_path: Path
+) -> None:
+    elsewhere = tmp_path / "elsewhere" / "brought"
+    (elsewhere / "deep").mkdir(parents=True)
+    (elsewhere / "deep" / "kept.txt").write_text("k0\n")
+    turn = Turn(shadow)
+    await turn.call(lambda: None)
+    elsewhere.rename(project / "brought")  # the user moves a folder in from outside the project
+    assert await turn.call(lambda: None) == 1
+    assert await turn.call(lambda: None) == 0  # its folders are watched: nothing changed since
+    (project / "brought" / "deep" / "kept.txt").write_text("k1, the user's\n")
+    assert await turn.call(lambda: (project / "a.txt").write_text("a\n")) == 1
+    assert turn.changes() == ["a.txt"]
+
+
+async def test_a_write_right_after_a_walks_git_status_is_never_lost_to_a_reused_snapshot(
+    project: Path, shadow: ShadowRepo
+) -> None:
+    turn = Turn(shadow)
+    await turn.call(lambda: None)
+    written: list[str] = []
+
+    def user_saves_after_status(frame: FrameType, event: str, arg: object) -> None:
+        # The moment `git status` of the walk after the call returns, before the snapshot is finished: a write there
+        # is not in that snapshot, and only the watcher can tell.
+        status = event == "return" and frame.f_code is ShadowRepo.git.__code__ and frame.f_locals["args"][0] == "status"
+        if status and not written:
+            (project / "mine.txt").write_text("mine1\n")
+            written.append("mine.txt")
+
+    sys.setprofile(user_saves_after_status)
+    try:
+        assert await turn.call(lambda: (project / "a.txt").write_text("a\n")) == 0
+    finally:
+        sys.setprofile(None)
+    assert written == ["mine.txt"]
+    assert shadow.unchanged() is None
+    assert await turn.call(lambda: None) == 1
+    assert await turn.call(lambda: None) == 0
+    assert turn.changes() == ["a.txt"]  # not mine.txt
