@@ -10,6 +10,7 @@ from typing import Any
 
 from tests.conftest import run_cli, start_cli, wait_for
 from tests.fake_llm import FakeLLMServer, call, hang, text, tool_calls
+from tests.pty_chat import IDLE_KEYS, PtyChat
 
 
 def wire(server: FakeLLMServer, index: int) -> list[tuple[str, str]]:
@@ -220,7 +221,8 @@ def test_a_journal_step_that_does_not_parse_is_found_by_check_and_set_aside_by_r
     moved, rebuilt = repaired.stdout.splitlines()
     aside = Path(moved.removeprefix("moved the damaged database to "))
     assert rebuilt == (
-        f"rebuilt {database}: kept 1 sessions and 0 messages; 1 message that did not parse was set aside in {aside.name}"
+        f"rebuilt {database}: kept 1 sessions and 0 messages; "
+        f"1 message that did not parse was set aside in {aside.name}"
     )
     with sqlite3.connect(aside) as db:  # the bad row is still there, as it was
         assert db.execute("SELECT message FROM journal_entries WHERE id = ?", (bad,)).fetchone() == (message[:40],)
@@ -236,3 +238,37 @@ def test_a_journal_step_that_does_not_parse_is_found_by_check_and_set_aside_by_r
         ("tool", wire(server, 1)[-1][1]),
         ("user", "go on"),
     ]
+
+
+def test_a_chat_turn_begun_on_a_stale_history_is_recovered_with_the_earlier_turns(
+    server: FakeLLMServer, project: Path, code_puppy_home: Path
+) -> None:
+    server.script(text("first answer"))
+    assert run_cli("-p", "first question", cwd=project).returncode == 0
+    chat = PtyChat(project, "-c")
+    try:
+        chat.wait_for(IDLE_KEYS, timeout=60)
+        server.script(text("meanwhile answer"))
+        assert run_cli("-c", "-p", "meanwhile here", cwd=project).returncode == 0  # the chat's history is stale now
+        server.script(tool_calls(call("read_file", {"path": "README.md"})), hang())
+        chat.type("killed turn\r")
+        wait_for(lambda: len(server.requests) == 4, timeout=60, what="the chat turn's second request")
+        chat.child.kill(signal.SIGKILL)
+    finally:
+        chat.close()
+    with sqlite3.connect(code_puppy_home / "sessions.db") as db:
+        assert db.execute("SELECT snapshot FROM journals").fetchall() == [(1,)]  # begun on a stale history
+
+    server.script(text("after"))
+    completed = run_cli("-c", "-p", "after", cwd=project)
+
+    assert completed.returncode == 0, completed.stderr
+    note = completed.stderr.splitlines()[0]
+    assert "went on in another process after a turn of it was interrupted" in note
+    assert [what for role, what in wire(server, 4) if role == "user"] == ["first question", "meanwhile here", "after"]
+    recovered = run_cli("sessions", "show", note.rsplit("recovered as session ", 1)[1], cwd=project).stdout
+    # The chat's whole history, the earlier turn included, and not what was saved elsewhere meanwhile.
+    assert "› first question" in recovered and "› killed turn" in recovered, recovered
+    assert recovered.index("› first question") < recovered.index("first answer") < recovered.index("› killed turn")
+    assert recovered.index("› killed turn") < recovered.index("⚙ read_file")
+    assert "meanwhile" not in recovered
