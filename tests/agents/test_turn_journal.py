@@ -3,6 +3,9 @@ happen (the scripted model reads the journal back before it answers)."""
 
 from __future__ import annotations
 
+import asyncio
+import sys
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +22,7 @@ from pydantic_ai.messages import (
     ToolReturnPart,
     UserPromptPart,
 )
-from pydantic_ai.models.function import AgentInfo
+from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from code_puppy.agents.deps import RunDeps
 from code_puppy.agents.history_persistence import HistoryPersistence
@@ -144,19 +147,42 @@ async def test_a_run_begun_on_a_stale_history_journals_all_of_it(
 
 
 @dataclass
-class KeepLast(AbstractCapability[Any]):
-    """Rewrites the run's history before its second request, as compaction does: only the latest exchange stays."""
+class Rewrite(AbstractCapability[Any]):
+    """Rewrites the run's history before its second request, as compaction or a history processor does."""
 
+    how: str
     requests: int = 0
 
     async def before_model_request(self, ctx: RunContext[Any], request_context: Any) -> Any:
         self.requests += 1
         if self.requests == 2:
-            del ctx.messages[:-2]
+            if self.how == "keep the last exchange":
+                del ctx.messages[:-2]
+            elif self.how == "summarize the first message":  # the length and the last earlier message kept
+                ctx.messages[0] = ModelRequest(parts=[UserPromptPart("summary")])
+            else:  # "annotate a response": one of the run's own messages replaced, the length kept
+                call = ToolCallPart("echo", {"text": "a"}, tool_call_id="c1")
+                ctx.messages[-2] = ModelResponse(parts=[TextPart("annotated"), call])
         return request_context
 
 
-async def test_a_history_rewritten_mid_run_is_journaled_whole(store: SqliteConversationStore, session: Session) -> None:
+FIRST = ["user:first", "text:first answered"]
+RUN = ["user:second", "call:echo"]
+A = ["return:echo=echo a"]
+LATER = ["call:echo", "return:echo=echo b"]
+
+
+@pytest.mark.parametrize(
+    ("how", "rewritten"),
+    [
+        ("keep the last exchange", ["call:echo", *A, *LATER]),
+        ("summarize the first message", ["user:summary", FIRST[1], *RUN, *A, *LATER]),
+        ("annotate a response", [*FIRST, "user:second", "text:annotated", "call:echo", *A, *LATER]),
+    ],
+)
+async def test_a_history_rewritten_mid_run_is_journaled_whole(
+    store: SqliteConversationStore, session: Session, how: str, rewritten: list[str]
+) -> None:
     journaled = Journaled(session, [])
     model = scripted(
         journaled.reply([ToolCallPart("echo", {"text": "a"}, tool_call_id="c1")]),
@@ -164,11 +190,10 @@ async def test_a_history_rewritten_mid_run_is_journaled_whole(store: SqliteConve
         journaled.reply("done"),
     )
 
-    await agent(model.model, KeepLast()).run("second", message_history=session.messages, deps=RunDeps(session))
+    await agent(model.model, Rewrite(how)).run("second", message_history=session.messages, deps=RunDeps(session))
 
-    assert journaled.at(1) == (False, ["user:second", "call:echo", "return:echo=echo a"])
-    # Before the third request: the history as rewritten (its first two messages dropped), whole.
-    assert journaled.at(2) == (True, ["call:echo", "return:echo=echo a", "call:echo", "return:echo=echo b"])
+    assert journaled.at(1) == (False, [*RUN, "return:echo=echo a"])
+    assert journaled.at(2) == (True, rewritten)  # before the third request: the history as rewritten, whole
 
 
 async def test_a_journal_that_cannot_be_written_is_said_once_and_the_run_goes_on(
@@ -193,3 +218,56 @@ async def test_a_run_without_a_stored_session_journals_nothing(capsys: pytest.Ca
     model = scripted([ToolCallPart("echo", {"text": "a"}, tool_call_id="c1")], "done")
     result = await agent(model.model).run("hi", deps=RunDeps(Session.in_memory()))
     assert result.output == "done" and capsys.readouterr().err == ""
+
+
+async def test_a_journal_that_cannot_begin_is_said_once_and_the_run_goes_on(
+    store: SqliteConversationStore, session: Session, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with store.database.write() as db:
+        db.execute("CREATE TRIGGER refuse BEFORE INSERT ON journals BEGIN SELECT RAISE(ABORT, 'full'); END")
+    model = scripted([ToolCallPart("echo", {"text": "a"}, tool_call_id="c1")], "done")
+
+    result = await agent(model.model).run("second", message_history=session.messages, deps=RunDeps(session))
+
+    assert result.output == "done"
+    assert capsys.readouterr().err == "code-puppy: could not journal this turn (full); it is saved when it ends\n"
+
+
+SAVER = """
+import asyncio, sys
+from pathlib import Path
+from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
+from code_puppy.sessions.session import Session
+from code_puppy.sessions.store import SqliteConversationStore
+
+async def main():
+    with SqliteConversationStore(Path(sys.argv[1])) as store:
+        (info,) = store.sessions.find(sys.argv[2])
+        session = await Session.resume(store, info, model="test")
+        turn = [ModelRequest(parts=[UserPromptPart("meanwhile")]), ModelResponse(parts=[TextPart("answered")])]
+        await session.set_message_history([*session.messages, *turn])
+
+asyncio.run(main())
+"""
+"""Another process: resumes the session and saves a turn of its own."""
+
+
+async def test_a_run_whose_session_went_on_elsewhere_moves_its_journal_and_leaves_none_behind(
+    store: SqliteConversationStore, session: Session, db_path: Path
+) -> None:
+    journal = session.journal
+    assert journal is not None
+
+    async def answer(messages: list[ModelMessage], info_: AgentInfo) -> AsyncIterator[str]:
+        saver = await asyncio.create_subprocess_exec(sys.executable, "-c", SAVER, str(db_path), session.id)
+        assert await saver.wait() == 0  # another process went on with the session meanwhile
+        assert len(journal.read(session.id)) == 1
+        yield "done"
+
+    old_id = session.id
+    model = FunctionModel(stream_function=answer)
+    await agent(model).run("second", message_history=session.messages, deps=RunDeps(session))
+
+    assert session.id != old_id and session.notice is not None  # the run's history went on as a new session
+    assert journal.read(old_id) == [] and journal.read(session.id) == []
+    assert shown(session.messages) == ["user:first", "text:first answered", "user:second", "text:done"]

@@ -229,3 +229,21 @@ async def test_a_journal_of_another_host_is_never_taken(
     (interrupted,) = Journal(store.database).read(session.id)
     assert not interrupted.orphaned
     assert await recover_interrupted_turn(resumed) is None
+
+
+async def test_a_journal_with_only_finished_tool_results_reads_back_prompt_first(
+    store: SqliteConversationStore, project: Path
+) -> None:
+    session = await seeded(store, project)
+    journal = session.journal
+    assert journal is not None
+    # The model's response could not be journaled (a full disk, for a moment), the tool's result could.
+    journal_id, current = session.begin_run(journal, "r-1", "a question")
+    journal.pending(journal_id, ModelRequest(parts=[UserPromptPart("a result")], run_id="r-1"))
+
+    (turn,) = journal.read(session.id)
+
+    assert current and texts(turn.messages) == ["a question", "a result"]
+    journal.append(journal_id, [ModelRequest(parts=[UserPromptPart("a question")], run_id="r-1")])
+    (turn,) = journal.read(session.id)
+    assert texts(turn.messages) == ["a question"]  # a message row supersedes the pending rows and the prompt
