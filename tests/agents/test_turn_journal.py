@@ -271,3 +271,20 @@ async def test_a_run_whose_session_went_on_elsewhere_moves_its_journal_and_leave
     assert session.id != old_id and session.notice is not None  # the run's history went on as a new session
     assert journal.read(old_id) == [] and journal.read(session.id) == []
     assert shown(session.messages) == ["user:first", "text:first answered", "user:second", "text:done"]
+
+
+async def test_a_new_session_is_listed_under_its_prompt_from_its_first_step(
+    store: SqliteConversationStore, project: Path
+) -> None:
+    older = await Session.start(store, project, model="test")
+    await older.set_message_history(earlier_turn("an older session"))
+    fresh = await Session.start(store, project, model="test")
+    listed: list[list[tuple[str, str]]] = []
+
+    def look(messages: list[ModelMessage], info: AgentInfo) -> Reply:
+        listed.append([(item.id, item.title) for item in store.sessions.recent(project)])
+        return "done"
+
+    await agent(scripted(look).model).run("a new question", deps=RunDeps(fresh))
+
+    assert listed == [[(fresh.id, "a new question"), (older.id, "an older session")]]  # newest first, titled
