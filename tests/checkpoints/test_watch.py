@@ -290,3 +290,15 @@ async def test_a_write_right_after_a_walks_git_status_is_never_lost_to_a_reused_
     assert await turn.call(lambda: None) == 1
     assert await turn.call(lambda: None) == 0
     assert turn.changes() == ["a.txt"]  # not mine.txt
+
+
+async def test_as_many_new_folders_as_a_drain_watches_are_all_watched_at_once(
+    project: Path, shadow: ShadowRepo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(watch, "NEW_FOLDERS_AT_ONCE", 2)
+    turn = Turn(shadow)
+    await turn.call(lambda: (project / "one" / "two").mkdir(parents=True))
+    assert await turn.call(lambda: None) == 0  # both watched before the walk after the command: no doubt left
+    (project / "one" / "two" / "mine.txt").write_text("the user's\n")
+    assert await turn.call(lambda: (project / "a.txt").write_text("a\n")) == 1
+    assert turn.changes() == ["a.txt"]
