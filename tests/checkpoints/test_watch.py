@@ -302,3 +302,16 @@ async def test_as_many_new_folders_as_a_drain_watches_are_all_watched_at_once(
     (project / "one" / "two" / "mine.txt").write_text("the user's\n")
     assert await turn.call(lambda: (project / "a.txt").write_text("a\n")) == 1
     assert turn.changes() == ["a.txt"]
+
+
+async def test_an_edit_of_the_users_inside_folders_a_command_made_is_seen(project: Path, shadow: ShadowRepo) -> None:
+    def command() -> None:  # two folders: their events are read together, the second after the first
+        (project / "also").mkdir()
+        (project / "made" / "deep").mkdir(parents=True)
+
+    turn = Turn(shadow)
+    await turn.call(command)
+    assert await turn.call(lambda: None) == 0
+    (project / "made" / "deep" / "mine.txt").write_text("the user's, in the command's folder\n")  # no other event
+    assert await turn.call(lambda: (project / "a.txt").write_text("a\n")) == 1
+    assert turn.changes() == ["a.txt"]
