@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from code_puppy.checkpoints.shadow import ShadowRepo, write_file
+from code_puppy.checkpoints.shadow import CheckpointError, ShadowRepo, write_file
 from code_puppy.trust import trust_project
 
 
@@ -40,22 +40,24 @@ def test_whole_ignored_folders_are_left_out_small_ignored_files_kept(project: Pa
 def test_checkpointignore_and_the_size_limit_leave_files_out_and_list_the_big_ones(
     project: Path, shadow: ShadowRepo
 ) -> None:
-    (project / ".gitignore").write_text("*.secret\n")
+    (project / ".gitignore").write_text("*.secret\n.env\n")
     (project / ".code-puppy").mkdir()
     (project / ".code-puppy" / "checkpointignore").write_text("data/\n*.secret\n")
     (project / "data").mkdir()
     (project / "data" / "set.csv").write_text("1,2\n")
     (project / "key.secret").write_text("k\n")
+    (project / ".env").write_text("ignored by git, not by checkpointignore: kept\n")
     (project / "big.bin").write_bytes(b"x" * (1024 * 1024 + 1))
     trust_project(project)  # the checkpointignore is project config: it applies only as trusted
 
     tree = shadow.snapshot()
 
-    assert files_in(shadow, tree) == [".code-puppy/checkpointignore", ".gitignore", "README.md"]
+    assert files_in(shadow, tree) == [".code-puppy/checkpointignore", ".env", ".gitignore", "README.md"]
     assert shadow.skipped == {"big.bin"}
     (project / ".code-puppy" / "checkpointignore").write_text("*\n")  # changed since trusted: ignored
     assert files_in(shadow, shadow.snapshot()) == [
         ".code-puppy/checkpointignore",
+        ".env",
         ".gitignore",
         "README.md",
         "data/set.csv",
@@ -225,3 +227,27 @@ def test_a_snapshot_of_named_files_only_when_the_latest_snapshot_holds_them_and_
     assert shadow.snapshot_files(["a.txt"]) is None
     assert list(shadow.changes(after, shadow.snapshot())) == ["other.txt"]
     assert shadow.snapshot_files(["a.txt"]) is not None  # its own latest snapshot again
+
+
+def test_git_variables_of_the_callers_environment_never_reach_the_shadow_repository(
+    project: Path, code_puppy_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    elsewhere = tmp_path / "users-objects"
+    elsewhere.mkdir()
+    monkeypatch.setenv("GIT_OBJECT_DIRECTORY", str(elsewhere))  # as inside a git hook or a script of the user's
+    shadow = ShadowRepo.open(project, code_puppy_home, max_file_mb=1)
+    (project / "a.txt").write_text("a\n")
+
+    tree = shadow.snapshot()
+
+    assert files_in(shadow, tree) == ["README.md", "a.txt"]
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_a_git_failure_is_one_line_naming_the_command_and_git_s_first_line(project: Path, shadow: ShadowRepo) -> None:
+    shadow.snapshot()
+    with pytest.raises(CheckpointError) as failed:
+        shadow.entries("0" * 40, ["README.md"])
+    assert str(failed.value) == (
+        f"git ls-tree failed in the checkpoints of {project.resolve()}: fatal: not a tree object"
+    )

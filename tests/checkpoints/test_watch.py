@@ -3,6 +3,7 @@ real git, through the `Checkpoints` capability as tool calls use it."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from collections.abc import Callable
@@ -315,3 +316,19 @@ async def test_an_edit_of_the_users_inside_folders_a_command_made_is_seen(projec
     (project / "made" / "deep" / "mine.txt").write_text("the user's, in the command's folder\n")  # no other event
     assert await turn.call(lambda: (project / "a.txt").write_text("a\n")) == 1
     assert turn.changes() == ["a.txt"]
+
+
+async def test_another_processs_snapshot_of_a_change_no_event_shows_means_a_walk(
+    project: Path, shadow: ShadowRepo, code_puppy_home: Path, tmp_path: Path
+) -> None:
+    link = tmp_path / "outside-link"
+    os.link(project / "mine.txt", link)  # the same file, through a folder the watcher does not see
+    turn = Turn(shadow)
+    await turn.call(lambda: None)
+    assert await turn.call(lambda: None) == 0
+    link.write_text("mine1, written through the link\n")  # the user: no event in the project's folders
+    other = ShadowRepo.open(project, code_puppy_home, max_file_mb=1)  # a second code-puppy's walk sees it
+    other.snapshot()
+    other.close()
+    assert await turn.call(lambda: None) == 1
+    assert turn.changes() == []  # the user's change, not the call's
