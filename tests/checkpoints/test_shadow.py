@@ -251,3 +251,35 @@ def test_a_git_failure_is_one_line_naming_the_command_and_git_s_first_line(proje
     assert str(failed.value) == (
         f"git ls-tree failed in the checkpoints of {project.resolve()}: fatal: not a tree object"
     )
+
+
+def test_changes_between_any_two_snapshots_not_only_the_latest_pair(project: Path, shadow: ShadowRepo) -> None:
+    first = shadow.snapshot()
+    (project / "a.txt").write_text("a\n")
+    second = shadow.snapshot()
+    (project / "b.txt").write_text("b\n")
+    third = shadow.snapshot()
+
+    assert sorted(shadow.changes(first, third)) == ["a.txt", "b.txt"]
+    assert sorted(shadow.changes(second, third)) == ["b.txt"]
+    assert sorted(shadow.changes(first, second)) == ["a.txt"]
+    assert shadow.changes(third, third) == {}
+
+
+def test_a_first_snapshot_of_many_files_stores_them_all_in_one_pack(project: Path, shadow: ShadowRepo) -> None:
+    names = [f"src/file{number:03}.py" for number in range(100)]  # more than one snapshot stores file by file
+    (project / "src").mkdir()
+    for name in names:
+        (project / name).write_text(f"# {name}\n")
+
+    first = shadow.snapshot()
+
+    assert files_in(shadow, first) == ["README.md", *names]
+    assert len(list((shadow.directory / "objects" / "pack").glob("*.pack"))) == 1
+    (project / names[7]).write_text("changed\n")
+    second = shadow.snapshot()
+    (before, after) = shadow.changes(first, second)[names[7]]
+    assert before is not None and after is not None
+    assert list(shadow.changes(first, second)) == [names[7]]
+    assert shadow.read_blobs([before[1], after[1]]) == {before[1]: f"# {names[7]}\n".encode(), after[1]: b"changed\n"}
+    assert shadow.git("status", "--porcelain=v2", "-uall") == b""
