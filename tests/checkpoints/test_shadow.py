@@ -283,3 +283,30 @@ def test_a_first_snapshot_of_many_files_stores_them_all_in_one_pack(project: Pat
     assert list(shadow.changes(first, second)) == [names[7]]
     assert shadow.read_blobs([before[1], after[1]]) == {before[1]: f"# {names[7]}\n".encode(), after[1]: b"changed\n"}
     assert shadow.git("status", "--porcelain=v2", "-uall") == b""
+
+
+def test_maintain_packs_what_the_turn_wrote_and_keeps_every_snapshot(project: Path, shadow: ShadowRepo) -> None:
+    first = shadow.snapshot()
+    (project / "a.txt").write_text("a\n")
+    second = shadow.snapshot()
+    assert shadow.git("count-objects").split()[0] != b"0"  # the snapshot's objects are loose
+
+    shadow.maintain()
+
+    assert shadow.git("count-objects").split()[0] == b"0"
+    assert list(shadow.changes(first, second)) == ["a.txt"] and files_in(shadow, second) == ["README.md", "a.txt"]
+    packs = sorted((shadow.directory / "objects" / "pack").glob("*.pack"))
+    shadow.maintain()  # nothing loose: nothing to do
+    assert sorted((shadow.directory / "objects" / "pack").glob("*.pack")) == packs
+
+
+def test_a_repository_made_by_an_earlier_version_is_configured_when_opened(
+    project: Path, shadow: ShadowRepo, code_puppy_home: Path
+) -> None:
+    shadow.git("config", "--unset", "core.splitIndex")  # as versions before the split index left it
+    shadow.git("config", "--remove-section", "splitIndex")
+
+    again = ShadowRepo.open(project, code_puppy_home, max_file_mb=1)
+
+    assert again.git("config", "core.splitIndex") == b"true\n"
+    assert again.git("config", "splitIndex.sharedIndexExpire") == b"now\n"
