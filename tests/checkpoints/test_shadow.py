@@ -303,6 +303,7 @@ def test_maintain_packs_what_the_turn_wrote_and_keeps_every_snapshot(project: Pa
 def test_a_repository_made_by_an_earlier_version_is_configured_when_opened(
     project: Path, shadow: ShadowRepo, code_puppy_home: Path
 ) -> None:
+    assert shadow.git("config", "gc.auto") == b"0\n"  # set when it was made: nothing is ever pruned
     shadow.git("config", "--unset", "core.splitIndex")  # as versions before the split index left it
     shadow.git("config", "--remove-section", "splitIndex")
 
@@ -310,3 +311,40 @@ def test_a_repository_made_by_an_earlier_version_is_configured_when_opened(
 
     assert again.git("config", "core.splitIndex") == b"true\n"
     assert again.git("config", "splitIndex.sharedIndexExpire") == b"now\n"
+
+
+def test_a_temporary_file_a_killed_rewind_left_is_never_written_through(project: Path, outside: Path) -> None:
+    (outside / "precious.txt").write_text("the user's, outside the project\n")
+    (project / ".app.py.code-puppy-rewind").symlink_to(outside / "precious.txt")  # left behind, or planted
+    (project / ".link.code-puppy-rewind").write_text("left behind\n")
+
+    write_file(project, "app.py", ("100644", "0" * 40), b"restored\n")
+    write_file(project, "link", ("120000", "0" * 40), b"app.py")
+
+    assert (outside / "precious.txt").read_text() == "the user's, outside the project\n"
+    assert (project / "app.py").read_text() == "restored\n" and not (project / "app.py").is_symlink()
+    assert os.readlink(project / "link") == "app.py"
+    assert sorted(path.name for path in project.iterdir()) == ["README.md", "app.py", "link"]
+
+
+def test_a_file_of_exactly_the_size_limit_is_kept_one_byte_more_is_skipped(project: Path, shadow: ShadowRepo) -> None:
+    limit = 1024 * 1024
+    (project / "exact.bin").write_bytes(b"x" * limit)
+    (project / "over.bin").write_bytes(b"x" * (limit + 1))
+
+    tree = shadow.snapshot()
+
+    assert files_in(shadow, tree) == ["README.md", "exact.bin"] and shadow.skipped == {"over.bin"}
+    (project / "exact.bin").write_bytes(b"y" * limit)  # a file editor's snapshot, of its file alone
+    (project / "over.bin").write_bytes(b"y" * (limit + 1))
+    edited = shadow.snapshot_files(["exact.bin", "over.bin"])
+    assert edited is None  # over.bin is not in the latest snapshot: only a walk knows what it is
+    edited = shadow.snapshot_files(["exact.bin"])
+    assert edited is not None and list(shadow.changes(tree, edited)) == ["exact.bin"]
+
+
+def test_a_repository_never_snapshotted_closes_cleanly(project: Path, code_puppy_home: Path) -> None:
+    shadow = ShadowRepo.open(project, code_puppy_home, max_file_mb=1)
+    shadow.close()
+    assert files_in(shadow, shadow.snapshot()) == ["README.md"]  # still usable, each snapshot a walk
+    assert shadow.unchanged() is None
