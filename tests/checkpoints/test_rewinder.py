@@ -20,6 +20,7 @@ from code_puppy.core.rewind import (
     Turn,
     describe_rewind,
     finish_interrupted_rewind,
+    interrupted_line,
     open_shadow,
     record_turn,
     user_turns,
@@ -221,6 +222,9 @@ async def test_to_turn_undoes_every_checkpoint_since_that_turn_began(project_: P
     assert (project_.root / "app.py").read_text() == "version = 2\n" and not (project_.root / "four.txt").exists()
     assert prompts(project_.session.messages) == ["one"]
     assert (await project_.rewinder.rewind(project_.session, to_turn=2)).nothing  # one turn left
+    first = await project_.rewinder.rewind(project_.session, to_turn=1)  # as many as there are: to before the first
+    assert first.turn is not None and first.turn.prompt == "one" and project_.session.messages == []
+    assert (project_.root / "app.py").read_text() == "version = 1\n"
 
 
 async def test_to_turn_code_only_keeps_the_conversation(project_: Project) -> None:
@@ -329,6 +333,10 @@ def test_describe_a_rewind_line_by_line() -> None:
         "  conversation: back to before “fix the bug " + "x" * 48 + "” (0 → 4 messages; the old branch is kept)",
     ]
     finished = result_with(interrupted=True, writes={"a.py": ENTRY})
+    assert interrupted_line(finished) == "finished a rewind that was interrupted: 1 file restored"
+    assert interrupted_line(result_with(interrupted=True), dry_run=True) == (
+        "would finish a rewind that was interrupted: 0 files to restore"
+    )
     assert describe_rewind(finished) == [
         "finished a rewind that was interrupted: 1 file restored, and nothing more (rewind again to go further back)"
     ]
