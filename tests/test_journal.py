@@ -10,6 +10,7 @@ from typing import Any
 
 from tests.conftest import run_cli, start_cli, wait_for
 from tests.fake_llm import FakeLLMServer, call, hang, text, tool_calls
+from tests.pty_chat import IDLE_KEYS, PtyChat
 
 
 def wire(server: FakeLLMServer, index: int) -> list[tuple[str, str]]:
@@ -183,3 +184,91 @@ def test_a_history_rewritten_mid_turn_is_recovered_as_rewritten(
     completed = run_cli("-c", "-p", "four", cwd=project)
     assert "recovered an interrupted turn: 3 steps" in completed.stderr
     assert [what for role, what in wire(server, 4) if role == "user"] == ["two", "three", "four"]
+
+
+def test_a_journal_step_that_does_not_parse_is_found_by_check_and_set_aside_by_repair(
+    server: FakeLLMServer, project: Path, code_puppy_home: Path
+) -> None:
+    server.script(
+        tool_calls(call("write_file", {"path": "notes.txt", "content": "hello"})),
+        tool_calls(call("read_file", {"path": "notes.txt"})),
+        hang(),
+    )
+    process = start_cli("-p", "make notes", "--permission-mode", "accept-edits", cwd=project)
+    wait_for(lambda: len(server.requests) == 3, timeout=60, what="the third model request")
+    process.kill()
+    process.communicate(timeout=10)
+    database = code_puppy_home / "sessions.db"
+    with sqlite3.connect(database) as db:
+        rows = db.execute("SELECT id, message FROM journal_entries ORDER BY pending, id").fetchall()
+        (bad, message) = next(row for row in rows if '"read_file"' in row[1])  # the model's call of read_file
+        db.execute("UPDATE journal_entries SET message = ? WHERE id = ?", (message[:40], bad))
+        session_id = db.execute("SELECT session_id FROM journals").fetchone()[0]
+
+    locked = run_cli("-c", "-p", "go on", cwd=project)
+    assert locked.returncode == 2 and "`code-puppy sessions repair`" in locked.stderr, locked.stderr
+
+    checked = run_cli("sessions", "check", cwd=project)
+    assert checked.returncode == 1, checked.stdout
+    assert checked.stdout.startswith(
+        f"{database} is damaged:\n  journal_entries row {bad} (a step of an interrupted turn of session "
+        f"{session_id[:8]}) does not parse: "
+    )
+    assert checked.stdout.endswith("`code-puppy sessions repair` moves it aside and keeps what can still be read\n")
+
+    repaired = run_cli("sessions", "repair", cwd=project)
+    assert repaired.returncode == 0, repaired.stderr
+    moved, rebuilt = repaired.stdout.splitlines()
+    aside = Path(moved.removeprefix("moved the damaged database to "))
+    assert rebuilt == (
+        f"rebuilt {database}: kept 1 sessions and 0 messages; "
+        f"1 message that did not parse was set aside in {aside.name}"
+    )
+    with sqlite3.connect(aside) as db:  # the bad row is still there, as it was
+        assert db.execute("SELECT message FROM journal_entries WHERE id = ?", (bad,)).fetchone() == (message[:40],)
+    assert run_cli("sessions", "check", cwd=project).stdout == f"{database}: ok\n"
+
+    server.script(text("continued"))
+    completed = run_cli("-c", "-p", "go on", cwd=project)
+    assert (completed.returncode, completed.stdout) == (0, "continued\n"), completed.stderr
+    assert "code-puppy: note: recovered an interrupted turn: 4 steps" in completed.stderr
+    assert wire(server, 3) == [
+        ("user", "make notes"),
+        ("assistant", "call write_file"),
+        ("tool", wire(server, 1)[-1][1]),
+        ("user", "go on"),
+    ]
+
+
+def test_a_chat_turn_begun_on_a_stale_history_is_recovered_with_the_earlier_turns(
+    server: FakeLLMServer, project: Path, code_puppy_home: Path
+) -> None:
+    server.script(text("first answer"))
+    assert run_cli("-p", "first question", cwd=project).returncode == 0
+    chat = PtyChat(project, "-c")
+    try:
+        chat.wait_for(IDLE_KEYS, timeout=60)
+        server.script(text("meanwhile answer"))
+        assert run_cli("-c", "-p", "meanwhile here", cwd=project).returncode == 0  # the chat's history is stale now
+        server.script(tool_calls(call("read_file", {"path": "README.md"})), hang())
+        chat.type("killed turn\r")
+        wait_for(lambda: len(server.requests) == 4, timeout=60, what="the chat turn's second request")
+        chat.child.kill(signal.SIGKILL)
+    finally:
+        chat.close()
+    with sqlite3.connect(code_puppy_home / "sessions.db") as db:
+        assert db.execute("SELECT snapshot FROM journals").fetchall() == [(1,)]  # begun on a stale history
+
+    server.script(text("after"))
+    completed = run_cli("-c", "-p", "after", cwd=project)
+
+    assert completed.returncode == 0, completed.stderr
+    note = completed.stderr.splitlines()[0]
+    assert "went on in another process after a turn of it was interrupted" in note
+    assert [what for role, what in wire(server, 4) if role == "user"] == ["first question", "meanwhile here", "after"]
+    recovered = run_cli("sessions", "show", note.rsplit("recovered as session ", 1)[1], cwd=project).stdout
+    # The chat's whole history, the earlier turn included, and not what was saved elsewhere meanwhile.
+    assert "› first question" in recovered and "› killed turn" in recovered, recovered
+    assert recovered.index("› first question") < recovered.index("first answer") < recovered.index("› killed turn")
+    assert recovered.index("› killed turn") < recovered.index("⚙ read_file")
+    assert "meanwhile" not in recovered

@@ -389,3 +389,24 @@ def test_control_characters_never_reach_the_terminal_and_names_refuse_them(
     named = run_cli("-p", "x", "--name", "two\nlines", cwd=project)
     assert (named.returncode, named.stderr) == (2, f"code-puppy: error: --name: {refused}\n")
     assert len(server.requests) == 1
+
+
+def test_a_save_whose_indexing_failed_is_found_after_catch_up(
+    server: FakeLLMServer, project: Path, code_puppy_home: Path
+) -> None:
+    server.script(text("first answer"), text("platypus answer"), text("more"))
+    headless("-p", "first question", cwd=project)
+    db_path = code_puppy_home / "sessions.db"
+    with sqlite3.connect(db_path) as db:  # the index refuses every write (a damaged index, a full disk)
+        db.execute("CREATE TRIGGER refuse BEFORE INSERT ON search_text BEGIN SELECT RAISE(ABORT, 'refused'); END")
+
+    saved = headless("-p", "platypus question", cwd=project)["session_id"]
+
+    with sqlite3.connect(db_path) as db:
+        assert db.execute("SELECT indexed FROM sessions WHERE id = ?", (saved,)).fetchone() == (0,)
+        db.execute("DROP TRIGGER refuse")  # the index takes writes again
+    assert headless("-c", "-p", "go on", cwd=project)["session_id"] == saved  # the session itself was saved whole
+    assert sent_texts(server, 2) == ["platypus question", "platypus answer", "go on"]
+    found = run_cli("sessions", "search", "platypus", cwd=project)
+    assert found.returncode == 0, found.stderr
+    assert [line.split()[0] for line in found.stdout.splitlines() if not line[0].isspace()] == [saved[:8]]

@@ -264,3 +264,26 @@ def test_remove_never_loses_a_nested_repository_or_commits_on_no_branch(committe
     assert loose.is_dir()
     git(loose, "checkout", "-q", "--detach", "main" if git(committed, "branch", "--list", "main") else "master")
     assert run_cli("worktrees", "remove", "loose", cwd=committed).returncode == 0  # detached at a branch's commit
+
+
+def test_remove_force_refuses_a_nested_folder_with_a_git_file(committed: Path, tmp_path: Path) -> None:
+    git(committed, "worktree", "add", "-q", "-b", "code-puppy/host", ".code-puppy/worktrees/host")
+    worktree = committed / ".code-puppy" / "worktrees" / "host"
+    other = tmp_path / "other"
+    other.mkdir()
+    git(other, "init", "-q")
+    (other / "base.txt").write_text("base\n")
+    git(other, "add", "-A")
+    git(other, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", "base")
+    # Another repository's worktree inside this one: its `.git` is a file pointing back to `other`.
+    git(other, "worktree", "add", "-q", "-b", "side", str(worktree / "linked"))
+    (worktree / "linked" / "unsaved.txt").write_text("work of the other repository, not committed\n")
+    assert (worktree / "linked" / ".git").is_file()
+
+    refused = run_cli("worktrees", "remove", "host", "--force", cwd=committed)
+
+    assert refused.returncode == 1
+    assert "holds git repositories of its own (linked)" in refused.stderr and refused.stderr.count("\n") == 1
+    assert (worktree / "linked" / "unsaved.txt").read_text() == "work of the other repository, not committed\n"
+    assert git(worktree, "status", "--porcelain") == "?? linked/\n"  # nothing staged or committed on its behalf
+    assert git(worktree, "log", "--format=%s") == "start\n"

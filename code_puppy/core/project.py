@@ -31,7 +31,7 @@ from code_puppy.agents.skill_library import skill_capabilities, skill_names
 from code_puppy.agents.spending import Budgets, Spending, configured_prices, unpriced_model_message
 from code_puppy.checkpoints.shadow import ShadowRepo
 from code_puppy.config import PermissionMode, Settings, load_settings
-from code_puppy.core.rewind import Rewinder, finish_interrupted_rewind, open_shadow
+from code_puppy.core.rewind import Rewinder, finish_interrupted_rewind, interrupted_line, open_shadow
 from code_puppy.errors import ConfigError
 from code_puppy.models import choose_model_name, definition_model_name, resolve_model
 from code_puppy.options import RunOptions
@@ -221,7 +221,8 @@ class Project:
     async def open_session(self) -> tuple[Session, str | None]:
         """The session the options ask for (new, `-c`, `-r`), with the note about what it recovered: a rewind a killed
         process left half done, an interrupted turn."""
-        rewound = await finish_interrupted_rewind(self.shadow, self.store) if self.shadow is not None else None
+        finished = await finish_interrupted_rewind(self.shadow, self.store) if self.shadow is not None else None
+        rewound = interrupted_line(finished) if finished is not None else None
         session = await open_session(
             self.store,
             self.root,

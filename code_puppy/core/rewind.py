@@ -14,9 +14,8 @@ rewind from it (`finish_interrupted_rewind`): the writes are idempotent, so fini
 
 from __future__ import annotations
 
-import os
+import json
 import sqlite3
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -39,8 +38,6 @@ from code_puppy.sessions.store import SqliteConversationStore
 Only = Literal["code", "conversation"]
 RECORD = "rewind.json"
 """The record of a rewind in progress, in the shadow repository's directory."""
-WRITE_DELAY = "CODE_PUPPY_TEST_REWIND_DELAY"
-"""For tests only: seconds to wait after each file a rewind writes, so that one can be killed mid-rewind."""
 
 
 @dataclass(frozen=True)
@@ -76,13 +73,23 @@ class RewindResult:
     applied: bool = False
     rewind_checkpoint: int | None = None
     """The checkpoint recording this rewind (undoable in turn)."""
+    interrupted: bool = False
+    """It is a rewind a killed process left half done, finished (`finish_interrupted_rewind`)."""
 
     @property
     def nothing(self) -> bool:
-        return not self.checkpoints and self.turn is None
+        return not self.interrupted and not self.checkpoints and self.turn is None
 
     def to_json(self, *, dry_run: bool) -> dict[str, Any]:
-        status = "conflict" if self.conflicts and not self.applied else "nothing" if self.nothing else "ok"
+        status = (
+            "finished"
+            if self.interrupted
+            else "conflict"
+            if self.conflicts and not self.applied
+            else "nothing"
+            if self.nothing
+            else "ok"
+        )
         return {
             "session_id": self.session_id,
             "status": status,
@@ -105,6 +112,8 @@ class RewindResult:
 
 def describe_rewind(result: RewindResult, *, dry_run: bool = False) -> list[str]:
     """What a rewind did (or, `dry_run`, would do), for a person."""
+    if result.interrupted:
+        return [f"{interrupted_line(result, dry_run=dry_run)}, and nothing more (rewind again to go further back)"]
     verb = "would rewind" if dry_run else "rewound"
     count = len(result.checkpoints)
     what = f"{count} checkpoint{'' if count == 1 else 's'}" if count else "the conversation"
@@ -124,6 +133,15 @@ def describe_rewind(result: RewindResult, *, dry_run: bool = False) -> list[str]
             "the old branch is kept)"
         )
     return lines
+
+
+def interrupted_line(result: RewindResult, *, dry_run: bool = False) -> str:
+    """The one line about a rewind a killed process left half done, finished (or, `dry_run`, still to finish)."""
+    count = len(result.writes)
+    files = f"{count} file{'' if count == 1 else 's'}"
+    if dry_run:
+        return f"would finish a rewind that was interrupted: {files} to restore"
+    return f"finished a rewind that was interrupted: {files} restored"
 
 
 def files_line(result: RewindResult) -> str:
@@ -279,33 +297,31 @@ def _finish_files(
     shadow: ShadowRepo, log: CheckpointLog, record: Mapping[str, Any], blobs: Mapping[str, bytes]
 ) -> int | None:
     """Write every file of a rewind record, then record the rewind (once) and mark its checkpoints rewound."""
-    delay = float(os.environ.get(WRITE_DELAY) or 0)
-    writes: dict[str, Entry | None] = {path: _entry(entry) for path, entry in record["writes"].items()}
+    writes = _entries(record["writes"])
     for path, entry in sorted(writes.items()):
         write_file(shadow.root, path, entry, blobs[entry[1]] if entry is not None else None)
-        if delay:
-            time.sleep(delay)
     ids: list[int] = record["checkpoints"]
     first = log.get(ids[0]) if ids else None
     if first is None or first.rewound_at is not None:
         return None  # recorded before the process died
-    before = {path: _entry(entry) for path, entry in record["before"].items()}
+    before = _entries(record["before"])
     changes: dict[str, Change] = {path: (before[path], writes[path]) for path in writes}
     return log.add(record["session_id"], Path(record["project_dir"]), kind="rewind", changes=changes, rewinds=ids)
 
 
-def _entry(value: Any) -> Entry | None:
-    return (str(value[0]), str(value[1])) if value else None
+def _entries(values: Mapping[str, Any]) -> dict[str, Entry | None]:
+    return {path: (str(value[0]), str(value[1])) if value else None for path, value in values.items()}
 
 
-async def finish_interrupted_rewind(shadow: ShadowRepo, store: SqliteConversationStore) -> str | None:
-    """Finish a rewind a killed process left half done (its record); the one-line note, or None.
+async def finish_interrupted_rewind(
+    shadow: ShadowRepo, store: SqliteConversationStore, *, dry_run: bool = False
+) -> RewindResult | None:
+    """Finish a rewind a killed process left half done (its record), or, `dry_run`, only say what it would write; None
+    when there is none.
 
     Raises:
         CheckpointError: The record's blobs cannot be read, or a file cannot be written.
     """
-    import json
-
     path = shadow.directory / RECORD
     if not path.is_file():
         return None
@@ -315,21 +331,30 @@ async def finish_interrupted_rewind(shadow: ShadowRepo, store: SqliteConversatio
         try:
             record: dict[str, Any] = json.loads(path.read_text())
         except ValueError:
-            path.unlink()  # written atomically: a record that does not parse was never one
+            if not dry_run:
+                path.unlink()  # written atomically: a record that does not parse was never one
             return None
-        blobs = shadow.read_blobs(entry[1] for entry in record["writes"].values() if entry)
-        _finish_files(shadow, CheckpointLog(store.database), record, blobs)
+        log = CheckpointLog(store.database)
+        result = RewindResult(record["session_id"], interrupted=True)
+        result.checkpoints = [item for number in record["checkpoints"] if (item := log.get(number)) is not None]
+        result.writes, result.current = _entries(record["writes"]), _entries(record["before"])
         run_id: str | None = record.get("cut_run_id")
-        if run_id is not None:
-            found: list[SessionInfo] = store.sessions.find(record["session_id"])
-            if found:
-                session = await Session.resume(store, found[0], model=None)
-                turn = next((turn for turn in user_turns(session.messages) if turn.run_id == run_id), None)
-                if turn is not None:
-                    await persist_rewound_history(session, session.messages[: turn.index])
+        found: list[SessionInfo] = store.sessions.find(result.session_id) if run_id is not None else []
+        session = await Session.resume(store, found[0], model=None) if found else None
+        if session is not None:
+            # None when the conversation was cut before the process died.
+            result.turn = next((turn for turn in user_turns(session.messages) if turn.run_id == run_id), None)
+            result.messages_before = result.messages_after = len(session.messages)
+        if dry_run:
+            return result
+        blobs = shadow.read_blobs(entry[1] for entry in result.writes.values() if entry is not None)
+        result.rewind_checkpoint = _finish_files(shadow, log, record, blobs)
+        if session is not None and result.turn is not None:
+            await persist_rewound_history(session, session.messages[: result.turn.index])
+            result.messages_after = result.turn.index
         path.unlink()
-    count = len(record["writes"])
-    return f"finished a rewind that was interrupted: {count} file{'' if count == 1 else 's'} restored"
+    result.applied = True
+    return result
 
 
 def record_turn(

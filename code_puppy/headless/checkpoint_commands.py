@@ -49,17 +49,19 @@ async def _rewind_in(
 ) -> int:
     with open_store() as store:
         shadow, _ = open_shadow(root, max_file_mb=settings.checkpoints.max_file_mb)
-        if shadow is not None and (note := await finish_interrupted_rewind(shadow, store)):
-            say(f"note: {note}")
-        session = await Session.resume(store, _session(store, root, session_id), model=None)
-        result = await Rewinder(store, root, shadow).rewind(
-            session, turns=turns, only=only, force=force, dry_run=dry_run
-        )
+        # Finishing a rewind a killed process left is the whole command: that rewind is the newest checkpoint, so
+        # rewinding on would undo it at once.
+        result = await finish_interrupted_rewind(shadow, store, dry_run=dry_run) if shadow is not None else None
+        if result is None:
+            session = await Session.resume(store, _session(store, root, session_id), model=None)
+            result = await Rewinder(store, root, shadow).rewind(
+                session, turns=turns, only=only, force=force, dry_run=dry_run
+            )
     if output_format == "json":
         json.dump(result.to_json(dry_run=dry_run), out, indent=2)
         out.write("\n")
     elif result.nothing:
-        say(f"nothing to rewind in session {session.id[:8]}: no checkpoint left and no turn in its history")
+        say(f"nothing to rewind in session {result.session_id[:8]}: no checkpoint left and no turn in its history")
     elif result.conflicts and not force:
         say(
             f"rewind refused, nothing was changed: you changed {', '.join(result.conflicts)} since the agent did; "

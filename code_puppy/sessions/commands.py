@@ -370,6 +370,12 @@ def repair_store(out: TextIO) -> int:
         kept += f"; {report.shortened_sessions} of them end where a damaged page cut their history short"
     if report.lost_sessions:
         kept += f"; {report.lost_sessions} sessions could not be read at all and were left out"
+    if report.unreadable_messages:
+        count = report.unreadable_messages
+        kept += (
+            f"; {count} message{'' if count == 1 else 's'} that did not parse {'was' if count == 1 else 'were'} set "
+            f"aside in {report.moved_to.name}"
+        )
     print(f"rebuilt {path}: {kept}", file=out)
     return 0
 

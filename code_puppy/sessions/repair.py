@@ -6,6 +6,10 @@ hundreds of MB takes seconds). `repair` moves the damaged file aside, with its W
 and row by row, stepping over damaged pages (the `sqlite3` command line's `.recover` was tried and left out: the
 Debian 12 build fails on damaged files with "SQL logic error"). A session whose history lost messages keeps those
 up to its first gap; one with none left is counted as lost.
+
+A row SQLite reads but code-puppy cannot (a message, or a journaled step of an interrupted turn, that does not parse)
+stops the session it belongs to as a damaged page does, so `check` reads every message too, and `repair` leaves such
+rows out of the rebuilt store and counts them: they stay in the file moved aside.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+
+from code_puppy.errors import one_line
 
 from .schema import Database, delete_conversation
 
@@ -34,6 +40,8 @@ class RepairReport:
     """Sessions kept up to the last message before a gap: what followed it could not be read."""
     lost_sessions: int
     """Sessions none of whose history could be read: left out."""
+    unreadable_messages: int
+    """Messages and journaled steps SQLite read but that do not parse: left out (they stay in `moved_to`)."""
 
 
 INDEX_PROBLEM = "search index: "
@@ -41,16 +49,17 @@ INDEX_PROBLEM = "search index: "
 
 
 def check(path: Path) -> list[str]:
-    """The problems SQLite's `integrity_check`, then FTS5's of the search index, find in the database at `path`:
-    empty when it is sound."""
+    """The problems SQLite's `integrity_check`, then the messages that do not parse, then
+    FTS5's check of the search index, find in the database at `path`: empty when it is sound."""
     with contextlib.closing(sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)) as db:
         rows = db.execute("PRAGMA integrity_check").fetchall()
+        problems = [str(row[0]) for row in rows]
+        if problems != ["ok"]:
+            return problems
+        problems = _unreadable_messages(db)
         indexed = db.execute("SELECT 1 FROM sqlite_schema WHERE name = 'search'").fetchone() is not None
-    problems = [str(row[0]) for row in rows]
-    if problems != ["ok"]:
+    if problems or not indexed:
         return problems
-    if not indexed:
-        return []
     # FTS5's check is an INSERT, refused on a read-only connection; it changes nothing.
     with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as db:
         try:
@@ -58,6 +67,37 @@ def check(path: Path) -> list[str]:
         except sqlite3.DatabaseError as exc:
             return [f"{INDEX_PROBLEM}{exc}"]
     return []
+
+
+_MESSAGE_ROWS = (
+    ("entries", "a message", "SELECT seq, family, message FROM entries ORDER BY seq"),
+    (
+        "journal_entries",
+        "a step of an interrupted turn",
+        "SELECT journal_entries.id, journals.session_id, message FROM journal_entries "
+        "LEFT JOIN journals ON journals.id = journal_id ORDER BY journal_entries.id",
+    ),
+)
+"""The rows that hold a message: table, what the row is, and a query of its id, its session and its message."""
+
+
+def _unreadable_messages(db: sqlite3.Connection) -> list[str]:
+    """A line for each message row that does not parse, naming its session: what `Journal.read` and the store refuse
+    as damage."""
+    from .store import message_adapter
+
+    found: list[str] = []
+    for table, what, query in _MESSAGE_ROWS:
+        with contextlib.suppress(sqlite3.OperationalError):  # a store of a schema before the table
+            for row, session, message in db.execute(query):
+                try:
+                    message_adapter.validate_json(message)
+                except ValueError as exc:
+                    found.append(
+                        f"{table} row {row} ({what} of session {str(session)[:8]}) does not parse: "
+                        f"{one_line(exc, limit=120)}"
+                    )
+    return found
 
 
 def rebuild_index(path: Path) -> bool:
@@ -81,18 +121,20 @@ def repair(path: Path) -> RepairReport:
     Database(path).close()  # a fresh store, migrated
     with sqlite3.connect(path, isolation_level=None) as target:  # foreign keys off: rows arrive in any order
         target.execute("BEGIN IMMEDIATE")
-        _copy_rows(moved, target)
+        unreadable = _copy_rows(moved, target)
         # The search index is not salvaged: every session is read into it again, lazily (sessions/search.py).
         target.execute("UPDATE sessions SET indexed = 0, turns = 0")
         messages, kept, shortened, lost = _keep_whole_histories(target)
         target.execute("COMMIT")
-    return RepairReport(moved, kept, messages, shortened, lost)
+    return RepairReport(moved, kept, messages, shortened, lost, unreadable)
 
 
-def _copy_rows(source: Path, target: sqlite3.Connection) -> None:
-    """Copy every readable row of the salvaged tables into `target`; messages that do not parse stay behind."""
+def _copy_rows(source: Path, target: sqlite3.Connection) -> int:
+    """Copy every readable row of the salvaged tables into `target`; messages that do not parse stay behind, and are
+    counted."""
     from .store import message_adapter
 
+    unreadable = 0
     with sqlite3.connect(f"{source.absolute().as_uri()}?mode=ro", uri=True) as db:
         for table in SALVAGED_TABLES:
             try:
@@ -108,9 +150,11 @@ def _copy_rows(source: Path, target: sqlite3.Connection) -> None:
                     try:
                         message_adapter.validate_json(str(values["message"]))
                     except ValueError:
+                        unreadable += 1
                         continue
                 with contextlib.suppress(sqlite3.Error):
                     target.execute(f"INSERT OR IGNORE INTO {table} ({wanted}) VALUES ({marks})", row)
+    return unreadable
 
 
 def _keep_whole_histories(db: sqlite3.Connection) -> tuple[int, int, int, int]:

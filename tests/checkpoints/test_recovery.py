@@ -5,18 +5,65 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 from code_puppy.sessions.schema import MIGRATIONS, migrate
 from code_puppy.sessions.store import SqliteConversationStore
 from tests.checkpoints.test_rewind_cli import YOLO, agent_turn, files, state
-from tests.conftest import run_cli, start_cli, wait_for
+from tests.conftest import run_cli
 from tests.fake_llm import FakeLLMServer, text
 
 __all__ = ("files",)
+
+
+KILLED_AT = """
+import os, signal, sys, threading
+
+module, name = sys.argv[1].split(":")
+
+
+def kill(frame, event, arg):
+    if event == "return" and frame.f_code.co_qualname == name and frame.f_globals.get("__name__") == module:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+sys.setprofile(kill)
+threading.setprofile(kill)
+from code_puppy.main import cli
+
+cli(sys.argv[2:], prog_name="code-puppy")
+"""
+"""The installed package's command line (`code_puppy.main:cli`, what the console script runs), killed with SIGKILL the
+moment the function `module:qualified.name` returns for the first time: a real process killed at an exact point of
+the real code, with nothing in that code to stop it there."""
+
+
+def killed_at(function: str, *args: str, cwd: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", KILLED_AT, function, *args], cwd=cwd, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == -signal.SIGKILL, done.stderr
+
+
+def checkpoints_of(session_id: str, cwd: Path) -> list[dict[str, Any]]:
+    listed = run_cli("checkpoints", "--session", session_id, "--output-format", "json", cwd=cwd)
+    return json.loads(listed.stdout)["checkpoints"]
+
+
+def checkpoint_kinds(session_id: str, cwd: Path) -> list[tuple[str, bool]]:
+    return [(item["kind"], item["rewound"]) for item in checkpoints_of(session_id, cwd)]
+
+
+def stored_messages(home: Path, session_id: str) -> int:
+    with SqliteConversationStore(home / "sessions.db") as store:
+        conversation = asyncio.run(store.load(session_id))
+    assert conversation is not None
+    return len(conversation.messages)
 
 
 def test_kill_9_during_a_rewind_then_the_next_start_finishes_it(
@@ -27,11 +74,8 @@ def test_kill_9_during_a_rewind_then_the_next_start_finishes_it(
     turn = run_cli("-p", "change things", *YOLO, "--output-format", "json", cwd=files)
     session_id = json.loads(turn.stdout)["session_id"]
     (record,) = (code_puppy_home / "checkpoints").glob("*/")
-    # Each file written waits 3 s (a test-only knob), so the process can be killed after the first of four.
-    rewinding = start_cli("rewind", cwd=files, env={"CODE_PUPPY_TEST_REWIND_DELAY": "3"})
-    wait_for(lambda: (files / "app.py").read_text() == "version = 1\n", what="the first file restored")
-    os.kill(rewinding.pid, signal.SIGKILL)
-    rewinding.communicate()
+    killed_at("code_puppy.checkpoints.shadow:write_file", "rewind", cwd=files)  # after the first of four files
+    assert (files / "app.py").read_text() == "version = 1\n"
     assert (record / "rewind.json").is_file()
     assert (files / "new.py").exists()  # half done
 
@@ -42,12 +86,75 @@ def test_kill_9_during_a_rewind_then_the_next_start_finishes_it(
     assert "code-puppy: note: finished a rewind that was interrupted: 4 files restored" in started.stderr
     assert state(files) == original
     assert not (record / "rewind.json").exists()
-    listed = run_cli("checkpoints", "--session", session_id, "--output-format", "json", cwd=files)
-    listed = json.loads(listed.stdout)["checkpoints"]
-    assert [(item["kind"], item["rewound"]) for item in listed] == [("rewind", False), ("turn", True)]
-    with SqliteConversationStore(code_puppy_home / "sessions.db") as store:
-        conversation = asyncio.run(store.load(session_id))
-        assert conversation is not None and conversation.messages == []  # the conversation part was finished too
+    assert checkpoint_kinds(session_id, files) == [("rewind", False), ("turn", True)]
+    assert stored_messages(code_puppy_home, session_id) == 0  # the conversation part was finished too
+
+
+def test_rewind_after_a_rewind_killed_between_its_log_and_its_end_only_finishes_it_and_records_it_once(
+    server: FakeLLMServer, files: Path, code_puppy_home: Path
+) -> None:
+    original = state(files)
+    agent_turn(server)
+    turn = run_cli("-p", "change things", *YOLO, "--output-format", "json", cwd=files)
+    session_id = json.loads(turn.stdout)["session_id"]
+    (record,) = (code_puppy_home / "checkpoints").glob("*/")
+    # Every file written and the rewind recorded, then killed: its record is left, and the conversation not cut yet.
+    killed_at("code_puppy.sessions.checkpoints:CheckpointLog.add", "rewind", cwd=files)
+    assert (record / "rewind.json").is_file()
+    assert state(files) == original
+    assert checkpoint_kinds(session_id, files) == [("rewind", False), ("turn", True)]
+    assert stored_messages(code_puppy_home, session_id) == 8
+
+    dry = run_cli("rewind", "--dry-run", cwd=files)
+    assert (dry.returncode, dry.stderr) == (0, "")
+    assert dry.stdout == (
+        "would finish a rewind that was interrupted: 4 files to restore, and nothing more (rewind again to go further "
+        "back)\n"
+    )
+    assert (record / "rewind.json").is_file() and stored_messages(code_puppy_home, session_id) == 8
+
+    finished = run_cli("rewind", cwd=files)
+
+    assert (finished.returncode, finished.stderr) == (0, "")
+    assert finished.stdout == (
+        "finished a rewind that was interrupted: 4 files restored, and nothing more (rewind again to go further back)\n"
+    )
+    assert state(files) == original  # not rewound again: the agent's changes stay undone
+    assert not (record / "rewind.json").exists()
+    assert checkpoint_kinds(session_id, files) == [("rewind", False), ("turn", True)]  # recorded once
+    assert stored_messages(code_puppy_home, session_id) == 0
+
+    again = run_cli("rewind", "--output-format", "json", cwd=files)  # a rewind as usual now: it undoes that one
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["status"] == "ok"
+    assert (files / "app.py").read_text() == "version = 2\n" and (files / "new.py").exists()
+    assert checkpoint_kinds(session_id, files) == [("rewind", False), ("rewind", True), ("turn", True)]
+
+
+def test_a_killed_rewind_finished_by_rewind_in_json(server: FakeLLMServer, files: Path, code_puppy_home: Path) -> None:
+    agent_turn(server)
+    turn = run_cli("-p", "change things", *YOLO, "--output-format", "json", cwd=files)
+    session_id = json.loads(turn.stdout)["session_id"]
+    killed_at("code_puppy.checkpoints.shadow:write_file", "rewind", cwd=files)
+    (turn_checkpoint,) = [item["id"] for item in checkpoints_of(session_id, files)]
+
+    finished = run_cli("rewind", "--output-format", "json", cwd=files)
+
+    assert (finished.returncode, finished.stderr) == (0, "")
+    report = json.loads(finished.stdout)
+    (rewind_checkpoint, _) = [item["id"] for item in checkpoints_of(session_id, files)]
+    assert report == {
+        "session_id": session_id,
+        "status": "finished",
+        "dry_run": False,
+        "checkpoints": [turn_checkpoint],
+        "restored": ["app.py", "doomed.txt"],
+        "deleted": ["made.txt", "new.py"],
+        "conflicts": [],
+        "unrestorable": [],
+        "conversation": {"prompt": "change things", "messages_before": 8, "messages_after": 0},
+        "rewind_checkpoint": rewind_checkpoint,
+    }
 
 
 def test_without_git_a_run_works_and_says_checkpoints_are_off(

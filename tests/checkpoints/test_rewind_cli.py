@@ -279,3 +279,26 @@ def test_what_a_plugin_hook_command_changes_is_part_of_the_turn(
     assert listed[0]["files"] == [{"path": "fmt.txt", "change": "added"}]
     assert run_cli("rewind", cwd=project).returncode == 0
     assert not (project / "fmt.txt").exists()
+
+
+def test_rewind_turns_2_over_two_turns_editing_one_file_goes_back_two(server: FakeLLMServer, files: Path) -> None:
+    server.script(text("First answer."))
+    assert run_cli("-p", "just talk", cwd=files).returncode == 0
+    for old, new in (("version = 1", "version = 2"), ("version = 2", "version = 3")):
+        server.script(tool_calls(call("edit_file", {"path": "app.py", "old_text": old, "new_text": new})), text("ok"))
+        assert run_cli("-c", "-p", f"make it {new}", *YOLO, cwd=files).returncode == 0
+    assert (files / "app.py").read_text() == "version = 3\n"
+
+    rewound = run_cli("rewind", "--turns", "2", "--output-format", "json", cwd=files)
+
+    assert rewound.returncode == 0, rewound.stderr
+    report = json.loads(rewound.stdout)
+    assert (report["restored"], report["deleted"], len(report["checkpoints"])) == (["app.py"], [], 2)
+    assert report["conversation"] == {"prompt": "make it version = 2", "messages_before": 10, "messages_after": 2}
+    assert (files / "app.py").read_text() == "version = 1\n"
+    server.script(text("Again."))
+    assert run_cli("-c", "-p", "next", cwd=files).returncode == 0
+    assert user_prompts(server.requests[-1].body) == ["just talk", "next"]
+    undone = run_cli("rewind", "--only", "code", cwd=files)  # the rewind of both is one checkpoint: one step undoes it
+    assert undone.returncode == 0, undone.stderr
+    assert (files / "app.py").read_text() == "version = 3\n"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from code_puppy.checkpoints.shadow import ShadowRepo, write_file
+from code_puppy.checkpoints.shadow import CheckpointError, ShadowRepo, write_file
 from code_puppy.trust import trust_project
 
 
@@ -40,22 +40,24 @@ def test_whole_ignored_folders_are_left_out_small_ignored_files_kept(project: Pa
 def test_checkpointignore_and_the_size_limit_leave_files_out_and_list_the_big_ones(
     project: Path, shadow: ShadowRepo
 ) -> None:
-    (project / ".gitignore").write_text("*.secret\n")
+    (project / ".gitignore").write_text("*.secret\n.env\n")
     (project / ".code-puppy").mkdir()
     (project / ".code-puppy" / "checkpointignore").write_text("data/\n*.secret\n")
     (project / "data").mkdir()
     (project / "data" / "set.csv").write_text("1,2\n")
     (project / "key.secret").write_text("k\n")
+    (project / ".env").write_text("ignored by git, not by checkpointignore: kept\n")
     (project / "big.bin").write_bytes(b"x" * (1024 * 1024 + 1))
     trust_project(project)  # the checkpointignore is project config: it applies only as trusted
 
     tree = shadow.snapshot()
 
-    assert files_in(shadow, tree) == [".code-puppy/checkpointignore", ".gitignore", "README.md"]
+    assert files_in(shadow, tree) == [".code-puppy/checkpointignore", ".env", ".gitignore", "README.md"]
     assert shadow.skipped == {"big.bin"}
     (project / ".code-puppy" / "checkpointignore").write_text("*\n")  # changed since trusted: ignored
     assert files_in(shadow, shadow.snapshot()) == [
         ".code-puppy/checkpointignore",
+        ".env",
         ".gitignore",
         "README.md",
         "data/set.csv",
@@ -225,3 +227,124 @@ def test_a_snapshot_of_named_files_only_when_the_latest_snapshot_holds_them_and_
     assert shadow.snapshot_files(["a.txt"]) is None
     assert list(shadow.changes(after, shadow.snapshot())) == ["other.txt"]
     assert shadow.snapshot_files(["a.txt"]) is not None  # its own latest snapshot again
+
+
+def test_git_variables_of_the_callers_environment_never_reach_the_shadow_repository(
+    project: Path, code_puppy_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    elsewhere = tmp_path / "users-objects"
+    elsewhere.mkdir()
+    monkeypatch.setenv("GIT_OBJECT_DIRECTORY", str(elsewhere))  # as inside a git hook or a script of the user's
+    shadow = ShadowRepo.open(project, code_puppy_home, max_file_mb=1)
+    (project / "a.txt").write_text("a\n")
+
+    tree = shadow.snapshot()
+
+    assert files_in(shadow, tree) == ["README.md", "a.txt"]
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_a_git_failure_is_one_line_naming_the_command_and_git_s_first_line(project: Path, shadow: ShadowRepo) -> None:
+    shadow.snapshot()
+    with pytest.raises(CheckpointError) as failed:
+        shadow.entries("0" * 40, ["README.md"])
+    assert str(failed.value) == (
+        f"git ls-tree failed in the checkpoints of {project.resolve()}: fatal: not a tree object"
+    )
+
+
+def test_changes_between_any_two_snapshots_not_only_the_latest_pair(project: Path, shadow: ShadowRepo) -> None:
+    first = shadow.snapshot()
+    (project / "a.txt").write_text("a\n")
+    second = shadow.snapshot()
+    (project / "b.txt").write_text("b\n")
+    third = shadow.snapshot()
+
+    assert sorted(shadow.changes(first, third)) == ["a.txt", "b.txt"]
+    assert sorted(shadow.changes(second, third)) == ["b.txt"]
+    assert sorted(shadow.changes(first, second)) == ["a.txt"]
+    assert shadow.changes(third, third) == {}
+
+
+def test_a_first_snapshot_of_many_files_stores_them_all_in_one_pack(project: Path, shadow: ShadowRepo) -> None:
+    names = [f"src/file{number:03}.py" for number in range(100)]  # more than one snapshot stores file by file
+    (project / "src").mkdir()
+    for name in names:
+        (project / name).write_text(f"# {name}\n")
+
+    first = shadow.snapshot()
+
+    assert files_in(shadow, first) == ["README.md", *names]
+    assert len(list((shadow.directory / "objects" / "pack").glob("*.pack"))) == 1
+    (project / names[7]).write_text("changed\n")
+    second = shadow.snapshot()
+    (before, after) = shadow.changes(first, second)[names[7]]
+    assert before is not None and after is not None
+    assert list(shadow.changes(first, second)) == [names[7]]
+    assert shadow.read_blobs([before[1], after[1]]) == {before[1]: f"# {names[7]}\n".encode(), after[1]: b"changed\n"}
+    assert shadow.git("status", "--porcelain=v2", "-uall") == b""
+
+
+def test_maintain_packs_what_the_turn_wrote_and_keeps_every_snapshot(project: Path, shadow: ShadowRepo) -> None:
+    first = shadow.snapshot()
+    (project / "a.txt").write_text("a\n")
+    second = shadow.snapshot()
+    assert shadow.git("count-objects").split()[0] != b"0"  # the snapshot's objects are loose
+
+    shadow.maintain()
+
+    assert shadow.git("count-objects").split()[0] == b"0"
+    assert list(shadow.changes(first, second)) == ["a.txt"] and files_in(shadow, second) == ["README.md", "a.txt"]
+    packs = sorted((shadow.directory / "objects" / "pack").glob("*.pack"))
+    shadow.maintain()  # nothing loose: nothing to do
+    assert sorted((shadow.directory / "objects" / "pack").glob("*.pack")) == packs
+
+
+def test_a_repository_made_by_an_earlier_version_is_configured_when_opened(
+    project: Path, shadow: ShadowRepo, code_puppy_home: Path
+) -> None:
+    assert shadow.git("config", "gc.auto") == b"0\n"  # set when it was made: nothing is ever pruned
+    shadow.git("config", "--unset", "core.splitIndex")  # as versions before the split index left it
+    shadow.git("config", "--remove-section", "splitIndex")
+
+    again = ShadowRepo.open(project, code_puppy_home, max_file_mb=1)
+
+    assert again.git("config", "core.splitIndex") == b"true\n"
+    assert again.git("config", "splitIndex.sharedIndexExpire") == b"now\n"
+
+
+def test_a_temporary_file_a_killed_rewind_left_is_never_written_through(project: Path, outside: Path) -> None:
+    (outside / "precious.txt").write_text("the user's, outside the project\n")
+    (project / ".app.py.code-puppy-rewind").symlink_to(outside / "precious.txt")  # left behind, or planted
+    (project / ".link.code-puppy-rewind").write_text("left behind\n")
+
+    write_file(project, "app.py", ("100644", "0" * 40), b"restored\n")
+    write_file(project, "link", ("120000", "0" * 40), b"app.py")
+
+    assert (outside / "precious.txt").read_text() == "the user's, outside the project\n"
+    assert (project / "app.py").read_text() == "restored\n" and not (project / "app.py").is_symlink()
+    assert os.readlink(project / "link") == "app.py"
+    assert sorted(path.name for path in project.iterdir()) == ["README.md", "app.py", "link"]
+
+
+def test_a_file_of_exactly_the_size_limit_is_kept_one_byte_more_is_skipped(project: Path, shadow: ShadowRepo) -> None:
+    limit = 1024 * 1024
+    (project / "exact.bin").write_bytes(b"x" * limit)
+    (project / "over.bin").write_bytes(b"x" * (limit + 1))
+
+    tree = shadow.snapshot()
+
+    assert files_in(shadow, tree) == ["README.md", "exact.bin"] and shadow.skipped == {"over.bin"}
+    (project / "exact.bin").write_bytes(b"y" * limit)  # a file editor's snapshot, of its file alone
+    (project / "over.bin").write_bytes(b"y" * (limit + 1))
+    edited = shadow.snapshot_files(["exact.bin", "over.bin"])
+    assert edited is None  # over.bin is not in the latest snapshot: only a walk knows what it is
+    edited = shadow.snapshot_files(["exact.bin"])
+    assert edited is not None and list(shadow.changes(tree, edited)) == ["exact.bin"]
+
+
+def test_a_repository_never_snapshotted_closes_cleanly(project: Path, code_puppy_home: Path) -> None:
+    shadow = ShadowRepo.open(project, code_puppy_home, max_file_mb=1)
+    shadow.close()
+    assert files_in(shadow, shadow.snapshot()) == ["README.md"]  # still usable, each snapshot a walk
+    assert shadow.unchanged() is None

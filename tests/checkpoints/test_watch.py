@@ -3,10 +3,12 @@ real git, through the `Checkpoints` capability as tool calls use it."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 
 import pytest
 
@@ -246,3 +248,87 @@ async def test_a_change_to_the_users_global_ignore_file_is_seen(
     (config / "git" / "ignore").write_text("")  # scratch/ is snapshotted from now on
     assert await turn.call(lambda: (project / "a.txt").write_text("a\n")) == 1
     assert turn.changes() == ["a.txt"]  # not scratch/notes.txt
+
+
+async def test_a_folder_moved_in_from_outside_between_calls_is_watched_and_an_edit_in_it_is_the_users(
+    project: Path, shadow: ShadowRepo, tmp_path: Path
+) -> None:
+    elsewhere = tmp_path / "elsewhere" / "brought"
+    (elsewhere / "deep").mkdir(parents=True)
+    (elsewhere / "deep" / "kept.txt").write_text("k0\n")
+    turn = Turn(shadow)
+    await turn.call(lambda: None)
+    elsewhere.rename(project / "brought")  # the user moves a folder in from outside the project
+    assert await turn.call(lambda: None) == 1
+    assert await turn.call(lambda: None) == 0  # its folders are watched: nothing changed since
+    (project / "brought" / "deep" / "kept.txt").write_text("k1, the user's\n")
+    assert await turn.call(lambda: (project / "a.txt").write_text("a\n")) == 1
+    assert turn.changes() == ["a.txt"]
+
+
+async def test_a_write_right_after_a_walks_git_status_is_never_lost_to_a_reused_snapshot(
+    project: Path, shadow: ShadowRepo
+) -> None:
+    turn = Turn(shadow)
+    await turn.call(lambda: None)
+    written: list[str] = []
+
+    def user_saves_after_status(frame: FrameType, event: str, arg: object) -> None:
+        # The moment `git status` of the walk after the call returns, before the snapshot is finished: a write there
+        # is not in that snapshot, and only the watcher can tell.
+        status = event == "return" and frame.f_code is ShadowRepo.git.__code__ and frame.f_locals["args"][0] == "status"
+        if status and not written:
+            (project / "mine.txt").write_text("mine1\n")
+            written.append("mine.txt")
+
+    sys.setprofile(user_saves_after_status)
+    try:
+        assert await turn.call(lambda: (project / "a.txt").write_text("a\n")) == 0
+    finally:
+        sys.setprofile(None)
+    assert written == ["mine.txt"]
+    assert shadow.unchanged() is None
+    assert await turn.call(lambda: None) == 1
+    assert await turn.call(lambda: None) == 0
+    assert turn.changes() == ["a.txt"]  # not mine.txt
+
+
+async def test_as_many_new_folders_as_a_drain_watches_are_all_watched_at_once(
+    project: Path, shadow: ShadowRepo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(watch, "NEW_FOLDERS_AT_ONCE", 2)
+    turn = Turn(shadow)
+    await turn.call(lambda: (project / "one" / "two").mkdir(parents=True))
+    assert await turn.call(lambda: None) == 0  # both watched before the walk after the command: no doubt left
+    (project / "one" / "two" / "mine.txt").write_text("the user's\n")
+    assert await turn.call(lambda: (project / "a.txt").write_text("a\n")) == 1
+    assert turn.changes() == ["a.txt"]
+
+
+async def test_an_edit_of_the_users_inside_folders_a_command_made_is_seen(project: Path, shadow: ShadowRepo) -> None:
+    def command() -> None:  # two folders: their events are read together, the second after the first
+        (project / "also").mkdir()
+        (project / "made" / "deep").mkdir(parents=True)
+
+    turn = Turn(shadow)
+    await turn.call(command)
+    assert await turn.call(lambda: None) == 0
+    (project / "made" / "deep" / "mine.txt").write_text("the user's, in the command's folder\n")  # no other event
+    assert await turn.call(lambda: (project / "a.txt").write_text("a\n")) == 1
+    assert turn.changes() == ["a.txt"]
+
+
+async def test_another_processs_snapshot_of_a_change_no_event_shows_means_a_walk(
+    project: Path, shadow: ShadowRepo, code_puppy_home: Path, tmp_path: Path
+) -> None:
+    link = tmp_path / "outside-link"
+    os.link(project / "mine.txt", link)  # the same file, through a folder the watcher does not see
+    turn = Turn(shadow)
+    await turn.call(lambda: None)
+    assert await turn.call(lambda: None) == 0
+    link.write_text("mine1, written through the link\n")  # the user: no event in the project's folders
+    other = ShadowRepo.open(project, code_puppy_home, max_file_mb=1)  # a second code-puppy's walk sees it
+    other.snapshot()
+    other.close()
+    assert await turn.call(lambda: None) == 1
+    assert turn.changes() == []  # the user's change, not the call's

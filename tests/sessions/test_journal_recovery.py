@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -11,6 +12,9 @@ import pytest
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
 
 from code_puppy.agents.history_persistence import recover_interrupted_turn
+from code_puppy.sessions.journal import Journal
+from code_puppy.sessions.runs import process_started
+from code_puppy.sessions.schema import Database
 from code_puppy.sessions.session import Session
 from code_puppy.sessions.store import SqliteConversationStore
 from tests.conftest import stored_info
@@ -50,7 +54,12 @@ def turn(text: str) -> list[ModelMessage]:
 
 
 def texts(messages: list[ModelMessage]) -> list[str]:
-    return [str(part.content) for message in messages for part in message.parts if hasattr(part, "content")]
+    return [
+        str(part.content)
+        for message in messages
+        for part in message.parts
+        if isinstance(part, UserPromptPart | TextPart)
+    ]
 
 
 async def seeded(store: SqliteConversationStore, project: Path) -> Session:
@@ -144,3 +153,97 @@ async def test_a_journal_that_does_not_read_back_is_a_store_error_naming_the_fil
         return
     with pytest.raises(StoreError, match=f"^{db_path} is damaged"):
         await recover_interrupted_turn(resumed)
+
+
+async def test_a_dead_writer_whose_pid_was_reused_is_recovered(
+    store: SqliteConversationStore, db_path: Path, project: Path
+) -> None:
+    session = await seeded(store, project)
+    die_journaling(db_path, session.id)
+    reuser = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        with store.database.write() as db:  # a later process got the dead writer's pid; it started at another time
+            db.execute("UPDATE journals SET pid = ?", (reuser.pid,))
+        info = stored_info(store, session.id)
+        assert info is not None
+        resumed = await Session.resume(store, info, model="test")
+        (interrupted,) = Journal(store.database).read(session.id)
+        assert interrupted.pid == reuser.pid and interrupted.orphaned
+
+        assert await recover_interrupted_turn(resumed) == "recovered an interrupted turn: 2 steps"
+    finally:
+        reuser.kill()
+        reuser.wait()
+    assert texts(resumed.messages) == ["first", "first answered", "interrupted question", "half an answer"]
+
+
+async def test_a_journal_whose_writer_runs_is_never_taken(
+    store: SqliteConversationStore, db_path: Path, project: Path
+) -> None:
+    session = await seeded(store, project)
+    die_journaling(db_path, session.id)
+    with store.database.write() as db:  # the writer is alive: this very process, as it started
+        db.execute("UPDATE journals SET pid = ?, pid_started = ?", (os.getpid(), process_started(os.getpid())))
+    info = stored_info(store, session.id)
+    assert info is not None
+    resumed = await Session.resume(store, info, model="test")
+    assert not Journal(store.database).read(session.id)[0].orphaned
+    assert await recover_interrupted_turn(resumed) is None
+    assert texts(resumed.messages) == ["first", "first answered"]
+
+
+@pytest.mark.parametrize("writer", ["dead", "its pid reused by the claimers"])
+async def test_of_two_readers_of_one_orphaned_journal_only_the_first_claim_wins(
+    store: SqliteConversationStore, db_path: Path, project: Path, writer: str
+) -> None:
+    session = await seeded(store, project)
+    die_journaling(db_path, session.id)
+    if writer != "dead":  # the claimers' own pid, from a process that started long before them
+        with store.database.write() as db:
+            db.execute("UPDATE journals SET pid = ?, pid_started = '1'", (os.getpid(),))
+    other = Database(db_path)  # a second reader's connection
+    try:
+        (mine,) = Journal(store.database).read(session.id)
+        (theirs,) = Journal(other).read(session.id)
+        assert mine.orphaned and theirs.orphaned
+
+        assert Journal(other).claim(theirs, into=session.id)
+        assert not Journal(store.database).claim(mine, into=session.id)
+        assert not Journal(other).claim(theirs, into=session.id)  # claimed once: it is no dead process's any more
+    finally:
+        other.close()
+    (claimed,) = Journal(store.database).read(session.id)
+    assert (claimed.pid, claimed.pid_started, claimed.orphaned) == (os.getpid(), process_started(os.getpid()), False)
+
+
+async def test_a_journal_of_another_host_is_never_taken(
+    store: SqliteConversationStore, db_path: Path, project: Path
+) -> None:
+    session = await seeded(store, project)
+    die_journaling(db_path, session.id)
+    with store.database.write() as db:  # a container or machine sharing the store: its pids are not ours to judge
+        db.execute("UPDATE journals SET host = 'another machine'")
+    info = stored_info(store, session.id)
+    assert info is not None
+    resumed = await Session.resume(store, info, model="test")
+    (interrupted,) = Journal(store.database).read(session.id)
+    assert not interrupted.orphaned
+    assert await recover_interrupted_turn(resumed) is None
+
+
+async def test_a_journal_with_only_finished_tool_results_reads_back_prompt_first(
+    store: SqliteConversationStore, project: Path
+) -> None:
+    session = await seeded(store, project)
+    journal = session.journal
+    assert journal is not None
+    # The model's response could not be journaled (a full disk, for a moment), the tool's result could.
+    journal_id, current = session.begin_run(journal, "r-1", "a question")
+    journal.pending(journal_id, ModelRequest(parts=[UserPromptPart("a result")], run_id="r-1"))
+
+    (turn,) = journal.read(session.id)
+
+    assert current and texts(turn.messages) == ["a question", "a result"]
+    journal.append(journal_id, [ModelRequest(parts=[UserPromptPart("a question")], run_id="r-1")])
+    (turn,) = journal.read(session.id)
+    assert texts(turn.messages) == ["a question"]  # a message row supersedes the pending rows and the prompt
