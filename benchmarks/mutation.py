@@ -236,13 +236,30 @@ def mutation_sites(sources: tuple[str, ...]) -> dict[tuple[str, tuple[int, int],
     return sites
 
 
-def describe(spec: MutationSpec) -> Mutant:
+def describe(spec: MutationSpec) -> Mutant | None:
+    """The mutant, or None when cosmic-ray cannot make it (its ExceptionReplacer fails on a dotted exception name,
+    `except (OSError, json.JSONDecodeError)`)."""
     source = spec.module_path.read_text()
-    mutated = mutate_code(source, get_operator(spec.operator_name)(), spec.occurrence)
+    try:
+        mutated = mutate_code(source, get_operator(spec.operator_name)(), spec.occurrence)
+    except AttributeError:
+        return None
     diff = list(difflib.unified_diff(source.splitlines(), mutated.splitlines(), n=0, lineterm=""))[2:]
     before = " ".join(line[1:].strip() for line in diff if line.startswith("-"))
     after = " ".join(line[1:].strip() for line in diff if line.startswith("+"))
     return Mutant(spec, before, after)
+
+
+def draw(sites: dict[tuple[str, tuple[int, int], str], list[MutationSpec]], sample: int, seed: int) -> list[Mutant]:
+    """`sample` sites drawn with `seed` and one mutant of each; a site whose mutant cannot be made is drawn again."""
+    rng = random.Random(seed)
+    left: list[tuple[str, tuple[int, int], str]] = sorted(sites)
+    mutants: list[Mutant] = []
+    while left and len(mutants) < sample:
+        drawn = rng.sample(left, min(sample - len(mutants), len(left)))
+        mutants += filter(None, [describe(rng.choice(sites[site])) for site in drawn])
+        left = sorted(set(left) - set(drawn))
+    return mutants
 
 
 def run_under_coverage(package: Package, scratch: Path) -> Tests:
@@ -360,12 +377,10 @@ def main() -> int:
         if unknown:
             print(f"mutation: no such mutant in {arguments.package}: {', '.join(unknown)}", file=sys.stderr)
             return 2
-        specs = [by_id[mutant] for mutant in arguments.mutant]
+        mutants = list(filter(None, [describe(by_id[mutant]) for mutant in arguments.mutant]))
     else:
-        rng = random.Random(arguments.seed)
-        drawn = rng.sample(sorted(sites), min(arguments.sample, len(sites)))
-        specs = [rng.choice(sites[site]) for site in drawn]
-    mutants = sorted(map(describe, specs), key=lambda mutant: (str(mutant.spec.module_path), mutant.spec.start_pos))
+        mutants = draw(sites, arguments.sample, arguments.seed)
+    mutants.sort(key=lambda mutant: (str(mutant.spec.module_path), mutant.spec.start_pos))
     print(f"{arguments.package}: {len(mutants)} of {len(sites)} mutation sites (seed {arguments.seed})", flush=True)
 
     with tempfile.TemporaryDirectory() as scratch:
