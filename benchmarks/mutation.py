@@ -1,6 +1,6 @@
 """Mutation testing of the risky packages (issue 23): of one-line bugs planted one at a time, how many the tests catch.
 
-    .venv/bin/python benchmarks/mutation.py PACKAGE [--sample 100] [--seed 0] [--mutant ID]...
+    .venv/bin/python benchmarks/mutation.py PACKAGE [--sample 100] [--seed 0] [--mutant ID]... [--tests TEST...]
 
 Needs the `mutation` extra (`.venv/bin/pip install -e '.[test,mutation]'`). Slow, so not in CI: run it by hand, one
 package at a time, when the tests of a package change.
@@ -20,10 +20,12 @@ differ from git's HEAD (a run killed with SIGKILL leaves its mutant in place: `g
 
 First the package's tests run once under coverage, in pytest and in every Python child, with each line's tests
 recorded (`benchmarks/mutation_contexts.py`); a test that fails there is left out. Then each mutant runs only the
-tests that execute its statement (plus, for code that coverage cannot follow, the `unmeasured` tests of the table),
-fastest first, with `-x` and a timeout of three times their time plus a minute. It is killed when a test fails, when
-the run times out (an infinite loop), or when its module no longer imports (the report says which). A mutant on a
-statement that no test executes survives without a run ("no test runs it").
+tests that execute its statement (all of them for a module's top level, which pytest runs while collecting; plus, for
+code that coverage cannot follow, the `unmeasured` tests of the table), fastest first, with `-x` and a timeout of
+three times their time plus a minute. It is killed when a test fails, when the run times out (an infinite loop), or
+when its module no longer imports (the report says which). A mutant on a statement that none of the tests executes
+survives without a run ("tests run: none"): a test elsewhere in the suite may still catch it, which
+`--tests FILE_OR_NODE_ID...` (in place of the table's) shows.
 
 Printed: a line per mutant as it finishes, then the score (killed/total, %, minutes) and the survivors (file:line,
 the mutation, its id), in Markdown.
@@ -32,19 +34,19 @@ the mutation, its id), in Markdown.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import importlib.util
 import json
 import os
 import random
-import shlex
 import signal
 import subprocess
 import sys
 import tempfile
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import coverage
@@ -52,9 +54,8 @@ from cosmic_ray.ast import ast_nodes, get_ast_from_path
 from cosmic_ray.commands import init
 from cosmic_ray.mutating import mutate_code, use_mutation
 from cosmic_ray.plugins import get_operator
-from cosmic_ray.testing import run_tests
 from cosmic_ray.work_db import WorkDB
-from cosmic_ray.work_item import MutationSpec, TestOutcome
+from cosmic_ray.work_item import MutationSpec
 from coverage.parser import PythonParser
 
 
@@ -198,7 +199,8 @@ class Tests:
     """Each passing test's time."""
     failing: list[str]
     lines: dict[tuple[str, int], set[str]]
-    """The tests that executed each line of the sources."""
+    """The tests that executed each line of the sources; "" stands for the pytest process importing the module while
+    it collects the tests (a module's top level, its definitions), which every test it runs then depends on."""
 
 
 def mutant_id(spec: MutationSpec) -> str:
@@ -294,7 +296,7 @@ def run_under_coverage(package: Package, scratch: Path) -> Tests:
         for line, contexts in measured.contexts_by_lineno(measured_file).items():
             for context in contexts:
                 test = context.rsplit(" (", 1)[0] if context.endswith(("(setup)", "(call)", "(teardown)")) else context
-                if test in seen:
+                if test in seen or not test:
                     lines[source, line].add(test)
     return Tests(
         seconds={test: float(result["seconds"]) for test, result in seen.items() if not result["failed"]},
@@ -312,6 +314,8 @@ def tests_for(mutant: Mutant, package: Package, tests: Tests, parsers: dict[str,
     # A statement over several lines reports some of them only, its first always.
     statement = range(parsers[source].first_line(line), line + 1)
     chosen = {test for number in statement for test in tests.lines.get((source, number), ())}
+    if "" in chosen:
+        chosen = set(tests.seconds)
     chosen |= {
         test
         for prefix in package.unmeasured.get(source, ())
@@ -332,20 +336,34 @@ def test_mutant(mutant: Mutant, chosen: list[str], seconds: float) -> str:
     """How the mutant ended: `killed by TEST`, `killed: timeout`, `killed: import`, or `survived`."""
     operator = get_operator(mutant.spec.operator_name)()
     cached = Path(importlib.util.cache_from_source(str(mutant.spec.module_path)))
+    # Bytecode is neither written nor (once removed) read: a mutant and the original can share a size and an mtime.
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
     try:
         with use_mutation(mutant.spec.module_path, operator, mutant.spec.occurrence):
-            outcome, output = run_tests(shlex.join([*PYTEST, "-x", *chosen]), 60 + 3 * seconds)
-            if outcome is TestOutcome.KILLED and output != "timeout" and not imports(str(mutant.spec.module_path)):
+            cached.unlink(missing_ok=True)
+            with subprocess.Popen(
+                [*PYTEST, "-x", *chosen],
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                start_new_session=True,
+            ) as run:
+                try:
+                    output = run.communicate(timeout=60 + 3 * seconds)[0]
+                except subprocess.TimeoutExpired:
+                    return "killed: timeout"
+                finally:
+                    # The tests' own children too, whatever they were doing.
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(run.pid, signal.SIGKILL)
+            if run.returncode == 0:
+                return "survived"
+            if not imports(str(mutant.spec.module_path)):
                 return "killed: import"
     finally:
-        # A child that wrote bytecode of the mutant must not have it run once the original is back.
         cached.unlink(missing_ok=True)
-    if outcome is TestOutcome.SURVIVED:
-        return "survived"
-    if outcome is TestOutcome.INCOMPETENT:
-        raise RuntimeError(f"the tests of {mutant.id} could not run: {output}")
-    if output == "timeout":
-        return "killed: timeout"
     failed = [
         line.split(" ", 1)[1].split(" - ", 1)[0]
         for line in output.splitlines()
@@ -360,8 +378,11 @@ def main() -> int:
     parser.add_argument("--sample", type=int, default=100, help="mutation sites drawn (default 100)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--mutant", action="append", default=[], help="run this mutant (an id the report printed)")
+    parser.add_argument("--tests", nargs="+", help="run these tests (files or node ids) instead of the table's")
     arguments = parser.parse_args()
     package = PACKAGES[arguments.package]
+    if arguments.tests:
+        package = replace(package, tests=tuple(arguments.tests))
     os.chdir(ROOT)
     changed = subprocess.run(
         ["git", "status", "--porcelain", "--", *package.sources], capture_output=True, text=True, check=True
