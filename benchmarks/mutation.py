@@ -18,14 +18,14 @@ console-script and pseudo-terminal tests, which run the editable install's `code
 mutant too. Do not run anything else in this checkout meanwhile. A run refuses to start while the package's sources
 differ from git's HEAD (a run killed with SIGKILL leaves its mutant in place: `git checkout -- FILE` puts it back).
 
-First the package's tests run once under coverage, in pytest and in every Python child, with each line's tests
-recorded (`benchmarks/mutation_contexts.py`); a test that fails there is left out. Then each mutant runs only the
-tests that execute its statement (all of them for a module's top level, which pytest runs while collecting; plus, for
-code that coverage cannot follow, the `unmeasured` tests of the table), fastest first, with `-x` and a timeout of
-three times their time plus a minute. It is killed when a test fails, when the run times out (an infinite loop), or
-when its module no longer imports (the report says which). A mutant on a statement that none of the tests executes
-survives without a run ("tests run: none"): a test elsewhere in the suite may still catch it, which
-`--tests FILE_OR_NODE_ID...` (in place of the table's) shows.
+First the package's tests run once under coverage, in pytest and in every Python child, with each line's tests recorded
+(`benchmarks/mutation_contexts.py`); a test that fails there is left out. Then each mutant runs only the tests that
+execute its statement (all of them for code that runs when its module is imported: a module's top level, class bodies,
+defaults; plus, for code that coverage cannot follow, the `unmeasured` tests of the table), fastest first, with `-x` and
+a timeout of three times their time plus a minute. It is killed when a test fails, when the run times out (an infinite
+loop), or when its module no longer imports (the report says which). A mutant on a statement that none of the tests
+executes survives without a run ("tests run: none"): a test elsewhere in the suite may still catch it, which `--tests
+FILE_OR_NODE_ID...` (in place of the table's) shows.
 
 Printed: a line per mutant as it finishes, then the score (killed/total, %, minutes) and the survivors (file:line,
 the mutation, its id), in Markdown.
@@ -50,7 +50,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import coverage
-from cosmic_ray.ast import ast_nodes, get_ast_from_path
+from cosmic_ray.ast import ast_nodes, get_ast, get_ast_from_path
 from cosmic_ray.commands import init
 from cosmic_ray.mutating import mutate_code, use_mutation
 from cosmic_ray.plugins import get_operator
@@ -177,6 +177,9 @@ class Mutant:
     """The changed lines as they are, stripped."""
     after: str
     """The changed lines as the mutant has them."""
+    at_import: bool
+    """Whether the mutated code runs when its module is imported (outside any function body): what every test then
+    relies on, though coverage credits it to the test that happened to import the module first."""
 
     @property
     def operator(self) -> str:
@@ -249,7 +252,13 @@ def describe(spec: MutationSpec) -> Mutant | None:
     diff = list(difflib.unified_diff(source.splitlines(), mutated.splitlines(), n=0, lineterm=""))[2:]
     before = " ".join(line[1:].strip() for line in diff if line.startswith("-"))
     after = " ".join(line[1:].strip() for line in diff if line.startswith("+"))
-    return Mutant(spec, before, after)
+    node = get_ast(source).get_leaf_for_position(spec.start_pos, include_prefixes=True)
+    at_import = True
+    while node is not None:
+        if node.type in ("funcdef", "lambdef") and spec.start_pos >= node.children[-1].start_pos:
+            at_import = False
+        node = node.parent
+    return Mutant(spec, before, after, at_import)
 
 
 def draw(sites: dict[tuple[str, tuple[int, int], str], list[MutationSpec]], sample: int, seed: int) -> list[Mutant]:
@@ -314,7 +323,7 @@ def tests_for(mutant: Mutant, package: Package, tests: Tests, parsers: dict[str,
     # A statement over several lines reports some of them only, its first always.
     statement = range(parsers[source].first_line(line), line + 1)
     chosen = {test for number in statement for test in tests.lines.get((source, number), ())}
-    if "" in chosen:
+    if mutant.at_import or "" in chosen:
         chosen = set(tests.seconds)
     chosen |= {
         test
