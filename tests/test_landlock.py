@@ -145,6 +145,35 @@ def test_headless_auto_under_landlock_confines_commands_and_puts_the_config_back
     assert not (project / ".git" / "hooks" / "post-merge").exists()
 
 
+def test_a_denied_path_among_thousands_of_entries_stays_hidden_from_the_models_commands(
+    server: FakeLLMServer, code_puppy_home: Path, outside: Path
+) -> None:
+    """Each other entry of a folder on the way to a denied path is a rule of its own: thousands of them (a busy /tmp,
+    a home folder) once made the shell tool's command line longer than the kernel takes, and every command failed."""
+    crowd = outside / "crowd"
+    crowd.mkdir()
+    for index in range(3000):
+        (crowd / f"{index:04}-{'an-entry-with-a-name-long-enough-to-matter' * 2}").touch()
+    (crowd / "secret").write_text("the secret\n")
+    force_landlock(code_puppy_home)
+    with (code_puppy_home / "config.toml").open("a") as config:
+        config.write(f'deny_read = ["{crowd / "secret"}"]\n')
+    project = outside / "project"
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    (project / ".code-puppy").mkdir()
+    (project / ".code-puppy" / "config.toml").write_text('model = "fake"\n')
+    sibling = next(crowd.glob("0001-*"))
+    read = f"cat {crowd / 'secret'} || echo refused; ls {sibling} && echo listed; touch inside && echo wrote"
+    server.script(tool_calls(call("shell", {"command": read})), text("done"))
+    completed = run_cli("-p", "try", "--permission-mode", "auto", cwd=project)
+    assert (completed.returncode, completed.stdout) == (0, "done\n"), completed.stderr
+    (result,) = tool_results(server.requests[1].body)
+    assert "Permission denied" in result and "the secret" not in result, result
+    assert ["refused", str(sibling), "listed", "wrote"] == [
+        line for line in result.splitlines() if line in ("refused", str(sibling), "listed", "wrote")
+    ], result
+
+
 def test_a_project_at_home_keeps_credentials_and_code_puppys_own_files_out_of_reach(home: Path) -> None:
     """The project root is the home folder, which holds ~/.ssh and code-puppy's own config: a Landlock rule on the
     root would cover them, so they stay neither readable nor writable, and the rest of the home folder is writable."""

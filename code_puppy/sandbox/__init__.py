@@ -93,13 +93,10 @@ class Sandbox:
         """bwrap's command line running `command` in the sandbox, in `cwd`; `also_readable` are host paths under
         /tmp (the outputs of earlier commands) to show, read-only, in the sandbox's own /tmp."""
         if self.mechanism == "landlock":
-            from code_puppy.sandbox import _landlock_exec as landlock
-
-            rules = [(landlock.READ, path) for path in readable_around(self.hidden)]
-            rules += [(landlock.WRITE, path) for path in (*writable_around(self.writable, self.hidden), self.tmp)]
-            rules.append((landlock.DEVICES, Path("/dev")))
             launcher = [str(self.program), "-I", "-S", str(LANDLOCK_LAUNCHER), str(self.abi), str(int(self.network))]
-            launcher += [str(self.tmp), str(cwd), *(str(item) for rule in rules for item in rule)]
+            launcher += [str(self.tmp), str(cwd)]
+            launcher += [item for path in self.writable for item in ("write", str(path))]
+            launcher += [item for path in self.hidden for item in ("deny", str(path))]
             return [*launcher, "--", *command]
         from code_puppy.sandbox._landlock_exec import SOCKET_VARIABLES
 
@@ -178,73 +175,6 @@ class Sandbox:
     def _between(self, path: Path) -> list[Path]:
         """The folders from the writable one holding `path` down to `path`'s own folder."""
         return [folder for folder in path.parents if any(w == folder or w in folder.parents for w in self.writable)]
-
-
-def readable_around(denied: Sequence[Path]) -> list[Path]:
-    """Paths whose trees together hold everything but `denied` (all resolved) and the other processes' folders in
-    /proc: Landlock only allows, so a path is left out by allowing, in each folder on the way to it, every other
-    entry.
-
-    Landlock does not stop a command from reading another process's /proc/PID/environ (where the user's shell and
-    code-puppy keep their API keys), so /proc is allowed but for the numbered folders; `/proc/self` is resolved by the
-    launcher, to the command's own.
-    """
-    allowed: list[Path] = []
-    proc = Path("/proc")
-
-    def cover(directory: Path) -> None:
-        try:
-            entries = sorted(os.scandir(directory), key=lambda item: item.name)
-        except OSError:
-            return
-        for item in entries:
-            entry = Path(item.path)
-            if directory == proc and item.name.isdigit():
-                continue
-            if entry == proc:
-                cover(entry)
-                continue
-            target = Path(os.path.realpath(entry)) if item.is_symlink() else entry
-            if any(target == path or target in path.parents for path in denied):
-                if target == entry and target not in denied:
-                    cover(entry)
-                # A link to (or above) a denied path: what is allowed of it is reachable by its real path.
-                continue
-            if any(path in target.parents for path in denied):
-                continue  # a link into a denied folder
-            allowed.append(entry)
-
-    cover(Path("/"))
-    return allowed
-
-
-def writable_around(writable: Sequence[Path], denied: Sequence[Path]) -> list[Path]:
-    """Paths whose trees together hold everything under `writable` but `denied` (all resolved).
-
-    A Landlock rule covers a whole tree, so a writable folder that holds a denied path (the project is the home folder,
-    holding ~/.ssh and code-puppy's own config) is not allowed itself: every entry of each folder on the way to the
-    denied path is, but the one leading there. Links are left out: a rule follows them, and their targets inside are
-    entries of their own.
-    """
-    allowed: list[Path] = []
-
-    def cover(directory: Path) -> None:
-        if directory in denied:
-            return
-        if not any(directory in path.parents for path in denied):
-            allowed.append(directory)
-            return
-        try:
-            entries = sorted(os.scandir(directory), key=lambda item: item.name)
-        except OSError:
-            return
-        for item in entries:
-            if not item.is_symlink():
-                cover(Path(item.path))
-
-    for folder in writable:
-        cover(folder)
-    return allowed
 
 
 class ProjectSandbox:

@@ -1,11 +1,14 @@
 """Runs one command under Landlock:
 
-    python -I -S _landlock_exec.py ABI NETWORK TMPDIR CWD [ACCESS PATH]… -- COMMAND ARGS…
+    python -I -S _landlock_exec.py ABI NETWORK TMPDIR CWD [write PATH]… [deny PATH]… -- COMMAND ARGS…
 
 ABI is the kernel's Landlock ABI, NETWORK 1 or 0 (0: no TCP connect or bind, from ABI 4), TMPDIR the private
-temporary directory, CWD where the command runs, and each ACCESS PATH pair allows the `FS_*` rights below (a mask) on
-PATH and beneath it. The restriction is the kernel's and is inherited by everything the command starts; nothing here
-can lift it. If it cannot be put in place, the command does not run (exit 125).
+temporary directory, CWD where the command runs; each `write PATH` may be written (but what is denied under it), each
+`deny PATH` (resolved) is neither read nor written, and everything else may be read. The rules that say so are worked
+out here, just before the command starts (`readable_around`, `writable_around`): a folder on the way to a denied path
+can hold any number of entries, each a rule, and a command line of them could grow past what the kernel takes. The
+restriction is the kernel's and is inherited by everything the command starts; nothing here can lift it. If it cannot
+be put in place, the command does not run (exit 125).
 
 Standard library modules written in C only, and run without `site`: the launcher adds a few milliseconds to a
 command's start. This file is also where code-puppy reads the rights from.
@@ -99,6 +102,85 @@ def handled_fs(abi: int) -> int:
     return rights
 
 
+def _under(path: str, folder: str) -> bool:
+    """Whether `path` lies beneath `folder` (both resolved), not `folder` itself."""
+    return path != folder and path.startswith(folder if folder.endswith("/") else folder + "/")
+
+
+def readable_around(denied: list[str]) -> list[str]:
+    """Paths whose trees together hold everything but `denied` (all resolved) and the other processes' folders in
+    /proc: Landlock only allows, so a path is left out by allowing, in each folder on the way to it, every other
+    entry.
+
+    Landlock does not stop a command from reading another process's /proc/PID/environ (where the user's shell and
+    code-puppy keep their API keys), so /proc is allowed but for the numbered folders; `/proc/self` is the launcher's,
+    which becomes the command's.
+    """
+    allowed: list[str] = []
+
+    def cover(directory: str) -> None:
+        try:
+            entries = sorted(os.scandir(directory), key=lambda item: item.name)
+        except OSError:
+            return
+        for item in entries:
+            entry = item.path
+            if directory == "/proc" and item.name.isdigit():
+                continue
+            if entry == "/proc":
+                cover(entry)
+                continue
+            target = os.path.realpath(entry) if item.is_symlink() else entry
+            if any(target == path or _under(path, target) for path in denied):
+                if target == entry and target not in denied:
+                    cover(entry)
+                # A link to (or above) a denied path: what is allowed of it is reachable by its real path.
+                continue
+            if any(_under(target, path) for path in denied):
+                continue  # a link into a denied folder
+            allowed.append(entry)
+
+    cover("/")
+    return allowed
+
+
+def writable_around(writable: list[str], denied: list[str]) -> list[str]:
+    """Paths whose trees together hold everything under `writable` but `denied` (all resolved).
+
+    A Landlock rule covers a whole tree, so a writable folder that holds a denied path (the project is the home folder,
+    holding ~/.ssh and code-puppy's own config) is not allowed itself: every entry of each folder on the way to the
+    denied path is, but the one leading there. Links are left out: a rule follows them, and their targets inside are
+    entries of their own.
+    """
+    allowed: list[str] = []
+
+    def cover(directory: str) -> None:
+        if directory in denied:
+            return
+        if not any(_under(path, directory) for path in denied):
+            allowed.append(directory)
+            return
+        try:
+            entries = sorted(os.scandir(directory), key=lambda item: item.name)
+        except OSError:
+            return
+        for item in entries:
+            if not item.is_symlink():
+                cover(item.path)
+
+    for folder in writable:
+        cover(folder)
+    return allowed
+
+
+def rules_for(writable: list[str], denied: list[str], tmp: str) -> list[tuple[str, int]]:
+    """Each path with the rights a rule gives it: read everywhere but `denied`, write in `writable` but `denied` and
+    in `tmp`, and the devices."""
+    allowed = [(path, READ) for path in readable_around(denied)]
+    allowed += [(path, WRITE) for path in (*writable_around(writable, denied), tmp)]
+    return [*allowed, ("/dev", DEVICES)]
+
+
 def _fail(what: str) -> None:
     error = ctypes.get_errno()
     print(f"code-puppy sandbox: landlock: {what}: {os.strerror(error)}", file=sys.stderr)
@@ -139,18 +221,25 @@ def _restrict(abi: int, rules: list[tuple[str, int]], network: bool) -> None:
 def _parse(argv: list[str]) -> tuple[int, bool, str, str, list[tuple[str, int]], list[str]]:
     end = argv.index("--")
     pairs = argv[5:end]
-    rules = [(pairs[index + 1], int(pairs[index])) for index in range(0, len(pairs), 2)]
+    if len(pairs) % 2:
+        raise ValueError("a kind without its path")
+    paths: dict[str, list[str]] = {"write": [], "deny": []}
+    for index in range(0, len(pairs), 2):
+        paths[pairs[index]].append(pairs[index + 1])  # KeyError: a kind that is neither
     command = argv[end + 1 :]
     if not command:
         raise ValueError("no command")
-    return int(argv[1]), argv[2] == "1", argv[3], argv[4], rules, command
+    return int(argv[1]), argv[2] == "1", argv[3], argv[4], rules_for(paths["write"], paths["deny"], argv[3]), command
 
 
 def main(argv: list[str]) -> None:
     try:
         abi, network, tmp, cwd, rules, command = _parse(argv)
-    except (ValueError, IndexError):
-        print("usage: _landlock_exec.py ABI NETWORK TMPDIR CWD [ACCESS PATH]… -- COMMAND [ARGS…]", file=sys.stderr)
+    except (ValueError, IndexError, KeyError):
+        print(
+            "usage: _landlock_exec.py ABI NETWORK TMPDIR CWD [write PATH]… [deny PATH]… -- COMMAND ARGS…",
+            file=sys.stderr,
+        )
         sys.exit(REFUSED)
     _restrict(abi, rules, network)
     _prctl(_PR_SET_PDEATHSIG, _SIGKILL)  # like bwrap's --die-with-parent: it goes when its starter does
