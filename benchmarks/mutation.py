@@ -82,6 +82,7 @@ PACKAGES = {
         tests=(
             "tests/test_sandbox.py",
             "tests/test_landlock.py",
+            "tests/test_sandbox_guard.py",
             "tests/test_auto_mode.py",
             "tests/test_permissions.py",
             "tests/agents/test_shell_outputs.py",
@@ -114,6 +115,7 @@ PACKAGES = {
         sources=("code_puppy/sessions/journal.py", "code_puppy/agents/turn_journal.py"),
         tests=(
             "tests/test_journal.py",
+            "tests/agents/test_turn_journal.py",
             "tests/sessions/test_journal_recovery.py",
             "tests/agents/test_history_persistence.py",
             "tests/test_sessions_cli.py",
@@ -122,7 +124,12 @@ PACKAGES = {
     ),
     "spending": Package(
         sources=("code_puppy/agents/spending.py", "code_puppy/sessions/costs.py"),
-        tests=("tests/agents/test_spending.py", "tests/test_costs.py", "tests/ui/test_chat_costs.py"),
+        tests=(
+            "tests/agents/test_spending.py",
+            "tests/sessions/test_cost_book.py",
+            "tests/test_costs.py",
+            "tests/ui/test_chat_costs.py",
+        ),
     ),
     "trust": Package(
         sources=("code_puppy/trust.py",),
