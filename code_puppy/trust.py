@@ -63,6 +63,10 @@ class ProjectTrust:
         return f"{relative} changed since you trusted this project"
 
 
+UNREADABLE = "unreadable"
+"""The hash of a covered file that cannot be read: never recorded, so never equal to a recorded one."""
+
+
 def project_plugins_dir(project_root: Path) -> Path:
     """The folder of a project's own plugins."""
     return project_root / ".code-puppy" / "plugins"
@@ -103,7 +107,7 @@ def trust_project(project_root: Path) -> dict[str, Any]:
     root = project_root.resolve()
     entry: dict[str, Any] = {
         "path": str(root),
-        "files": covered_files(root),
+        "files": {name: digest for name, digest in covered_files(root).items() if digest != UNREADABLE},
         "plugins_sha256": plugins_digest(plugins_files(root)),
     }
     write_json(trust_file(), [*(other for other in _entries() if _path_of(other) != root), entry])
@@ -120,7 +124,7 @@ def covered_files(project_root: Path) -> dict[str, str]:
             try:
                 hashes[path.relative_to(project_root).as_posix()] = hashlib.sha256(path.read_bytes()).hexdigest()
             except OSError:
-                hashes[path.relative_to(project_root).as_posix()] = "unreadable"  # never equal to a recorded hash
+                hashes[path.relative_to(project_root).as_posix()] = UNREADABLE
     return hashes
 
 

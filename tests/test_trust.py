@@ -339,3 +339,15 @@ def test_a_project_two_levels_below_the_root_has_a_trust_of_its_own() -> None:
         assert project_trust(project).listed
     finally:
         shutil.rmtree(project)
+
+
+def test_a_covered_file_that_cannot_be_read_is_never_trusted_and_breaks_nothing(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A covered name that is a link to a file whose read fails (here /proc/self/mem, which fails with EIO even for
+    root) hashes as unreadable: trusting the project does not trust it, and reading the trust does not crash."""
+    (project / ".mcp.json").symlink_to("/proc/self/mem")
+    trust_project(project)
+    trust = project_trust(project)
+    assert (trust.listed, trust.trusts(".mcp.json"), trust.untrusted_files) == (True, False, {".mcp.json"})
+    assert trust.why_not(".mcp.json") == ".mcp.json appeared since you trusted this project"
