@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import socket
+import stat
 import subprocess
 from pathlib import Path
 
@@ -236,13 +237,16 @@ def test_every_kind_of_entry_can_be_made_changed_and_removed_inside_the_project_
         mkdir "$1/dir" 2>/dev/null || echo refused-dir
         mkfifo "$1/fifo" 2>/dev/null || echo refused-fifo
         ln -s / "$1/link" 2>/dev/null || echo refused-link
+        "$2" -c 'import os, sys; os.truncate(sys.argv[1], 0)' "$1/kept" 2>/dev/null || echo refused-truncate
     """
+    (outside / "kept").write_text("the user's\n")
     completed = sandboxed(repo, script, str(outside), PYTHON)
     made = ["mkdir", "rmdir", "create", "append", "truncate", "open-truncating", "ran", "symlink", "hardlink", "fifo"]
     made += ["socket", *(["char", "block"] if os.geteuid() == 0 else []), "rename", "move-between-folders", "g"]
-    refused = ["refused-file", "refused-dir", "refused-fifo", "refused-link"]
+    refused = ["refused-file", "refused-dir", "refused-fifo", "refused-link", "refused-truncate"]
     assert completed.stdout.split() == [*made, "removed", *refused], completed.stderr
-    assert list(outside.iterdir()) == [] and not (repo / "work").exists()
+    assert list(outside.iterdir()) == [outside / "kept"] and not (repo / "work").exists()
+    assert (outside / "kept").read_text() == "the user's\n"
 
 
 def test_abstract_unix_sockets_outside_are_out_of_reach(repo: Path) -> None:
@@ -255,3 +259,26 @@ def test_abstract_unix_sockets_outside_are_out_of_reach(repo: Path) -> None:
         listener.listen()
         completed = sandboxed(repo, 'exec "$1" -c "$2" "$3"', PYTHON, connect, name)
     assert completed.returncode == 1 and "PermissionError" in completed.stderr, completed.stdout + completed.stderr
+
+
+IOCTL = """
+import errno, fcntl, sys, termios
+for path in sys.argv[1:]:
+    with open(path, "rb") as device:
+        try:
+            fcntl.ioctl(device, termios.TCGETS, bytes(64))
+        except OSError as error:
+            print(path, errno.errorcode[error.errno])
+"""
+
+
+def test_device_ioctls_reach_dev_and_no_device_node_in_the_project(repo: Path) -> None:
+    """ioctl on a device is a right of its own (Landlock ABI 5): /dev has it (the terminal), the project does not, so a
+    device node made there (root can) cannot be driven. /dev/null answers TCGETS with ENOTTY once it is let through."""
+    paths = ["/dev/null"]
+    if os.geteuid() == 0:
+        os.mknod(repo / "null", stat.S_IFCHR | 0o666, os.makedev(1, 3))
+        paths.append("null")
+    completed = sandboxed(repo, 'p=$1 c=$2; shift 2; exec "$p" -c "$c" "$@"', PYTHON, IOCTL, *paths)
+    expected = ["/dev/null ENOTTY", *(["null EACCES"] if os.geteuid() == 0 else [])]
+    assert completed.stdout.splitlines() == expected, completed.stderr
