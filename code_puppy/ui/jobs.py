@@ -62,6 +62,7 @@ async def turn_job(
         runtime.session.notice = None
     if outcome.error is None:
         runtime.title_after_first_turn()
+    await chat.screen.drain()  # the turn is over (the toolbar goes idle) once its last lines are on the screen
     return outcome.error is None
 
 
