@@ -287,3 +287,15 @@ def test_device_ioctls_reach_dev_and_no_device_node_in_the_project(repo: Path) -
     completed = sandboxed(repo, 'p=$1 c=$2; shift 2; exec "$p" -c "$c" "$@"', PYTHON, IOCTL, *paths)
     expected = ["/dev/null ENOTTY", *(["null EACCES"] if os.geteuid() == 0 else [])]
     assert completed.stdout.splitlines() == expected, completed.stderr
+
+
+def test_proc_is_readable_but_for_the_other_processes_folders(repo: Path) -> None:
+    """/proc stays readable (`ps`-free tools read /proc/cpuinfo, a shell its own /proc/self), but no other process's
+    folder is: their environments hold the user's keys."""
+    script = """
+        head -c 1 /proc/cpuinfo >/dev/null && echo cpuinfo
+        read -r line < /proc/self/status && echo self
+        cat /proc/1/environ >/dev/null 2>&1 || echo refused-other
+    """
+    completed = sandboxed(repo, script)
+    assert completed.stdout.split() == ["cpuinfo", "self", "refused-other"], completed.stderr
