@@ -10,7 +10,7 @@ from typing import Any
 
 from tests.conftest import run_cli, start_cli, wait_for
 from tests.fake_llm import FakeLLMServer, call, hang, text, tool_calls
-from tests.pty_chat import IDLE_KEYS, PtyChat
+from tests.pty_chat import PtyChat
 
 
 def wire(server: FakeLLMServer, index: int) -> list[tuple[str, str]]:
@@ -247,7 +247,7 @@ def test_a_chat_turn_begun_on_a_stale_history_is_recovered_with_the_earlier_turn
     assert run_cli("-p", "first question", cwd=project).returncode == 0
     chat = PtyChat(project, "-c")
     try:
-        chat.wait_for(IDLE_KEYS, timeout=60)
+        chat.wait_for("session ", timeout=60)  # the toolbar names the session once the chat has loaded its history
         server.script(text("meanwhile answer"))
         assert run_cli("-c", "-p", "meanwhile here", cwd=project).returncode == 0  # the chat's history is stale now
         server.script(tool_calls(call("read_file", {"path": "README.md"})), hang())
