@@ -18,7 +18,7 @@ from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults
 
 from code_puppy.agents.builder import build_pydantic_agent, capability
 from code_puppy.agents.deps import RunDeps
-from code_puppy.agents.sandboxed_shell import SandboxedShell
+from code_puppy.agents.sandboxed_shell import SandboxedShell, _sandbox_failure  # pyright: ignore[reportPrivateUsage]
 from code_puppy.config import Settings
 from code_puppy.sessions.session import Session
 from tests.conftest import run_cli, wait_for
@@ -69,6 +69,7 @@ def run(server: FakeLLMServer, place: Path, mode: str) -> tuple[subprocess.Compl
 def test_auto_runs_every_command_without_asking_but_confined(server: FakeLLMServer, place: Path) -> None:
     completed, (inside, outside, home, network, env, config) = run(server, place, "auto")
     assert (completed.returncode, completed.stdout) == (0, "done\n"), completed.stderr
+    assert "Exception ignored" not in completed.stderr, completed.stderr  # nothing fails at exit
     assert "created" in inside and (place / "project" / "inside.txt").exists()
     assert "Read-only file system" in outside and not (place / "outside.txt").exists()
     assert "Read-only file system" in home and not (place / "home" / "at-home.txt").exists()
@@ -223,6 +224,7 @@ async def test_the_model_can_stop_a_background_command_it_started(project: Path,
         wait_for(lambda: sleeping(tag) != [], timeout=15, what="the background sleep to start")
         # Anything more than `kill [SIGNAL] [--] PIDS` of its own commands runs in the sandbox like any command.
         hostile = [f'kill -s "$(touch {pwned}; echo TERM)" -- -{pid[1]}', f"kill -- -{pid[1]}; touch {pwned}"]
+        hostile += [f"kill -NOSUCH -- -{pid[1]}", f"kill -99 -- -{pid[1]}"]  # no such signal: the shell says so
         return [
             *(ToolCallPart("shell", {"command": command}, tool_call_id=f"h{i}") for i, command in enumerate(hostile)),
             ToolCallPart("shell", {"command": f"kill -- -{pid[1]}"}, tool_call_id="k"),  # as the harness says
@@ -294,3 +296,15 @@ async def test_ask_mode_with_the_sandbox_asks_once_per_command(project: Path, ou
     first, second = [content for _, _, content in tool_returns(session.messages)]
     assert "Read-only file system" in first and not (outside / "inside-the-sandbox").exists()
     assert (outside / "outside").exists(), second
+
+
+def test_only_a_finished_command_that_failed_the_sandboxs_way_offers_to_run_outside() -> None:
+    """What a `shell` result must say before the user is asked to run the command again outside the sandbox."""
+    trailer = "PID: 7 (supervisor/session leader; use `kill -- -7` to stop it)\nOutput: o\nStatus: s"
+    denied = "touch: cannot touch '/etc/x': Read-only file system\n"
+    assert _sandbox_failure(f'{denied}{trailer}\n{{"exit_code": 1}}')
+    assert not _sandbox_failure(f'{denied}{trailer}\n{{"exit_code": 0}}')  # it failed nothing
+    assert not _sandbox_failure(f'make: *** [all] Error 2\n{trailer}\n{{"exit_code": 2}}')  # not the sandbox's doing
+    assert not _sandbox_failure(f"{denied}{trailer}")  # not finished: no status yet
+    assert not _sandbox_failure(f"{denied}{trailer}\n[1]")  # a status that is no object
+    assert not _sandbox_failure(f'{denied}{trailer}\n{{"exit_code": "1"}}')

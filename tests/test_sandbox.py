@@ -154,6 +154,16 @@ def test_a_bwrap_that_cannot_make_a_sandbox_is_one_line(code_puppy_home: Path, r
     assert checked.stderr.count("\n") == 1
 
 
+def test_a_bwrap_that_is_no_program_is_one_line(code_puppy_home: Path, repo: Path, tmp_path: Path) -> None:
+    fake = tmp_path / "bwrap"
+    fake.write_bytes(b"\x00not a program\n")  # executable, but exec(2) refuses it: ENOEXEC
+    fake.chmod(0o755)
+    (code_puppy_home / "config.toml").write_text(f'[sandbox]\nmechanism = "bwrap"\nbwrap = "{fake}"\n')
+    checked = run_cli("sandbox", "check", cwd=repo)
+    line = f"code-puppy: sandbox unavailable: {fake} cannot run: [Errno 8] Exec format error: '{fake}'\n"
+    assert (checked.returncode, checked.stdout, checked.stderr) == (1, "", line)
+
+
 def test_sandbox_run_needs_a_command_and_a_known_mechanism(code_puppy_home: Path, repo: Path) -> None:
     missing = run_cli("sandbox", "run", cwd=repo)
     assert missing.returncode == 2 and "Missing argument 'COMMAND...'" in missing.stderr
