@@ -91,8 +91,8 @@ PACKAGES = {
             "tests/test_mcp.py::test_a_stdio_server_with_sandbox_true_runs_confined",
             "tests/test_mcp.py::test_sandbox_true_is_for_stdio_servers",
             "tests/test_plugin_hooks.py::test_post_tool_call_sees_the_command_as_written_in_auto_mode",
-            "tests/ui/test_chat_pty.py::test_permissions_auto_sandboxes_the_next_commands",
-            "tests/ui/test_chat_pty.py::test_the_model_can_ask_to_run_a_command_outside_the_sandbox",
+            "tests/chat/test_chat_pty.py::test_permissions_auto_sandboxes_the_next_commands",
+            "tests/chat/test_chat_pty.py::test_the_model_can_ask_to_run_a_command_outside_the_sandbox",
         ),
         # The Landlock launcher runs as `python -I -S` inside the sandbox, where coverage's start-up hook is not read.
         unmeasured={"code_puppy/sandbox/_landlock_exec.py": ("tests/test_landlock.py",)},
@@ -129,7 +129,7 @@ PACKAGES = {
             "tests/agents/test_spending.py",
             "tests/sessions/test_cost_book.py",
             "tests/test_costs.py",
-            "tests/ui/test_chat_costs.py",
+            "tests/chat/test_chat_costs.py",
         ),
     ),
     "trust": Package(
@@ -146,7 +146,7 @@ PACKAGES = {
             "tests/test_permissions.py::test_the_trust_file_and_user_config_ask_when_they_lie_inside_the_project",
             "tests/test_file_definitions.py::test_an_untrusted_projects_claude_hooks_do_not_run",
             "tests/test_file_definitions.py::test_claude_code_hooks_run_unchanged_in_a_trusted_project",
-            "tests/ui/test_chat_costs.py::test_a_project_budget_applies_once_the_project_is_trusted",
+            "tests/chat/test_chat_costs.py::test_a_project_budget_applies_once_the_project_is_trusted",
         ),
     ),
     "permissions": Package(
@@ -154,7 +154,7 @@ PACKAGES = {
         tests=(
             "tests/test_permissions.py",
             "tests/test_risky_options.py",
-            "tests/ui/test_approvals.py",
+            "tests/chat/test_approvals.py",
             "tests/agents/test_definitions.py",
             "tests/test_mcp_config.py",
             "tests/test_plugin_hooks.py",

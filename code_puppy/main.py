@@ -300,7 +300,7 @@ def cli(
             fail("--usage-file writes a headless run's result: use it with -p PROMPT")
         if not sys.stdin.isatty():
             fail("no prompt: pass -p PROMPT or pipe one in (the interactive chat needs a terminal)")
-        from code_puppy.ui.chat import run_chat
+        from code_puppy.chat.chat import run_chat
 
         sys.exit(guarded(lambda: run_chat(options)))
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from code_puppy.chat.control import ChatControl
+    from code_puppy.chat.runtime import ChatRuntime
     from code_puppy.core.rewind import Only, RewindResult
-    from code_puppy.ui.control import ChatControl
-    from code_puppy.ui.runtime import ChatRuntime
 
 _KINDS = {"both": None, "code": "code", "conversation": "conversation"}
 REWIND_USAGE = "/rewind N [both|code|conversation]: go back to before turn N of the list (/rewind shows it)"

@@ -25,10 +25,10 @@ from rich.markdown import Markdown
 from rich.text import Text
 
 from code_puppy.agents.steering import steered_text
+from code_puppy.chat.live import Live, Screen
 from code_puppy.core.events import RunOutcome, tool_call_line, tool_result_line
 from code_puppy.core.plan import PlanView
 from code_puppy.sessions.costs import RequestCost
-from code_puppy.ui.live import Live, Screen
 
 _FENCE = re.compile(r"^\s*(```|~~~)")
 _PADDING = re.compile(r" +((?:\x1b\[[0-9;]*m)*)\n")

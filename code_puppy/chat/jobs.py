@@ -18,8 +18,8 @@ if TYPE_CHECKING:
     from pydantic_ai.messages import TextContent
 
     from code_puppy.agents.file_commands import FileCommand
+    from code_puppy.chat.control import ChatControl
     from code_puppy.core.run import TurnOutcome
-    from code_puppy.ui.control import ChatControl
 
 MAX_SHELL_CONTEXT = 8_000
 """Characters of a `!cmd`'s output passed on to the model with the next message."""
@@ -33,8 +33,8 @@ async def turn_job(
     `attached`: what goes to the model with `text` (`!cmd` output, notes), besides the files it mentions."""
     from rich.text import Text
 
+    from code_puppy.chat.chat_sink import ChatSink
     from code_puppy.core.run import unrun_follow_up_note
-    from code_puppy.ui.chat_sink import ChatSink
 
     files, paths = mention_attachments(text, chat.project_root)
     if paths:
@@ -69,8 +69,8 @@ async def turn_job(
 def _ending(outcome: TurnOutcome, seconds: float, cost: str) -> str:
     """The turn's closing line: its time, requests, tokens and cost, or why it stopped."""
     from code_puppy.agents.spending import BudgetReached
+    from code_puppy.chat.chat_sink import describe_usage
     from code_puppy.core.events import ending
-    from code_puppy.ui.chat_sink import describe_usage
 
     status, message = ending(outcome)
     if status == "success":

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from code_puppy.agents.file_commands import FileCommand
-    from code_puppy.ui.approvals import Answer
-    from code_puppy.ui.live import Live, Screen
-    from code_puppy.ui.runtime import ChatRuntime
+    from code_puppy.chat.approvals import Answer
+    from code_puppy.chat.live import Live, Screen
+    from code_puppy.chat.runtime import ChatRuntime
 
 
 class ChatControl(Protocol):

@@ -8,9 +8,9 @@ import pytest
 from prompt_toolkit.completion import CompleteEvent
 from prompt_toolkit.document import Document
 
+from code_puppy.chat.commands import CommandRegistry, split_command
+from code_puppy.chat.input import ChatCompleter, ProjectFiles, expand_mentions, history_path
 from code_puppy.headless.stdin_messages import parse_user_message
-from code_puppy.ui.commands import CommandRegistry, split_command
-from code_puppy.ui.input import ChatCompleter, ProjectFiles, expand_mentions, history_path
 
 
 def registry() -> CommandRegistry:

@@ -10,11 +10,11 @@ import io
 import math
 from typing import TYPE_CHECKING, cast, get_args
 
-from code_puppy.ui.jobs import show_resumed
+from code_puppy.chat.jobs import show_resumed
 
 if TYPE_CHECKING:
-    from code_puppy.ui.commands import CommandHandler, CommandRegistry
-    from code_puppy.ui.control import ChatControl
+    from code_puppy.chat.commands import CommandHandler, CommandRegistry
+    from code_puppy.chat.control import ChatControl
 
 INIT_PROMPT = """\
 Write a starting AGENTS.md at the root of this project for coding agents that will work on it. Look around first: \
@@ -111,8 +111,8 @@ class Builtins:
     async def resume(self, args: str) -> str | None:
         runtime = await self._chat.ready()
         if not args:
+            from code_puppy.chat.picker import pick_session
             from code_puppy.errors import ConfigError
-            from code_puppy.ui.picker import pick_session
 
             try:
                 picked = await pick_session(runtime.store, self._chat.project_root)
@@ -231,12 +231,12 @@ class Builtins:
         return None
 
     async def undo(self, args: str) -> str:
-        from code_puppy.ui.rewinding import undo
+        from code_puppy.chat.rewinding import undo
 
         return await undo(self._chat, args)
 
     async def rewind(self, args: str) -> str:
-        from code_puppy.ui.rewinding import rewind
+        from code_puppy.chat.rewinding import rewind
 
         return await rewind(self._chat, args)
 

@@ -9,7 +9,7 @@ from prompt_toolkit.filters import Condition
 from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
 
 if TYPE_CHECKING:
-    from code_puppy.ui.approvals import Answer
+    from code_puppy.chat.approvals import Answer
 
 _ANSWERS: dict[str, Answer] = {"y": "yes", "n": "no", "a": "always"}
 

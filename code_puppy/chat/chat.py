@@ -24,23 +24,23 @@ from prompt_toolkit.history import FileHistory
 from prompt_toolkit.patch_stdout import patch_stdout
 from prompt_toolkit.styles import Style
 
+from code_puppy.chat.commands import CommandRegistry, split_command
+from code_puppy.chat.input import ChatCompleter, ProjectFiles, expand_mentions, history_path
+from code_puppy.chat.jobs import shell_job, show_resumed, turn_job
+from code_puppy.chat.keys import chat_key_bindings
+from code_puppy.chat.live import Live, Screen
+from code_puppy.chat.slash import register_builtins, register_file_commands
 from code_puppy.errors import one_line
 from code_puppy.mentions import attachment
 from code_puppy.options import RunOptions
 from code_puppy.paths import data_dir
-from code_puppy.ui.commands import CommandRegistry, split_command
-from code_puppy.ui.input import ChatCompleter, ProjectFiles, expand_mentions, history_path
-from code_puppy.ui.jobs import shell_job, show_resumed, turn_job
-from code_puppy.ui.keys import chat_key_bindings
-from code_puppy.ui.live import Live, Screen
-from code_puppy.ui.slash import register_builtins, register_file_commands
 
 if TYPE_CHECKING:
     from pydantic_ai.messages import TextContent
 
     from code_puppy.agents.file_commands import FileCommand
-    from code_puppy.ui.approvals import Answer
-    from code_puppy.ui.runtime import ChatRuntime
+    from code_puppy.chat.approvals import Answer
+    from code_puppy.chat.runtime import ChatRuntime
 
 STARTUP_TRACE = "CODE_PUPPY_STARTUP_TRACE"
 """A file the chat appends one line to when its prompt is first drawn, saying whether pydantic-ai was imported yet."""
@@ -64,7 +64,7 @@ def run_chat(options: RunOptions) -> int:
     if options.resume == "":
         from dataclasses import replace
 
-        from code_puppy.ui.picker import pick_at_start
+        from code_puppy.chat.picker import pick_at_start
 
         picked = asyncio.run(pick_at_start(options.project_root))
         if picked is None:
@@ -167,8 +167,8 @@ class Chat:
 
     async def _load(self) -> ChatRuntime:
         # Imported in a worker thread, so the event loop (and the prompt) never waits for pydantic-ai's import.
-        await asyncio.to_thread(importlib.import_module, "code_puppy.ui.runtime")
-        from code_puppy.ui.runtime import ChatRuntime
+        await asyncio.to_thread(importlib.import_module, "code_puppy.chat.runtime")
+        from code_puppy.chat.runtime import ChatRuntime
 
         return await ChatRuntime.open(self._options, self.confirm, register_command=self._commands.register)
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from code_puppy.ui.chat_sink import thousands
+from code_puppy.chat.chat_sink import thousands
 from tests.conftest import run_cli
 from tests.fake_llm import FakeLLMServer, call, hang, text, tool_calls
 from tests.pty_chat import PtyChat

@@ -18,6 +18,8 @@ from code_puppy.agents.history_persistence import recover_interrupted_turn
 from code_puppy.agents.permissions import PermissionPolicy
 from code_puppy.agents.steering import SteeringInbox, accepting_steers, held_steers
 from code_puppy.agents.token_estimate import estimate_request_tokens
+from code_puppy.chat.approvals import Approver, Confirm
+from code_puppy.chat.chat_sink import ChatSink, thousands
 from code_puppy.config import Settings
 from code_puppy.core.project import Project
 from code_puppy.core.rewind import Only, RewindResult
@@ -28,8 +30,6 @@ from code_puppy.sessions.costs import CostTotals
 from code_puppy.sessions.runs import RunRegistry
 from code_puppy.sessions.session import Session, find_session
 from code_puppy.sessions.store import SqliteConversationStore
-from code_puppy.ui.approvals import Approver, Confirm
-from code_puppy.ui.chat_sink import ChatSink, thousands
 
 # The chat owns its screen: pydantic-ai's first-run banner would land in the middle of it.
 pydantic_ai.BANNER_ENABLED = False
