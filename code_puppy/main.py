@@ -433,7 +433,7 @@ def acp_command(
     ensure_own_scripts_on_path()
 
     def run() -> int:
-        from code_puppy.acp_server.server import AcpOptions, serve
+        from code_puppy.acp.server import AcpOptions, serve
         from code_puppy.options import RunOptions
 
         options = RunOptions(

@@ -368,7 +368,7 @@ def test_a_model_that_takes_no_images_refuses_them_by_its_profile() -> None:
     from pydantic_ai.models.test import TestModel
     from pydantic_ai.profiles import ModelProfile
 
-    from code_puppy.acp_server.prompts import refused_attachment
+    from code_puppy.acp.prompts import refused_attachment
 
     image = BinaryContent(data=b"png", media_type="image/png")
     audio = BinaryContent(data=b"wav", media_type="audio/wav")

@@ -9,12 +9,12 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "code_puppy"
 
-FRONT_ENDS = ("code_puppy.chat", "code_puppy.headless", "code_puppy.acp_server")
+FRONT_ENDS = ("code_puppy.chat", "code_puppy.headless", "code_puppy.acp")
 
 FORBIDDEN = {
-    "chat": ("code_puppy.headless", "code_puppy.acp_server"),
-    "headless": ("code_puppy.chat", "code_puppy.acp_server"),
-    "acp_server": ("code_puppy.chat", "code_puppy.headless"),
+    "chat": ("code_puppy.headless", "code_puppy.acp"),
+    "headless": ("code_puppy.chat", "code_puppy.acp"),
+    "acp": ("code_puppy.chat", "code_puppy.headless"),
     "core": FRONT_ENDS,
     "agents": ("code_puppy.core", *FRONT_ENDS, "code_puppy.history"),
     "history": ("code_puppy.core", *FRONT_ENDS),

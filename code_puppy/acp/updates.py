@@ -54,7 +54,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-from code_puppy.acp_server.files import ClientFiles
+from code_puppy.acp.files import ClientFiles
 from code_puppy.agents.permissions import EDIT_TOOL_NAMES, SHELL_TOOL_NAMES
 from code_puppy.agents.proposed_edits import ProposedEdit, proposed_edit
 from code_puppy.agents.steering import steered_text

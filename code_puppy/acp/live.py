@@ -14,7 +14,7 @@ from acp.schema import (
     SessionModeState,
 )
 
-from code_puppy.acp_server.commands import SessionCommands
+from code_puppy.acp.commands import SessionCommands
 from code_puppy.agents.steering import SteeringInbox
 from code_puppy.config import PermissionMode
 from code_puppy.core.project import Project

@@ -22,7 +22,7 @@ from pydantic_ai.exceptions import ContentFilterError, OutputTokenLimitExceeded,
 from pydantic_ai.messages import BinaryContent
 from pydantic_ai.models import Model
 
-from code_puppy.acp_server.files import ClientFiles
+from code_puppy.acp.files import ClientFiles
 from code_puppy.core.events import ending
 from code_puppy.core.run import TurnOutcome
 

@@ -53,7 +53,7 @@ from code_puppy import __version__
 from code_puppy.options import RunOptions
 
 if TYPE_CHECKING:
-    from code_puppy.acp_server.runtime import AcpRuntime
+    from code_puppy.acp.runtime import AcpRuntime
 
 STDIN_LIMIT = 50 * 1024 * 1024
 """The longest line read from the client (embedded context can be large)."""
@@ -212,7 +212,7 @@ class CodePuppyAgent:
 
 
 def _runtime_class() -> type[AcpRuntime]:
-    from code_puppy.acp_server.runtime import AcpRuntime
+    from code_puppy.acp.runtime import AcpRuntime
 
     return AcpRuntime
 

@@ -13,8 +13,8 @@ from acp.interfaces import Client
 from acp.schema import AllowedOutcome, PermissionOption, ToolCallUpdate
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, ToolDenied
 
-from code_puppy.acp_server.files import ClientFiles
-from code_puppy.acp_server.updates import diff_content, locations, tool_kind
+from code_puppy.acp.files import ClientFiles
+from code_puppy.acp.updates import diff_content, locations, tool_kind
 from code_puppy.agents.proposed_edits import proposed_edit
 from code_puppy.agents.sandboxed_shell import ESCALATE
 from code_puppy.core.project import Project

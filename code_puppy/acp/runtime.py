@@ -37,12 +37,12 @@ from acp.schema import (
 from pydantic_ai import RunContext
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults
 
-from code_puppy.acp_server.approvals import ask_client
-from code_puppy.acp_server.commands import SessionCommands
-from code_puppy.acp_server.files import ClientFiles
-from code_puppy.acp_server.live import MODES, LiveSession
-from code_puppy.acp_server.prompts import Prompt, prompt_parts, refused_attachment, stop_reason
-from code_puppy.acp_server.updates import UpdateSink, replay
+from code_puppy.acp.approvals import ask_client
+from code_puppy.acp.commands import SessionCommands
+from code_puppy.acp.files import ClientFiles
+from code_puppy.acp.live import MODES, LiveSession
+from code_puppy.acp.prompts import Prompt, prompt_parts, refused_attachment, stop_reason
+from code_puppy.acp.updates import UpdateSink, replay
 from code_puppy.agents.deps import RunDeps
 from code_puppy.agents.history_persistence import recover_interrupted_turn
 from code_puppy.agents.steering import accepting_steers, held_steers
