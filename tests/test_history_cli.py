@@ -16,9 +16,9 @@ from pydantic_ai.messages import ModelMessage, TextPart, UserPromptPart
 
 from code_puppy.sessions.session import Session
 from code_puppy.sessions.store import SqliteConversationStore
-from tests.agents.history_cases import C, R, T, U
 from tests.conftest import CODE_PUPPY, run_cli, stored_info
 from tests.fake_llm import FakeLLMServer, call, text, tool_calls
+from tests.history.history_cases import C, R, T, U
 
 PROCESSORS = """
 import os
@@ -26,7 +26,7 @@ import pathlib
 import sys
 import time
 
-from code_puppy.agents.user_history_processor import HistoryProcessorContext
+from code_puppy.history import HistoryProcessorContext
 
 
 def keep_last_cycle(ctx: HistoryProcessorContext):

@@ -13,9 +13,9 @@ import pytest
 from code_puppy.history import SUMMARY_HEADER
 from code_puppy.history.summary import SUMMARY_ACK, SUMMARY_INSTRUCTIONS
 from code_puppy.sessions.store import SqliteConversationStore
-from tests.agents.history_cases import C, R, T, U
 from tests.conftest import run_cli, stored_info
 from tests.fake_llm import FakeLLMServer, call, error, text, tool_calls
+from tests.history.history_cases import C, R, T, U
 from tests.test_history_cli import conversation, seed
 
 KEEP = "code_puppy.history:keep_recent_turns"

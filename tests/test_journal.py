@@ -151,7 +151,7 @@ def test_a_killed_turn_of_a_session_that_went_on_elsewhere_becomes_a_new_session
 
 
 KEEP_LAST = """
-from code_puppy.agents.user_history_processor import HistoryProcessorContext
+from code_puppy.history import HistoryProcessorContext
 
 
 def keep_last_cycle(ctx: HistoryProcessorContext):

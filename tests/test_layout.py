@@ -16,15 +16,14 @@ FORBIDDEN = {
     "headless": ("code_puppy.chat", "code_puppy.acp"),
     "acp": ("code_puppy.chat", "code_puppy.headless"),
     "core": FRONT_ENDS,
-    "agents": ("code_puppy.core", *FRONT_ENDS, "code_puppy.history"),
+    "agents": ("code_puppy.core", *FRONT_ENDS),
     "history": ("code_puppy.core", *FRONT_ENDS),
     "sessions": ("code_puppy.core", *FRONT_ENDS),
     "plugins": ("code_puppy.core", *FRONT_ENDS),
     "checkpoints": ("code_puppy.core", *FRONT_ENDS, "code_puppy.agents", "code_puppy.sessions"),
 }
 """What each subpackage must not import: the front ends (chat, headless, the ACP server) sit over the core, the core
-over the agent, sessions and plugins, and nothing imports upwards. `code_puppy.history`, the ready-made processors, sits
-on the agent's processor API; the agent names them only by import path (the presets), never imports them."""
+over the agent, sessions and plugins, and nothing imports upwards."""
 
 
 def imports(path: Path) -> list[str]:

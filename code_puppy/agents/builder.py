@@ -20,7 +20,6 @@ from pydantic_ai_harness.tool_output_limits import Band, ToolOutputLimits, Trunc
 
 from code_puppy.agents.agent_scope import AgentScope
 from code_puppy.agents.checkpoints import Checkpoints
-from code_puppy.agents.compaction import PersistentCompaction, compaction_strategy
 from code_puppy.agents.cut_off_calls import CutOffCalls
 from code_puppy.agents.definitions import AgentDefinition
 from code_puppy.agents.deps import RunDeps, deps_of
@@ -35,6 +34,7 @@ from code_puppy.agents.steering import Steering
 from code_puppy.agents.turn_journal import TurnJournal
 from code_puppy.checkpoints.shadow import ShadowRepo
 from code_puppy.config import PermissionMode, Settings
+from code_puppy.history.compaction import PersistentCompaction, compaction_strategy
 from code_puppy.plugins.host import PluginHost
 from code_puppy.sandbox import ProjectSandbox
 
@@ -106,8 +106,8 @@ def build_pydantic_agent(
     history = settings.history
     configured = (history.processors, history.processor_condition, history.summary_model)
     if history_processors is not None or history_processor_condition is not None or any(configured):
-        from code_puppy.agents.history_processors import resolve_history_processing
-        from code_puppy.agents.user_history_processor import UserHistoryProcessor
+        from code_puppy.history.processing import resolve_history_processing
+        from code_puppy.history.user_history_processor import UserHistoryProcessor
         from code_puppy.models import model_resolver
 
         # Checked whenever set (a condition without processors, a summary model nobody uses: their one-line errors).

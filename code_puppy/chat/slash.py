@@ -241,8 +241,8 @@ class Builtins:
         return await rewind(self._chat, args)
 
     async def compact(self, args: str) -> str:
-        from code_puppy.agents.compaction import compact_history
         from code_puppy.agents.spending import CostMeter
+        from code_puppy.history.compaction import compact_history
 
         runtime = await self._chat.ready()
         kind = runtime.settings.history.compaction

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from pydantic_ai.exceptions import UsageLimitExceeded
 from pydantic_ai.messages import AgentStreamEvent, FunctionToolResultEvent
 
-from code_puppy.agents.history_errors import HistoryProcessingError
 from code_puppy.errors import one_line
+from code_puppy.history.errors import HistoryProcessingError
 from code_puppy.plugins import PromptBlocked
 from code_puppy.sessions.costs import RequestCost
 from code_puppy.terminal_text import printable

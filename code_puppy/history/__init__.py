@@ -8,18 +8,49 @@ replaces whole groups only, so its output passes the same validation as any user
 
 from __future__ import annotations
 
-from code_puppy.agents.history_errors import HistoryProcessingError, HistoryProcessingValidationError
-from code_puppy.agents.history_groups import HistoryGroup, HistoryOrigin
-from code_puppy.agents.history_processors import HistoryProcessorContext, HistoryProcessorState
-from code_puppy.history.processors import (
-    FitTokenBudget,
-    KeepRecentTurns,
-    WhenOver,
-    fit_token_budget,
-    keep_recent_turns,
-    when_over,
-)
-from code_puppy.history.summary import SUMMARY_HEADER, SummarizeOlderTurns, summarize_older_turns
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from code_puppy.history.errors import HistoryProcessingError, HistoryProcessingValidationError
+    from code_puppy.history.groups import HistoryGroup, HistoryOrigin
+    from code_puppy.history.processing import HistoryProcessorContext, HistoryProcessorState
+    from code_puppy.history.processors import (
+        FitTokenBudget,
+        KeepRecentTurns,
+        WhenOver,
+        fit_token_budget,
+        keep_recent_turns,
+        when_over,
+    )
+    from code_puppy.history.summary import SUMMARY_HEADER, SummarizeOlderTurns, summarize_older_turns
+
+_HOME = {
+    "HistoryProcessingError": "errors",
+    "HistoryProcessingValidationError": "errors",
+    "HistoryGroup": "groups",
+    "HistoryOrigin": "groups",
+    "HistoryProcessorContext": "processing",
+    "HistoryProcessorState": "processing",
+    "FitTokenBudget": "processors",
+    "KeepRecentTurns": "processors",
+    "WhenOver": "processors",
+    "fit_token_budget": "processors",
+    "keep_recent_turns": "processors",
+    "when_over": "processors",
+    "SUMMARY_HEADER": "summary",
+    "SummarizeOlderTurns": "summary",
+    "summarize_older_turns": "summary",
+}
+"""Where each public name lives. Imported on first use: the agent imports this package's processing modules, and
+must not load the ready-made processors with them (the presets name those by path)."""
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module 'code_puppy.history' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"code_puppy.history.{_HOME[name]}"), name)
+
 
 __all__ = (
     "SUMMARY_HEADER",

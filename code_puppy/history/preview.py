@@ -18,9 +18,10 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.profiles import ModelProfile
 from pydantic_ai.usage import RunUsage
 
-from code_puppy.agents.history_errors import HistoryProcessingError
-from code_puppy.agents.history_groups import stored_groups
-from code_puppy.agents.history_processors import (
+from code_puppy.config import ConfigError, load_settings
+from code_puppy.history.errors import HistoryProcessingError
+from code_puppy.history.groups import stored_groups
+from code_puppy.history.processing import (
     HistoryProcessorContext,
     Revision,
     call_processor,
@@ -28,9 +29,8 @@ from code_puppy.agents.history_processors import (
     processor_context,
     resolve_history_processing,
 )
-from code_puppy.agents.history_validation import validate_output
-from code_puppy.agents.token_estimate import serialize
-from code_puppy.config import ConfigError, load_settings
+from code_puppy.history.tokens import serialize
+from code_puppy.history.validation import validate_output
 from code_puppy.models import model_resolver
 
 PLACEHOLDER_SUMMARY = "(dry run: no summary is written)"

@@ -8,8 +8,8 @@ from typing import Annotated
 from pydantic import ConfigDict, Field, validate_call
 from pydantic_ai.messages import ModelMessage
 
-from code_puppy.agents.history_processors import HistoryProcessorContext, HistoryProcessorState
 from code_puppy.errors import say
+from code_puppy.history.processing import HistoryProcessorContext, HistoryProcessorState
 
 STRICT = ConfigDict(strict=True)
 """The factories' argument checks: a config's `n = "4"` is an error, not 4."""

@@ -20,10 +20,10 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.usage import UsageLimits
 
-from code_puppy.agents.history_groups import HistoryGroup
-from code_puppy.agents.history_processors import HistoryProcessorContext
 from code_puppy.agents.spending import BudgetReached
 from code_puppy.errors import one_line, say
+from code_puppy.history.groups import HistoryGroup
+from code_puppy.history.processing import HistoryProcessorContext
 from code_puppy.history.processors import STRICT, Fraction
 
 SUMMARY_HEADER = "[Summary of the earlier conversation, written by code-puppy in place of the turns it covers]"

@@ -26,8 +26,8 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-from code_puppy.agents.history_groups import describe_groups
 from code_puppy.errors import ConfigError
+from code_puppy.history.groups import describe_groups
 from code_puppy.mentions import is_attachment, typed_text
 from code_puppy.terminal_text import printable
 
@@ -270,8 +270,8 @@ def show_session(store: SqliteConversationStore, id_or_prefix: str, out: TextIO,
     for line in describe_groups(messages) if groups else transcript(messages):
         print(line, file=shown)
     if groups:
-        from code_puppy.agents.history_processors import Revision
         from code_puppy.history.preview import preview_processing
+        from code_puppy.history.processing import Revision
 
         revision = Revision(info.cache_epoch, info.history_version)
         preview = preview_processing(

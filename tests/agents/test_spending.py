@@ -16,16 +16,16 @@ from pydantic_ai.providers.openai import OpenAIProvider
 from pydantic_ai.usage import RequestUsage
 
 from code_puppy.agents.builder import build_pydantic_agent
-from code_puppy.agents.compaction import compact_history
 from code_puppy.agents.deps import RunDeps
 from code_puppy.agents.spending import BudgetReached, Budgets, CostMeter, Spending, configured_prices, dollars
 from code_puppy.config import BudgetConfig, HistoryConfig, ModelEndpoint, Settings
 from code_puppy.core.run import run_turn
+from code_puppy.history.compaction import compact_history
 from code_puppy.sessions.costs import CostTotals, RequestCost, format_cost
 from code_puppy.sessions.session import Session
 from code_puppy.sessions.store import SqliteConversationStore
-from tests.agents.history_cases import C, R, T, U
-from tests.agents.test_compaction import Model, long_history, read
+from tests.history.history_cases import C, R, T, U
+from tests.history.test_compaction import Model, long_history, read
 
 PRICES = (1.0, 2.0)
 """US dollars per million input and output tokens, configured for the function model."""

@@ -15,10 +15,6 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.profiles import ModelProfile
 from pydantic_ai.usage import RunUsage
 
-from code_puppy.agents.history_processors import HistoryProcessorContext, HistoryProcessorState, Revision
-from code_puppy.agents.history_processors import processor_context as make_context
-from code_puppy.agents.history_validation import validate_output
-from code_puppy.agents.token_estimate import serialize
 from code_puppy.history import (
     SUMMARY_HEADER,
     fit_token_budget,
@@ -26,8 +22,12 @@ from code_puppy.history import (
     summarize_older_turns,
     when_over,
 )
+from code_puppy.history.processing import HistoryProcessorContext, HistoryProcessorState, Revision
+from code_puppy.history.processing import processor_context as make_context
 from code_puppy.history.summary import SUMMARY_ACK
-from tests.agents.history_cases import WHEN, C, R, Resp, T, U, texts
+from code_puppy.history.tokens import serialize
+from code_puppy.history.validation import validate_output
+from tests.history.history_cases import WHEN, C, R, Resp, T, U, texts
 
 HISTORY: list[ModelMessage] = [
     U("q1", SystemPromptPart("you are a puppy", timestamp=WHEN)),  # group 0: protected, system_prompt

@@ -28,7 +28,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-from code_puppy.agents.token_estimate import message_tokens
+from code_puppy.history.tokens import message_tokens
 from code_puppy.sessions.catalog import title_of
 
 CURRENT_REQUEST = "current_request"

@@ -21,10 +21,10 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-from code_puppy.agents.history_groups import keep_recent, partition
-from code_puppy.agents.history_validation import HistoryProcessingValidationError, validate_output
-from code_puppy.agents.token_estimate import serialize
-from tests.agents.history_cases import WHEN, C, R, Req, Resp, T, U
+from code_puppy.history.groups import keep_recent, partition
+from code_puppy.history.tokens import serialize
+from code_puppy.history.validation import HistoryProcessingValidationError, validate_output
+from tests.history.history_cases import WHEN, C, R, Req, Resp, T, U
 
 Messages = list[ModelMessage]
 

@@ -25,7 +25,7 @@ from pydantic_ai.messages import (
     repair_messages,
 )
 
-from code_puppy.agents.history_groups import (
+from code_puppy.history.groups import (
     CURRENT_REQUEST,
     PROVIDER_COMPACTION,
     SIGNED_REASONING,
@@ -37,7 +37,7 @@ from code_puppy.agents.history_groups import (
     partition,
     stored_groups,
 )
-from tests.agents.history_cases import WHEN, C, R, Req, Resp, T, U, shape, texts
+from tests.history.history_cases import WHEN, C, R, Req, Resp, T, U, shape, texts
 
 CUR = (CURRENT_REQUEST,)
 

@@ -43,11 +43,11 @@ from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models import Model, ModelRequestParameters, infer_model
 
-from code_puppy.agents.history_errors import HistoryProcessingError
-from code_puppy.agents.history_groups import HistoryGroup, keep_recent, partition
-from code_puppy.agents.token_estimate import estimate_request_tokens
 from code_puppy.config import ConfigError, HistoryConfig, ProcessorSpec
 from code_puppy.errors import one_line
+from code_puppy.history.errors import HistoryProcessingError
+from code_puppy.history.groups import HistoryGroup, keep_recent, partition
+from code_puppy.history.tokens import estimate_request_tokens
 
 ProcessorKind = Literal["messages", "run_context", "context"]
 

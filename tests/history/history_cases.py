@@ -17,7 +17,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-from code_puppy.agents.history_groups import HistoryGroup
+from code_puppy.history.groups import HistoryGroup
 
 WHEN = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 """One fixed timestamp, so equal-looking messages built twice compare equal."""

@@ -25,14 +25,14 @@ from pydantic_ai.models import ModelRequestParameters
 from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.usage import RequestUsage
 
-from code_puppy.agents.token_estimate import (
+from code_puppy.history.tokens import (
     MEDIA_ITEM_TOKENS,
     estimate_history_tokens,
     estimate_request_tokens,
     message_tokens,
     text_tokens,
 )
-from tests.agents.history_cases import WHEN, C, R, Req, Resp, T, U
+from tests.history.history_cases import WHEN, C, R, Req, Resp, T, U
 
 OVERHEAD = 8  # one message of one part
 

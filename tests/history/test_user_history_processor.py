@@ -29,24 +29,20 @@ from pydantic_ai.messages import (
 
 from code_puppy.agents.builder import build_pydantic_agent
 from code_puppy.agents.deps import RunDeps
-from code_puppy.agents.history_processors import (
+from code_puppy.config import ConfigError, HistoryConfig, Settings
+from code_puppy.history import HistoryProcessingError, HistoryProcessingValidationError, HistoryProcessorContext
+from code_puppy.history.processing import (
     HistoryProcessorState,
     classify_condition,
     classify_processor,
     resolve_history_processing,
 )
-from code_puppy.agents.token_estimate import text_tokens
-from code_puppy.agents.user_history_processor import (
-    HistoryProcessingError,
-    HistoryProcessingValidationError,
-    HistoryProcessorContext,
-    UserHistoryProcessor,
-)
-from code_puppy.config import ConfigError, HistoryConfig, Settings
+from code_puppy.history.tokens import text_tokens
+from code_puppy.history.user_history_processor import UserHistoryProcessor
 from code_puppy.sessions.session import Session
 from code_puppy.sessions.store import SqliteConversationStore
-from tests.agents.history_cases import C, R, T, U, texts
 from tests.conftest import stored_info
+from tests.history.history_cases import C, R, T, U, texts
 from tests.scripted_model import Scripted, scripted
 
 if TYPE_CHECKING:
@@ -186,15 +182,15 @@ def test_case_28_and_ambiguous_signatures_are_rejected_at_configuration() -> Non
     ("path", "message"),
     [
         (
-            "tests.agents.history_cases:missing",
-            "[history] processors: cannot import 'tests.agents.history_cases:missing': "
-            "tests.agents.history_cases has no attribute 'missing'",
+            "tests.history.history_cases:missing",
+            "[history] processors: cannot import 'tests.history.history_cases:missing': "
+            "tests.history.history_cases has no attribute 'missing'",
         ),
         (
-            "tests.agents.history_cases",
-            "[history] processors: 'tests.agents.history_cases' is not an import path of the form 'module:callable'",
+            "tests.history.history_cases",
+            "[history] processors: 'tests.history.history_cases' is not an import path of the form 'module:callable'",
         ),
-        ("tests.agents.history_cases:texts", None),
+        ("tests.history.history_cases:texts", None),
     ],
 )
 def test_import_paths_resolve_on_sys_path(path: str, message: str | None) -> None:
@@ -364,7 +360,7 @@ async def test_processors_run_in_order_each_validated_against_its_own_input(proj
         await agent.run("q3", message_history=PRIOR)
     assert seen_by_second == [["U:q2", "T:a2", "U:q3"]]
     assert str(caught.value) == (
-        "[V10] tests.agents.test_user_history_processor:"
+        "[V10] tests.history.test_user_history_processor:"
         "test_processors_run_in_order_each_validated_against_its_own_input.<locals>.second returned an invalid "
         "history: message 1 is a ModelResponse no model produced here (text); a summary response may hold only "
         "TextParts without id or provider fields"

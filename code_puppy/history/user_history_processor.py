@@ -1,8 +1,7 @@
 """`UserHistoryProcessor`: the user's history processors, run before every model request and validated.
 
-The public names a processor author needs are importable from here: `HistoryProcessorContext`,
-`HistoryProcessorState`, `HistoryGroup`, `HistoryOrigin`, `HistoryProcessingError`,
-`HistoryProcessingValidationError`. history_processors.py says how the processor kinds are told apart.
+The names a processor author needs are public in `code_puppy.history`; processing.py says how the processor kinds are
+told apart.
 """
 
 from __future__ import annotations
@@ -20,13 +19,12 @@ from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models import Model, ModelRequestContext, infer_model
 
 from code_puppy.agents.deps import deps_of
-from code_puppy.agents.history_errors import HistoryProcessingError, HistoryProcessingValidationError
-from code_puppy.agents.history_groups import HistoryGroup, HistoryOrigin
 from code_puppy.agents.history_persistence import in_main_run
-from code_puppy.agents.history_processors import (
+from code_puppy.errors import one_line
+from code_puppy.history.errors import HistoryProcessingError
+from code_puppy.history.processing import (
     PROCESSOR_FAILURES,
     HistoryProcessor,
-    HistoryProcessorContext,
     HistoryProcessorState,
     HistoryRevision,
     ProcessorCondition,
@@ -35,19 +33,8 @@ from code_puppy.agents.history_processors import (
     evaluate_condition,
     processor_context,
 )
-from code_puppy.agents.history_validation import validate_output
-from code_puppy.agents.token_estimate import estimate_history_tokens, estimate_request_tokens, serialize
-from code_puppy.errors import one_line
-
-__all__ = (
-    "HistoryGroup",
-    "HistoryOrigin",
-    "HistoryProcessingError",
-    "HistoryProcessingValidationError",
-    "HistoryProcessorContext",
-    "HistoryProcessorState",
-    "UserHistoryProcessor",
-)
+from code_puppy.history.tokens import estimate_history_tokens, estimate_request_tokens, serialize
+from code_puppy.history.validation import validate_output
 
 _processing: ContextVar[frozenset[int]] = ContextVar("code_puppy.history_processing", default=frozenset())
 """The agents (by id) whose history processors are running in this context, to refuse a recursive call."""

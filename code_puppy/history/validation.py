@@ -23,9 +23,9 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 
-from code_puppy.agents.history_errors import HistoryProcessingValidationError
-from code_puppy.agents.history_groups import HistoryGroup, orphan_results, unanswered_calls
-from code_puppy.agents.token_estimate import serialize
+from code_puppy.history.errors import HistoryProcessingValidationError
+from code_puppy.history.groups import HistoryGroup, orphan_results, unanswered_calls
+from code_puppy.history.tokens import serialize
 
 
 @dataclass(frozen=True)
