@@ -155,7 +155,7 @@ PACKAGES = {
             "tests/test_permissions.py",
             "tests/test_risky_options.py",
             "tests/chat/test_approvals.py",
-            "tests/agents/test_definitions.py",
+            "tests/definitions/test_definitions.py",
             "tests/test_mcp_config.py",
             "tests/test_plugin_hooks.py",
             "tests/test_auto_mode.py",

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, TextIO
 
-from code_puppy.agents.definitions import Loaded, load_agents, load_skill_infos
+from code_puppy.definitions.files import Loaded, load_agents, load_skill_infos
 
 
 def list_agents(project_root: Path, out: TextIO, err: TextIO) -> None:
@@ -50,7 +50,7 @@ def list_agents(project_root: Path, out: TextIO, err: TextIO) -> None:
 
 def list_skills(project_root: Path, out: TextIO, err: TextIO) -> None:
     """One line per skill that loads (the harness validates each, as for a run): name, description, file."""
-    from code_puppy.agents.skill_library import skill_capabilities, skill_names
+    from code_puppy.definitions.skill_library import skill_capabilities, skill_names
 
     validated = skill_capabilities(project_root)
     _report(validated, err)

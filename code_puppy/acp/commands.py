@@ -16,7 +16,7 @@ from typing import Any
 
 from acp.schema import AvailableCommand, AvailableCommandInput, UnstructuredCommandInput
 
-from code_puppy.agents.file_commands import BUILT_IN_COMMANDS, FileCommand, load_commands
+from code_puppy.definitions.file_commands import BUILT_IN_COMMANDS, FileCommand, load_commands
 
 BUILT_IN = {
     "permissions": ("Show or switch the permission mode (read-only, ask, accept-edits, auto, yolo)", "mode"),

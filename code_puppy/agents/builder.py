@@ -18,10 +18,8 @@ from pydantic_ai_harness.shell import LLM_API_KEY_ENV_PATTERNS, MAX_FOREGROUND_W
 from pydantic_ai_harness.subagents import SubAgent, SubAgents
 from pydantic_ai_harness.tool_output_limits import Band, ToolOutputLimits, Truncate
 
-from code_puppy.agents.agent_scope import AgentScope
 from code_puppy.agents.checkpoints import Checkpoints
 from code_puppy.agents.cut_off_calls import CutOffCalls
-from code_puppy.agents.definitions import AgentDefinition
 from code_puppy.agents.deps import RunDeps, deps_of
 from code_puppy.agents.history_persistence import HistoryPersistence
 from code_puppy.agents.permissions import PermissionPolicy
@@ -34,6 +32,8 @@ from code_puppy.agents.steering import Steering
 from code_puppy.agents.turn_journal import TurnJournal
 from code_puppy.checkpoints.shadow import ShadowRepo
 from code_puppy.config import PermissionMode, Settings
+from code_puppy.definitions.agent_scope import AgentScope
+from code_puppy.definitions.files import AgentDefinition
 from code_puppy.history.compaction import PersistentCompaction, compaction_strategy
 from code_puppy.plugins.host import PluginHost
 from code_puppy.sandbox import ProjectSandbox

@@ -38,9 +38,9 @@ from code_puppy.paths import data_dir
 if TYPE_CHECKING:
     from pydantic_ai.messages import TextContent
 
-    from code_puppy.agents.file_commands import FileCommand
     from code_puppy.chat.approvals import Answer
     from code_puppy.chat.runtime import ChatRuntime
+    from code_puppy.definitions.file_commands import FileCommand
 
 STARTUP_TRACE = "CODE_PUPPY_STARTUP_TRACE"
 """A file the chat appends one line to when its prompt is first drawn, saying whether pydantic-ai was imported yet."""

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from code_puppy.agents.file_commands import FileCommand
     from code_puppy.chat.approvals import Answer
     from code_puppy.chat.live import Live, Screen
     from code_puppy.chat.runtime import ChatRuntime
+    from code_puppy.definitions.file_commands import FileCommand
 
 
 class ChatControl(Protocol):

@@ -17,9 +17,9 @@ if TYPE_CHECKING:
 
     from pydantic_ai.messages import TextContent
 
-    from code_puppy.agents.file_commands import FileCommand
     from code_puppy.chat.control import ChatControl
     from code_puppy.core.run import TurnOutcome
+    from code_puppy.definitions.file_commands import FileCommand
 
 MAX_SHELL_CONTEXT = 8_000
 """Characters of a `!cmd`'s output passed on to the model with the next message."""

@@ -62,7 +62,7 @@ def register_builtins(commands: CommandRegistry, chat: ChatControl) -> None:
 def register_file_commands(commands: CommandRegistry, chat: ChatControl) -> list[str]:
     """Add the commands defined in markdown files (`.code-puppy/commands`, `.claude/commands`, the user's); a
     built-in's name is never shadowed. Returns the lines to show: the files skipped and the names changed."""
-    from code_puppy.agents.file_commands import FileCommand, load_commands
+    from code_puppy.definitions.file_commands import FileCommand, load_commands
 
     loaded = load_commands(chat.project_root, reserved=commands.names())
 
@@ -301,7 +301,7 @@ class Builtins:
         return "\n".join(lines) + "\n/agent NAME puts one in charge; the model can also delegate to each by name"
 
     async def skills(self, args: str) -> str:
-        from code_puppy.agents.definitions import load_skill_infos
+        from code_puppy.definitions.files import load_skill_infos
 
         runtime = await self._chat.ready()
         loaded = load_skill_infos(self._chat.project_root)

@@ -18,20 +18,20 @@ from pydantic_ai import Agent
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.models import Model
 
-from code_puppy.agents.agent_scope import AgentScope
 from code_puppy.agents.builder import build_pydantic_agent, capability, without_secrets
 from code_puppy.agents.checkpoints import Checkpoints
-from code_puppy.agents.definitions import AgentDefinition, Loaded, folders, load_agents, skill_files
 from code_puppy.agents.deps import RunDeps
-from code_puppy.agents.file_commands import FileCommand
 from code_puppy.agents.history_persistence import recover_interrupted_turn
 from code_puppy.agents.permissions import PermissionPolicy
 from code_puppy.agents.sandboxed_shell import SandboxedShell
-from code_puppy.agents.skill_library import skill_capabilities, skill_names
 from code_puppy.agents.spending import Budgets, Spending, configured_prices, unpriced_model_message
 from code_puppy.checkpoints.shadow import ShadowRepo
 from code_puppy.config import PermissionMode, Settings, load_settings
 from code_puppy.core.rewind import Rewinder, finish_interrupted_rewind, interrupted_line, open_shadow
+from code_puppy.definitions.agent_scope import AgentScope
+from code_puppy.definitions.file_commands import FileCommand
+from code_puppy.definitions.files import AgentDefinition, Loaded, folders, load_agents, skill_files
+from code_puppy.definitions.skill_library import skill_capabilities, skill_names
 from code_puppy.errors import ConfigError
 from code_puppy.models import choose_model_name, definition_model_name, resolve_model
 from code_puppy.options import RunOptions

@@ -10,7 +10,7 @@ from typing import Any
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai_harness.skills import Skills
 
-from code_puppy.agents.definitions import Loaded, Problem, folders, skill_files
+from code_puppy.definitions.files import Loaded, Problem, folders, skill_files
 
 LOAD_SKILL_TOOL = "load_capability"
 """The tool pydantic-ai offers for loading a deferred capability, which is what a skill is."""

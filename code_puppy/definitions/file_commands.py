@@ -15,7 +15,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from code_puppy.agents.definitions import (
+from code_puppy.definitions.files import (
     Loaded,
     Problem,
     Scope,

@@ -17,7 +17,6 @@ from pydantic_ai.exceptions import ApprovalRequired, SkipToolExecution
 from pydantic_ai.messages import ToolCallPart
 from pydantic_ai.tools import ToolDenied
 
-from code_puppy.agents.definitions import AgentDefinition, ToolGrant, stricter_mode
 from code_puppy.agents.deps import deps_of
 from code_puppy.agents.instructions import build_instructions
 from code_puppy.agents.permissions import (
@@ -29,6 +28,7 @@ from code_puppy.agents.permissions import (
     mcp_allowed,
 )
 from code_puppy.config import PermissionMode
+from code_puppy.definitions.files import AgentDefinition, ToolGrant, stricter_mode
 
 ALWAYS_OFFERED = frozenset({"load_capability"})
 """Tools every scope keeps: loading a skill changes nothing by itself."""
