@@ -131,7 +131,7 @@ def build_pydantic_agent(
     sandbox = sandbox or ProjectSandbox(settings.sandbox, root)
     mcp_servers: list[AbstractCapability[Any]] = []
     if any(server.enabled for server in settings.mcp_servers.values()):
-        from code_puppy.agents.mcp_servers import McpServers
+        from code_puppy.mcp.servers import McpServers
 
         mcp_servers.append(McpServers(settings.mcp_servers, project_root=root, sandbox=sandbox))
     compaction = compaction_strategy(
@@ -252,7 +252,7 @@ def without_secrets(environment: Mapping[str, str], settings: Settings) -> dict[
         *(endpoint.api_key_env for endpoint in settings.models.values() if endpoint.api_key_env),
     ]
     if settings.mcp_servers:
-        from code_puppy.agents.mcp_server import referenced_variables
+        from code_puppy.mcp.server import referenced_variables
 
         patterns += [name for server in settings.mcp_servers.values() for name in referenced_variables(server)]
     return {

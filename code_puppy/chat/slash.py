@@ -261,7 +261,7 @@ class Builtins:
 
     async def mcp(self, args: str) -> str:
         from code_puppy.agents.builder import capability
-        from code_puppy.agents.mcp_servers import McpServers
+        from code_puppy.mcp.servers import McpServers
 
         runtime = await self._chat.ready()
         servers = capability(runtime.agent, McpServers)
