@@ -10,10 +10,10 @@ from pydantic_ai import RunContext
 from pydantic_ai.models.test import TestModel
 from pydantic_ai.usage import RunUsage
 
-from code_puppy.agents.permissions import MCP_PERMISSION_KEY
 from code_puppy.config import ConfigError, McpServerConfig, load_settings
 from code_puppy.mcp.server import McpServer, expand_env
 from code_puppy.mcp.servers import McpServerGroup
+from code_puppy.permissions.policy import MCP_PERMISSION_KEY
 from code_puppy.sandbox import ProjectSandbox
 
 EXIT_FAILED = 1

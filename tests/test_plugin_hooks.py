@@ -21,10 +21,10 @@ from pydantic_ai_harness.filesystem import FileSystem
 
 from code_puppy.agents.builder import build_pydantic_agent
 from code_puppy.agents.deps import RunDeps
-from code_puppy.agents.permissions import PermissionPolicy
 from code_puppy.config import PermissionMode, Settings
 from code_puppy.core.run import TurnLimits, TurnOutcome, run_turn
 from code_puppy.headless.sinks import TextSink
+from code_puppy.permissions.policy import PermissionPolicy
 from code_puppy.plugins import PromptBlocked
 from code_puppy.plugins.discovery import load_plugins
 from code_puppy.plugins.host import PluginHost

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from code_puppy.agents.permissions import PermissionPolicy
 from code_puppy.checkpoints.shadow import ShadowRepo
+from code_puppy.permissions.policy import PermissionPolicy
 from code_puppy.sandbox.guard import ProtectedFiles
 from code_puppy.trust import project_trust, trust_project
 from tests.conftest import run_cli, start_cli, wait_for

@@ -22,7 +22,6 @@ from code_puppy.agents.checkpoints import Checkpoints
 from code_puppy.agents.cut_off_calls import CutOffCalls
 from code_puppy.agents.deps import RunDeps, deps_of
 from code_puppy.agents.history_persistence import HistoryPersistence
-from code_puppy.agents.permissions import PermissionPolicy
 from code_puppy.agents.project_files import ProjectFileSystem
 from code_puppy.agents.provider_retries import ProviderRetries
 from code_puppy.agents.sandboxed_shell import SandboxedShell
@@ -35,6 +34,7 @@ from code_puppy.config import PermissionMode, Settings
 from code_puppy.definitions.agent_scope import AgentScope
 from code_puppy.definitions.files import AgentDefinition
 from code_puppy.history.compaction import PersistentCompaction, compaction_strategy
+from code_puppy.permissions.policy import PermissionPolicy
 from code_puppy.plugins.host import PluginHost
 from code_puppy.sandbox import ProjectSandbox
 

@@ -15,7 +15,6 @@ from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults
 
 from code_puppy.agents.deps import RunDeps
 from code_puppy.agents.history_persistence import recover_interrupted_turn
-from code_puppy.agents.permissions import PermissionPolicy
 from code_puppy.agents.steering import SteeringInbox, accepting_steers, held_steers
 from code_puppy.chat.approvals import Approver, Confirm
 from code_puppy.chat.chat_sink import ChatSink, thousands
@@ -25,6 +24,7 @@ from code_puppy.core.rewind import Only, RewindResult
 from code_puppy.core.run import TurnLimits, TurnOutcome, run_turn
 from code_puppy.history.tokens import estimate_request_tokens
 from code_puppy.options import RunOptions
+from code_puppy.permissions.policy import PermissionPolicy
 from code_puppy.plugins import RegisterCommand
 from code_puppy.sessions.costs import CostTotals
 from code_puppy.sessions.runs import RunRegistry

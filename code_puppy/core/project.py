@@ -22,7 +22,6 @@ from code_puppy.agents.builder import build_pydantic_agent, capability, without_
 from code_puppy.agents.checkpoints import Checkpoints
 from code_puppy.agents.deps import RunDeps
 from code_puppy.agents.history_persistence import recover_interrupted_turn
-from code_puppy.agents.permissions import PermissionPolicy
 from code_puppy.agents.sandboxed_shell import SandboxedShell
 from code_puppy.agents.spending import Budgets, Spending, configured_prices, unpriced_model_message
 from code_puppy.checkpoints.shadow import ShadowRepo
@@ -35,6 +34,7 @@ from code_puppy.definitions.skill_library import skill_capabilities, skill_names
 from code_puppy.errors import ConfigError
 from code_puppy.models import choose_model_name, definition_model_name, resolve_model
 from code_puppy.options import RunOptions
+from code_puppy.permissions.policy import PermissionPolicy
 from code_puppy.plugins import RegisterCommand
 from code_puppy.plugins.discovery import load_plugins
 from code_puppy.plugins.host import PluginHost

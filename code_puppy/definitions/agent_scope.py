@@ -19,7 +19,9 @@ from pydantic_ai.tools import ToolDenied
 
 from code_puppy.agents.deps import deps_of
 from code_puppy.agents.instructions import build_instructions
-from code_puppy.agents.permissions import (
+from code_puppy.config import PermissionMode
+from code_puppy.definitions.files import AgentDefinition, ToolGrant, stricter_mode
+from code_puppy.permissions.policy import (
     ALWAYS_ALLOWED_TOOL_NAMES,
     MCP_PERMISSION_KEY,
     SHELL_TOOL_NAMES,
@@ -27,8 +29,6 @@ from code_puppy.agents.permissions import (
     allowed_by_list,
     mcp_allowed,
 )
-from code_puppy.config import PermissionMode
-from code_puppy.definitions.files import AgentDefinition, ToolGrant, stricter_mode
 
 ALWAYS_OFFERED = frozenset({"load_capability"})
 """Tools every scope keeps: loading a skill changes nothing by itself."""

@@ -19,7 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 import code_puppy
-from code_puppy.agents.permissions import ALWAYS_ALLOWED_TOOL_NAMES
+from code_puppy.permissions.policy import ALWAYS_ALLOWED_TOOL_NAMES
 from code_puppy.plugins.options import plugin_options
 
 

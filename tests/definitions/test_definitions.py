@@ -12,7 +12,6 @@ from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
 
 from code_puppy.agents.builder import build_pydantic_agent, capability
 from code_puppy.agents.deps import RunDeps
-from code_puppy.agents.permissions import PermissionPolicy
 from code_puppy.config import Settings
 from code_puppy.definitions.agent_scope import AgentScope
 from code_puppy.definitions.file_commands import BUILT_IN_COMMANDS, load_commands
@@ -26,6 +25,7 @@ from code_puppy.definitions.files import (
     stricter_mode,
 )
 from code_puppy.models import definition_model_name
+from code_puppy.permissions.policy import PermissionPolicy
 from code_puppy.sessions.session import Session
 
 

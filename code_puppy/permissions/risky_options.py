@@ -21,7 +21,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from code_puppy.agents.permissions import SEGMENT_SPLIT
+from code_puppy.permissions.policy import SEGMENT_SPLIT
 
 PATH = "path"
 """The option's value is a path the tool writes to or works in: refused when it leaves the project."""

@@ -13,8 +13,8 @@ from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, RunCont
 
 from code_puppy.agents.builder import build_pydantic_agent, capability
 from code_puppy.agents.deps import RunDeps
-from code_puppy.agents.permissions import PermissionPolicy, allowed_by_list, is_read_only, mcp_allowed
 from code_puppy.config import PermissionMode, Settings
+from code_puppy.permissions.policy import PermissionPolicy, allowed_by_list, is_read_only, mcp_allowed
 from code_puppy.sessions.session import Session
 from tests.scripted_model import scripted, tool_returns
 from tests.test_auto_mode import approve_all

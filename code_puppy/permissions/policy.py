@@ -234,7 +234,7 @@ class PermissionPolicy(AbstractCapability[Any]):
         if tool_name in SHELL_TOOL_NAMES:
             command = str(args.get("command", ""))
             if allowed_by_list(command, self.allow):
-                from code_puppy.agents.risky_options import risky_option  # only for allow-listed commands
+                from code_puppy.permissions.risky_options import risky_option  # only for allow-listed commands
 
                 if (risk := risky_option(command, self.project_root)) is None:
                     return "allow", ""
@@ -269,7 +269,7 @@ class PermissionPolicy(AbstractCapability[Any]):
             return False
         if not allowed_by_list(command, self.unsandboxed):
             return True
-        from code_puppy.agents.risky_options import risky_option
+        from code_puppy.permissions.risky_options import risky_option
 
         return risky_option(command, self.project_root) is not None
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from code_puppy.agents.permissions import PermissionPolicy
+from code_puppy.permissions.policy import PermissionPolicy
 from tests.conftest import run_cli
 from tests.fake_llm import call, text, tool_calls
 
