@@ -77,7 +77,7 @@ PACKAGES = {
             "code_puppy/sandbox/_landlock_exec.py",
             "code_puppy/sandbox/commands.py",
             "code_puppy/sandbox/guard.py",
-            "code_puppy/agents/sandboxed_shell.py",
+            "code_puppy/sandbox/sandboxed_shell.py",
         ),
         tests=(
             "tests/test_sandbox.py",

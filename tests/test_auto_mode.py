@@ -18,8 +18,8 @@ from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults
 
 from code_puppy.agents.builder import build_pydantic_agent, capability
 from code_puppy.agents.deps import RunDeps
-from code_puppy.agents.sandboxed_shell import SandboxedShell, _sandbox_failure  # pyright: ignore[reportPrivateUsage]
 from code_puppy.config import Settings
+from code_puppy.sandbox.sandboxed_shell import SandboxedShell, _sandbox_failure  # pyright: ignore[reportPrivateUsage]
 from code_puppy.sessions.session import Session
 from tests.conftest import run_cli, wait_for
 from tests.fake_llm import FakeLLMServer, call, text, tool_calls

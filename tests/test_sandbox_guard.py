@@ -14,9 +14,9 @@ from pydantic_ai.messages import ToolCallPart
 
 from code_puppy.agents.builder import build_pydantic_agent, capability
 from code_puppy.agents.deps import RunDeps
-from code_puppy.agents.sandboxed_shell import SandboxedShell
 from code_puppy.config import SandboxConfig, Settings
 from code_puppy.sandbox import ProjectSandbox
+from code_puppy.sandbox.sandboxed_shell import SandboxedShell
 from code_puppy.sessions.session import Session
 from tests.conftest import run_cli, wait_for
 from tests.fake_llm import FakeLLMServer, call, text, tool_calls

@@ -24,7 +24,6 @@ from code_puppy.agents.deps import RunDeps, deps_of
 from code_puppy.agents.history_persistence import HistoryPersistence
 from code_puppy.agents.project_files import ProjectFileSystem
 from code_puppy.agents.provider_retries import ProviderRetries
-from code_puppy.agents.sandboxed_shell import SandboxedShell
 from code_puppy.agents.shell_outputs import ShellOutputs
 from code_puppy.agents.spending import CostMeter, Spending, configured_prices
 from code_puppy.agents.steering import Steering
@@ -37,6 +36,7 @@ from code_puppy.history.compaction import PersistentCompaction, compaction_strat
 from code_puppy.permissions.policy import PermissionPolicy
 from code_puppy.plugins.host import PluginHost
 from code_puppy.sandbox import ProjectSandbox
+from code_puppy.sandbox.sandboxed_shell import SandboxedShell
 
 FILE_TOOLS = ("read_file", "write_file", "edit_file", "create_directory", "list_files", "grep")
 """The harness file tools offered; `create_directory` is included because `write_file` needs an existing parent."""

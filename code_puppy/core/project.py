@@ -22,7 +22,6 @@ from code_puppy.agents.builder import build_pydantic_agent, capability, without_
 from code_puppy.agents.checkpoints import Checkpoints
 from code_puppy.agents.deps import RunDeps
 from code_puppy.agents.history_persistence import recover_interrupted_turn
-from code_puppy.agents.sandboxed_shell import SandboxedShell
 from code_puppy.agents.spending import Budgets, Spending, configured_prices, unpriced_model_message
 from code_puppy.checkpoints.shadow import ShadowRepo
 from code_puppy.config import PermissionMode, Settings, load_settings
@@ -39,6 +38,7 @@ from code_puppy.plugins import RegisterCommand
 from code_puppy.plugins.discovery import load_plugins
 from code_puppy.plugins.host import PluginHost
 from code_puppy.sandbox import ProjectSandbox, SandboxUnavailable
+from code_puppy.sandbox.sandboxed_shell import SandboxedShell
 from code_puppy.sessions.search import start_indexer
 from code_puppy.sessions.session import Session, open_session
 from code_puppy.sessions.store import build_serializers, open_store
