@@ -20,7 +20,7 @@ FORBIDDEN = {
     "history": ("code_puppy.core", *FRONT_ENDS),
     "sessions": ("code_puppy.core", *FRONT_ENDS),
     "plugins": ("code_puppy.core", *FRONT_ENDS),
-    "checkpoints": ("code_puppy.core", *FRONT_ENDS, "code_puppy.agents", "code_puppy.sessions"),
+    "checkpoints": ("code_puppy.core", *FRONT_ENDS),
 }
 """What each subpackage must not import: the front ends (chat, headless, the ACP server) sit over the core, the core
 over the agent, sessions and plugins, and nothing imports upwards."""

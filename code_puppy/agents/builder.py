@@ -18,7 +18,6 @@ from pydantic_ai_harness.shell import LLM_API_KEY_ENV_PATTERNS, MAX_FOREGROUND_W
 from pydantic_ai_harness.subagents import SubAgent, SubAgents
 from pydantic_ai_harness.tool_output_limits import Band, ToolOutputLimits, Truncate
 
-from code_puppy.agents.checkpoints import Checkpoints
 from code_puppy.agents.cut_off_calls import CutOffCalls
 from code_puppy.agents.deps import RunDeps, deps_of
 from code_puppy.agents.history_persistence import HistoryPersistence
@@ -28,6 +27,7 @@ from code_puppy.agents.shell_outputs import ShellOutputs
 from code_puppy.agents.spending import CostMeter, Spending, configured_prices
 from code_puppy.agents.steering import Steering
 from code_puppy.agents.turn_journal import TurnJournal
+from code_puppy.checkpoints.capability import Checkpoints
 from code_puppy.checkpoints.shadow import ShadowRepo
 from code_puppy.config import PermissionMode, Settings
 from code_puppy.definitions.agent_scope import AgentScope

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from code_puppy.chat.control import ChatControl
     from code_puppy.chat.runtime import ChatRuntime
-    from code_puppy.core.rewind import Only, RewindResult
+    from code_puppy.checkpoints.rewind import Only, RewindResult
 
 _KINDS = {"both": None, "code": "code", "conversation": "conversation"}
 REWIND_USAGE = "/rewind N [both|code|conversation]: go back to before turn N of the list (/rewind shows it)"
@@ -19,7 +19,7 @@ REWIND_USAGE = "/rewind N [both|code|conversation]: go back to before turn N of 
 
 async def undo(chat: ChatControl, args: str) -> str:
     """Put back the files of the session's latest checkpoint; the model hears of it with the next message."""
-    from code_puppy.core.rewind import files_line
+    from code_puppy.checkpoints.rewind import files_line
 
     if args:
         return "usage: /undo (it undoes the file changes of the latest turn that made some; /rewind goes further)"
@@ -55,7 +55,7 @@ async def rewind(chat: ChatControl, args: str) -> str:
         return "nothing was changed"
     if result.nothing:
         return f"there is no turn {words[0]} (/rewind lists them)"
-    from code_puppy.core.rewind import describe_rewind
+    from code_puppy.checkpoints.rewind import describe_rewind
 
     if result.turn is not None:
         chat.put_input(result.turn.prompt)
@@ -88,7 +88,7 @@ def _what(result: RewindResult) -> str:
 
 def _turn_list(runtime: ChatRuntime) -> str:
     """The session's turns, newest first, numbered for `/rewind N`: time, prompt, the files changed since."""
-    from code_puppy.core.rewind import user_turns
+    from code_puppy.checkpoints.rewind import user_turns
     from code_puppy.sessions.checkpoints import CheckpointLog
 
     turns = list(reversed(user_turns(runtime.session.messages)))

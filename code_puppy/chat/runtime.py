@@ -18,9 +18,9 @@ from code_puppy.agents.history_persistence import recover_interrupted_turn
 from code_puppy.agents.steering import SteeringInbox, accepting_steers, held_steers
 from code_puppy.chat.approvals import Approver, Confirm
 from code_puppy.chat.chat_sink import ChatSink, thousands
+from code_puppy.checkpoints.rewind import Only, RewindResult
 from code_puppy.config import Settings
 from code_puppy.core.project import Project
-from code_puppy.core.rewind import Only, RewindResult
 from code_puppy.core.run import TurnLimits, TurnOutcome, run_turn
 from code_puppy.history.tokens import estimate_request_tokens
 from code_puppy.options import RunOptions

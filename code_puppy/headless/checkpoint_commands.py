@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 from typing import TextIO
 
+from code_puppy.checkpoints.rewind import Only, Rewinder, describe_rewind, finish_interrupted_rewind, open_shadow
 from code_puppy.checkpoints.shadow import CheckpointError
 from code_puppy.config import Settings, load_settings
-from code_puppy.core.rewind import Only, Rewinder, describe_rewind, finish_interrupted_rewind, open_shadow
 from code_puppy.errors import ConfigError, say
 from code_puppy.sessions.catalog import SessionInfo
 from code_puppy.sessions.checkpoints import CheckpointLog, checkpoint_lines

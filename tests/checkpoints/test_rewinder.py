@@ -10,10 +10,8 @@ from pathlib import Path
 import pytest
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
 
-from code_puppy.agents.checkpoints import TurnChanges
-from code_puppy.checkpoints.shadow import ShadowRepo
-from code_puppy.config import ConfigError
-from code_puppy.core.rewind import (
+from code_puppy.checkpoints.capability import TurnChanges
+from code_puppy.checkpoints.rewind import (
     RECORD,
     Rewinder,
     RewindResult,
@@ -25,6 +23,8 @@ from code_puppy.core.rewind import (
     record_turn,
     user_turns,
 )
+from code_puppy.checkpoints.shadow import ShadowRepo
+from code_puppy.config import ConfigError
 from code_puppy.sessions.checkpoints import Checkpoint, CheckpointLog
 from code_puppy.sessions.session import Session
 from code_puppy.sessions.store import SqliteConversationStore

@@ -12,8 +12,8 @@ from types import FrameType
 
 import pytest
 
-from code_puppy.agents.checkpoints import Checkpoints
 from code_puppy.checkpoints import watch
+from code_puppy.checkpoints.capability import Checkpoints
 from code_puppy.checkpoints.shadow import ShadowRepo
 from code_puppy.trust import trust_project
 

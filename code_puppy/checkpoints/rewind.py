@@ -24,8 +24,8 @@ from typing import Any, Literal
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
 
-from code_puppy.agents.checkpoints import TurnChanges
 from code_puppy.agents.history_persistence import persist_rewound_history
+from code_puppy.checkpoints.capability import TurnChanges
 from code_puppy.checkpoints.shadow import Change, CheckpointError, Entry, ShadowRepo, write_file
 from code_puppy.config import ConfigError
 from code_puppy.mentions import typed_text

@@ -11,8 +11,8 @@ from pydantic_ai.messages import ModelMessage, ToolCallPart
 from pydantic_ai.models.function import AgentInfo
 
 from code_puppy.agents.builder import build_pydantic_agent
-from code_puppy.agents.checkpoints import Checkpoints
 from code_puppy.agents.deps import RunDeps
+from code_puppy.checkpoints.capability import Checkpoints
 from code_puppy.checkpoints.shadow import ShadowRepo
 from code_puppy.config import Settings
 from code_puppy.core.run import run_turn
@@ -155,7 +155,7 @@ async def test_a_call_right_after_another_of_its_response_starts_from_its_snapsh
     async with checkpoints.tracked(response=("run", 2)):  # a new response: the user may have edited meanwhile
         (project / "c.txt").write_text("c")
     assert len(taken) == 5
-    monkeypatch.setattr("code_puppy.agents.checkpoints.REUSE_WITHIN", 0.0)  # a slow call of the response in between
+    monkeypatch.setattr("code_puppy.checkpoints.capability.REUSE_WITHIN", 0.0)  # a slow call of the response in between
     (project / "mine.txt").write_text("mine, again")
     async with checkpoints.tracked(response=("run", 2)):
         (project / "d.txt").write_text("d")
