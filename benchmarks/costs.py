@@ -24,7 +24,7 @@ from pydantic_ai.providers.openai import OpenAIProvider
 from pydantic_ai.usage import RequestUsage
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from code_puppy.agents.spending import Budgets, Spending
+from code_puppy.cost.spending import Budgets, Spending
 from code_puppy.sessions.store import SqliteConversationStore
 
 

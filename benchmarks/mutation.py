@@ -124,11 +124,11 @@ PACKAGES = {
         ),
     ),
     "spending": Package(
-        sources=("code_puppy/agents/spending.py", "code_puppy/sessions/costs.py"),
+        sources=("code_puppy/cost/spending.py", "code_puppy/sessions/costs.py"),
         tests=(
-            "tests/agents/test_spending.py",
+            "tests/cost/test_spending.py",
             "tests/sessions/test_cost_book.py",
-            "tests/test_costs.py",
+            "tests/cost/test_costs.py",
             "tests/chat/test_chat_costs.py",
         ),
     ),

@@ -24,12 +24,12 @@ from code_puppy.agents.history_persistence import HistoryPersistence
 from code_puppy.agents.project_files import ProjectFileSystem
 from code_puppy.agents.provider_retries import ProviderRetries
 from code_puppy.agents.shell_outputs import ShellOutputs
-from code_puppy.agents.spending import CostMeter, Spending, configured_prices
 from code_puppy.agents.steering import Steering
 from code_puppy.agents.turn_journal import TurnJournal
 from code_puppy.checkpoints.capability import Checkpoints
 from code_puppy.checkpoints.shadow import ShadowRepo
 from code_puppy.config import PermissionMode, Settings
+from code_puppy.cost.spending import CostMeter, Spending, configured_prices
 from code_puppy.definitions.agent_scope import AgentScope
 from code_puppy.definitions.files import AgentDefinition
 from code_puppy.history.compaction import PersistentCompaction, compaction_strategy

@@ -68,9 +68,9 @@ async def turn_job(
 
 def _ending(outcome: TurnOutcome, seconds: float, cost: str) -> str:
     """The turn's closing line: its time, requests, tokens and cost, or why it stopped."""
-    from code_puppy.agents.spending import BudgetReached
     from code_puppy.chat.chat_sink import describe_usage
     from code_puppy.core.events import ending
+    from code_puppy.cost.spending import BudgetReached
 
     status, message = ending(outcome)
     if status == "success":

@@ -112,7 +112,7 @@ class ChatRuntime:
 
     async def _write_title(self, session: Session, model: Model) -> None:
         from code_puppy.agents.session_title import write_title
-        from code_puppy.agents.spending import CostMeter
+        from code_puppy.cost.spending import CostMeter
 
         meter = CostMeter(self.project.spending, kind="title", session_id=session.id)
         try:

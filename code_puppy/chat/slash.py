@@ -166,7 +166,7 @@ class Builtins:
     def budget(self, args: str) -> str:
         from dataclasses import replace
 
-        from code_puppy.agents.spending import dollars
+        from code_puppy.cost.spending import dollars
         from code_puppy.sessions.costs import format_cost
 
         runtime = self._chat.runtime
@@ -241,7 +241,7 @@ class Builtins:
         return await rewind(self._chat, args)
 
     async def compact(self, args: str) -> str:
-        from code_puppy.agents.spending import CostMeter
+        from code_puppy.cost.spending import CostMeter
         from code_puppy.history.compaction import compact_history
 
         runtime = await self._chat.ready()

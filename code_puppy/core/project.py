@@ -21,11 +21,11 @@ from pydantic_ai.models import Model
 from code_puppy.agents.builder import build_pydantic_agent, capability, without_secrets
 from code_puppy.agents.deps import RunDeps
 from code_puppy.agents.history_persistence import recover_interrupted_turn
-from code_puppy.agents.spending import Budgets, Spending, configured_prices, unpriced_model_message
 from code_puppy.checkpoints.capability import Checkpoints
 from code_puppy.checkpoints.rewind import Rewinder, finish_interrupted_rewind, interrupted_line, open_shadow
 from code_puppy.checkpoints.shadow import ShadowRepo
 from code_puppy.config import PermissionMode, Settings, load_settings
+from code_puppy.cost.spending import Budgets, Spending, configured_prices, unpriced_model_message
 from code_puppy.definitions.agent_scope import AgentScope
 from code_puppy.definitions.file_commands import FileCommand
 from code_puppy.definitions.files import AgentDefinition, Loaded, folders, load_agents, skill_files

@@ -18,12 +18,12 @@ from pydantic_ai.messages import TextContent
 from pydantic_ai.usage import RunUsage
 
 from code_puppy.agents.deps import RunDeps
-from code_puppy.agents.spending import Spending
 from code_puppy.agents.steering import SteeringInbox, accepting_steers, held_steers
 from code_puppy.config import ConfigError
 from code_puppy.core.events import EXIT_CODES, EventSink, RunOutcome, Status, Usage, ending
 from code_puppy.core.project import Project
 from code_puppy.core.run import TurnLimits, TurnOutcome, run_turn, unrun_follow_up_note
+from code_puppy.cost.spending import Spending
 from code_puppy.definitions.file_commands import find_command
 from code_puppy.errors import one_line
 from code_puppy.headless.sinks import SINKS

@@ -20,7 +20,7 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.usage import UsageLimits
 
-from code_puppy.agents.spending import BudgetReached
+from code_puppy.cost.spending import BudgetReached
 from code_puppy.errors import one_line, say
 from code_puppy.history.groups import HistoryGroup
 from code_puppy.history.processing import HistoryProcessorContext

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.conftest import run_cli
+from tests.cost.test_costs import configure, cost_of
 from tests.fake_llm import FakeLLMServer, call, text, tool_calls
 from tests.pty_chat import PtyChat
-from tests.test_costs import configure, cost_of
 
 
 def test_bar_turn_line_usage_and_budget(server: FakeLLMServer, project: Path, code_puppy_home: Path) -> None:
