@@ -85,7 +85,7 @@ PACKAGES = {
             "tests/test_sandbox_guard.py",
             "tests/test_auto_mode.py",
             "tests/permissions/test_permissions.py",
-            "tests/agents/test_shell_outputs.py",
+            "tests/workspace/test_shell_outputs.py",
             "tests/test_worktrees.py::test_the_main_checkouts_sandbox_guard_leaves_worktrees_to_their_agents",
             "tests/test_bundled_plugins.py::test_verify_loop_runs_its_check_like_the_agents_commands",
             "tests/test_mcp.py::test_a_stdio_server_with_sandbox_true_runs_confined",

@@ -15,10 +15,10 @@ from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, ToolDen
 
 from code_puppy.acp.files import ClientFiles
 from code_puppy.acp.updates import diff_content, locations, tool_kind
-from code_puppy.agents.proposed_edits import proposed_edit
 from code_puppy.core.project import Project
 from code_puppy.sandbox.sandboxed_shell import ESCALATE
 from code_puppy.terminal_text import printable
+from code_puppy.workspace.proposed_edits import proposed_edit
 
 ALLOW_ONCE, ALLOW_ALWAYS, REJECT_ONCE = "allow-once", "allow-always", "reject-once"
 

@@ -21,9 +21,7 @@ from pydantic_ai_harness.tool_output_limits import Band, ToolOutputLimits, Trunc
 from code_puppy.agents.cut_off_calls import CutOffCalls
 from code_puppy.agents.deps import RunDeps, deps_of
 from code_puppy.agents.history_persistence import HistoryPersistence
-from code_puppy.agents.project_files import ProjectFileSystem
 from code_puppy.agents.provider_retries import ProviderRetries
-from code_puppy.agents.shell_outputs import ShellOutputs
 from code_puppy.agents.steering import Steering
 from code_puppy.agents.turn_journal import TurnJournal
 from code_puppy.checkpoints.capability import Checkpoints
@@ -37,6 +35,8 @@ from code_puppy.permissions.policy import PermissionPolicy
 from code_puppy.plugins.host import PluginHost
 from code_puppy.sandbox import ProjectSandbox
 from code_puppy.sandbox.sandboxed_shell import SandboxedShell
+from code_puppy.workspace.project_files import ProjectFileSystem
+from code_puppy.workspace.shell_outputs import ShellOutputs
 
 FILE_TOOLS = ("read_file", "write_file", "edit_file", "create_directory", "list_files", "grep")
 """The harness file tools offered; `create_directory` is included because `write_file` needs an existing parent."""

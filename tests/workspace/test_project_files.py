@@ -26,9 +26,9 @@ from pydantic_ai_harness.filesystem import FileChangeRequestEvent, FileSystem
 
 from code_puppy.agents.builder import MAX_READ_CHARS, build_pydantic_agent
 from code_puppy.agents.deps import RunDeps
-from code_puppy.agents.project_files import READ_CHUNK_BYTES, ProjectFileSystem
 from code_puppy.config import Settings
 from code_puppy.sessions.session import Session
+from code_puppy.workspace.project_files import READ_CHUNK_BYTES, ProjectFileSystem
 from tests.conftest import CODE_PUPPY, run_cli
 from tests.fake_llm import FakeLLMServer, call, text, tool_calls
 from tests.scripted_model import scripted, tool_returns
@@ -334,7 +334,7 @@ def test_a_read_only_file_is_not_replaced_though_its_folder_is_writable() -> Non
     script = textwrap.dedent(
         """
         import asyncio, sys
-        from code_puppy.agents.project_files import ProjectFileSystem
+        from code_puppy.workspace.project_files import ProjectFileSystem
 
         files = ProjectFileSystem(root_dir=sys.argv[1]).get_toolset()
         try:
@@ -368,7 +368,7 @@ def test_an_edit_that_fails_half_way_leaves_the_file_whole(project: Path) -> Non
     script = textwrap.dedent(
         """
         import asyncio, pathlib, resource, signal, stat, sys
-        from code_puppy.agents.project_files import ProjectFileSystem
+        from code_puppy.workspace.project_files import ProjectFileSystem
 
         def failed(signum, frame):  # runs after the failed write, before the temporary file is removed
             for temporary in pathlib.Path(sys.argv[1]).glob(".big.txt.*.tmp"):

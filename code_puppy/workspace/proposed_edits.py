@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import TypeAdapter, ValidationError
 from pydantic_ai_harness.filesystem import Replacement
 
-from code_puppy.agents.project_files import BINARY_SAMPLE_BYTES
+from code_puppy.workspace.project_files import BINARY_SAMPLE_BYTES
 
 
 @dataclass(frozen=True)
