@@ -25,10 +25,10 @@ from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from code_puppy.agents.builder import build_pydantic_agent
-from code_puppy.agents.deps import RunDeps
-from code_puppy.agents.turn_journal import TurnJournal
 from code_puppy.config import Settings
+from code_puppy.core.builder import build_pydantic_agent
+from code_puppy.run.deps import RunDeps
+from code_puppy.run.turn_journal import TurnJournal
 from code_puppy.sessions.session import Session
 from code_puppy.sessions.store import SqliteConversationStore
 from tests.sessions_data import exchange  # the same realistic messages the store tests use

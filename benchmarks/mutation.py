@@ -113,12 +113,12 @@ PACKAGES = {
         ),
     ),
     "journal": Package(
-        sources=("code_puppy/sessions/journal.py", "code_puppy/agents/turn_journal.py"),
+        sources=("code_puppy/sessions/journal.py", "code_puppy/run/turn_journal.py"),
         tests=(
             "tests/test_journal.py",
-            "tests/agents/test_turn_journal.py",
+            "tests/run/test_turn_journal.py",
             "tests/sessions/test_journal_recovery.py",
-            "tests/agents/test_history_persistence.py",
+            "tests/run/test_history_persistence.py",
             "tests/test_sessions_cli.py",
             "tests/test_store_failures.py",
         ),

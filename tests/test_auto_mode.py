@@ -16,9 +16,9 @@ from pydantic_ai.messages import ModelMessage, ToolCallPart
 from pydantic_ai.models.function import AgentInfo
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults
 
-from code_puppy.agents.builder import build_pydantic_agent, capability
-from code_puppy.agents.deps import RunDeps
 from code_puppy.config import Settings
+from code_puppy.core.builder import build_pydantic_agent, capability
+from code_puppy.run.deps import RunDeps
 from code_puppy.sandbox.sandboxed_shell import SandboxedShell, _sandbox_failure  # pyright: ignore[reportPrivateUsage]
 from code_puppy.sessions.session import Session
 from tests.conftest import run_cli, wait_for

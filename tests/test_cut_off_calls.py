@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from code_puppy.agents.cut_off_calls import json_outline
+from code_puppy.run.cut_off_calls import json_outline
 from tests.conftest import run_cli
 from tests.fake_llm import FakeLLMServer, ToolCall, call, cut_call, text, tool_calls
 

@@ -16,7 +16,7 @@ FORBIDDEN = {
     "headless": ("code_puppy.chat", "code_puppy.acp"),
     "acp": ("code_puppy.chat", "code_puppy.headless"),
     "core": FRONT_ENDS,
-    "agents": ("code_puppy.core", *FRONT_ENDS),
+    "run": ("code_puppy.core", *FRONT_ENDS),
     "history": ("code_puppy.core", *FRONT_ENDS),
     "sessions": ("code_puppy.core", *FRONT_ENDS),
     "plugins": ("code_puppy.core", *FRONT_ENDS),

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from pydantic_ai.messages import ToolCallPart
 
-from code_puppy.agents.builder import build_pydantic_agent
 from code_puppy.config import McpServerConfig, PermissionMode, Settings
+from code_puppy.core.builder import build_pydantic_agent
 from tests.conftest import CODE_PUPPY, run_cli
 from tests.fake_llm import FakeLLMServer, call, error, text, tool_calls
 from tests.scripted_model import scripted, tool_returns

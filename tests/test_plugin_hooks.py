@@ -19,15 +19,15 @@ from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, RunContext, ToolDenied
 from pydantic_ai_harness.filesystem import FileSystem
 
-from code_puppy.agents.builder import build_pydantic_agent
-from code_puppy.agents.deps import RunDeps
 from code_puppy.config import PermissionMode, Settings
-from code_puppy.core.run import TurnLimits, TurnOutcome, run_turn
+from code_puppy.core.builder import build_pydantic_agent
+from code_puppy.core.turn import TurnLimits, TurnOutcome, run_turn
 from code_puppy.headless.sinks import TextSink
 from code_puppy.permissions.policy import PermissionPolicy
 from code_puppy.plugins import PromptBlocked
 from code_puppy.plugins.discovery import load_plugins
 from code_puppy.plugins.host import PluginHost
+from code_puppy.run.deps import RunDeps
 from code_puppy.sessions.session import Session
 from code_puppy.sessions.store import SqliteConversationStore
 from tests.scripted_model import Reply, scripted, tool_returns

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from pydantic_ai.messages import ToolCallPart
 
-from code_puppy.agents.builder import build_pydantic_agent, capability
-from code_puppy.agents.deps import RunDeps
 from code_puppy.config import SandboxConfig, Settings
+from code_puppy.core.builder import build_pydantic_agent, capability
+from code_puppy.run.deps import RunDeps
 from code_puppy.sandbox import ProjectSandbox
 from code_puppy.sandbox.sandboxed_shell import SandboxedShell
 from code_puppy.sessions.session import Session

@@ -13,11 +13,11 @@ from pydantic_ai.exceptions import UsageLimitExceeded
 from pydantic_ai.messages import ModelMessage, ModelRequest, ToolCallPart, UserPromptPart
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
-from code_puppy.agents.builder import build_pydantic_agent
-from code_puppy.agents.deps import RunDeps
 from code_puppy.config import Settings
-from code_puppy.core.run import TurnLimits, run_turn
+from code_puppy.core.builder import build_pydantic_agent
+from code_puppy.core.turn import TurnLimits, run_turn
 from code_puppy.headless.sinks import StreamJsonSink, TextSink
+from code_puppy.run.deps import RunDeps
 from code_puppy.sessions.session import Session
 from tests.scripted_model import scripted, tool_returns
 

@@ -30,7 +30,7 @@ class ClientFiles:
 
     @property
     def holds_edits(self) -> bool:
-        """Whether edits are made to the editor's buffers: only when they go back to it too (agents/project_files.py
+        """Whether edits are made to the editor's buffers: only when they go back to it too (workspace/project_files.py
         computes a write from the disk otherwise)."""
         return self.reads and self.writes
 

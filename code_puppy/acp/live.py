@@ -15,10 +15,10 @@ from acp.schema import (
 )
 
 from code_puppy.acp.commands import SessionCommands
-from code_puppy.agents.steering import SteeringInbox
 from code_puppy.config import PermissionMode
 from code_puppy.core.project import Project
-from code_puppy.core.run import TurnOutcome
+from code_puppy.core.turn import TurnOutcome
+from code_puppy.run.steering import SteeringInbox
 from code_puppy.sessions.session import Session
 
 MODES: dict[PermissionMode, tuple[str, str]] = {

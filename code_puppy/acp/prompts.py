@@ -24,7 +24,7 @@ from pydantic_ai.models import Model
 
 from code_puppy.acp.files import ClientFiles
 from code_puppy.core.events import ending
-from code_puppy.core.run import TurnOutcome
+from code_puppy.core.turn import TurnOutcome
 
 FINISHED: dict[str, StopReason] = {"length": "max_tokens", "content_filter": "refusal"}
 """The stop reason of a turn whose last answer ended for a reason other than being done (pydantic-ai's

@@ -24,10 +24,10 @@ from pydantic_ai_harness.filesystem import FileChangeRequestEvent
 from rich.markdown import Markdown
 from rich.text import Text
 
-from code_puppy.agents.steering import steered_text
 from code_puppy.chat.live import Live, Screen
 from code_puppy.core.events import RunOutcome, tool_call_line, tool_result_line
 from code_puppy.core.plan import PlanView
+from code_puppy.run.steering import steered_text
 from code_puppy.sessions.costs import RequestCost
 
 _FENCE = re.compile(r"^\s*(```|~~~)")

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from pydantic_ai.messages import TextContent
 
     from code_puppy.chat.control import ChatControl
-    from code_puppy.core.run import TurnOutcome
+    from code_puppy.core.turn import TurnOutcome
     from code_puppy.definitions.file_commands import FileCommand
 
 MAX_SHELL_CONTEXT = 8_000
@@ -34,7 +34,7 @@ async def turn_job(
     from rich.text import Text
 
     from code_puppy.chat.chat_sink import ChatSink
-    from code_puppy.core.run import unrun_follow_up_note
+    from code_puppy.core.turn import unrun_follow_up_note
 
     files, paths = mention_attachments(text, chat.project_root)
     if paths:

@@ -13,19 +13,19 @@ from pydantic_ai.messages import ModelRequest, UserContent, UserPromptPart
 from pydantic_ai.models import Model
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults
 
-from code_puppy.agents.deps import RunDeps
-from code_puppy.agents.history_persistence import recover_interrupted_turn
-from code_puppy.agents.steering import SteeringInbox, accepting_steers, held_steers
 from code_puppy.chat.approvals import Approver, Confirm
 from code_puppy.chat.chat_sink import ChatSink, thousands
 from code_puppy.checkpoints.rewind import Only, RewindResult
 from code_puppy.config import Settings
 from code_puppy.core.project import Project
-from code_puppy.core.run import TurnLimits, TurnOutcome, run_turn
+from code_puppy.core.turn import TurnLimits, TurnOutcome, run_turn
 from code_puppy.history.tokens import estimate_request_tokens
 from code_puppy.options import RunOptions
 from code_puppy.permissions.policy import PermissionPolicy
 from code_puppy.plugins import RegisterCommand
+from code_puppy.run.deps import RunDeps
+from code_puppy.run.history_persistence import recover_interrupted_turn
+from code_puppy.run.steering import SteeringInbox, accepting_steers, held_steers
 from code_puppy.sessions.costs import CostTotals
 from code_puppy.sessions.runs import RunRegistry
 from code_puppy.sessions.session import Session, find_session
@@ -111,7 +111,7 @@ class ChatRuntime:
         task.add_done_callback(self._titling.discard)
 
     async def _write_title(self, session: Session, model: Model) -> None:
-        from code_puppy.agents.session_title import write_title
+        from code_puppy.core.session_title import write_title
         from code_puppy.cost.spending import CostMeter
 
         meter = CostMeter(self.project.spending, kind="title", session_id=session.id)

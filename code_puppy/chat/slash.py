@@ -260,7 +260,7 @@ class Builtins:
         return f"compacted {report.messages_before} → {report.messages_after} messages; the old history stays stored"
 
     async def mcp(self, args: str) -> str:
-        from code_puppy.agents.builder import capability
+        from code_puppy.core.builder import capability
         from code_puppy.mcp.servers import McpServers
 
         runtime = await self._chat.ready()

@@ -24,12 +24,12 @@ from typing import Any, Literal
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
 
-from code_puppy.agents.history_persistence import persist_rewound_history
 from code_puppy.checkpoints.capability import TurnChanges
 from code_puppy.checkpoints.shadow import Change, CheckpointError, Entry, ShadowRepo, write_file
 from code_puppy.config import ConfigError
 from code_puppy.mentions import typed_text
 from code_puppy.paths import write_json
+from code_puppy.run.history_persistence import persist_rewound_history
 from code_puppy.sessions.catalog import SessionInfo
 from code_puppy.sessions.checkpoints import Checkpoint, CheckpointLog
 from code_puppy.sessions.session import Session

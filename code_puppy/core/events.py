@@ -16,7 +16,7 @@ from code_puppy.sessions.costs import RequestCost
 from code_puppy.terminal_text import printable
 
 if TYPE_CHECKING:
-    from code_puppy.core.run import TurnOutcome
+    from code_puppy.core.turn import TurnOutcome
 
 Status = Literal["success", "error", "limit", "interrupted", "terminated"]
 EXIT_CODES: dict[Status, int] = {"success": 0, "error": 1, "limit": 3, "interrupted": 130, "terminated": 143}

@@ -18,13 +18,11 @@ from pydantic_ai import Agent
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.models import Model
 
-from code_puppy.agents.builder import build_pydantic_agent, capability, without_secrets
-from code_puppy.agents.deps import RunDeps
-from code_puppy.agents.history_persistence import recover_interrupted_turn
 from code_puppy.checkpoints.capability import Checkpoints
 from code_puppy.checkpoints.rewind import Rewinder, finish_interrupted_rewind, interrupted_line, open_shadow
 from code_puppy.checkpoints.shadow import ShadowRepo
 from code_puppy.config import PermissionMode, Settings, load_settings
+from code_puppy.core.builder import build_pydantic_agent, capability, without_secrets
 from code_puppy.cost.spending import Budgets, Spending, configured_prices, unpriced_model_message
 from code_puppy.definitions.agent_scope import AgentScope
 from code_puppy.definitions.file_commands import FileCommand
@@ -37,6 +35,8 @@ from code_puppy.permissions.policy import PermissionPolicy
 from code_puppy.plugins import RegisterCommand
 from code_puppy.plugins.discovery import load_plugins
 from code_puppy.plugins.host import PluginHost
+from code_puppy.run.deps import RunDeps
+from code_puppy.run.history_persistence import recover_interrupted_turn
 from code_puppy.sandbox import ProjectSandbox, SandboxUnavailable
 from code_puppy.sandbox.sandboxed_shell import SandboxedShell
 from code_puppy.sessions.search import start_indexer

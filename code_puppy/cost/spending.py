@@ -29,8 +29,8 @@ from pydantic_ai.messages import ModelResponse
 from pydantic_ai.models import Model, ModelRequestContext
 from pydantic_ai.usage import RequestUsage
 
-from code_puppy.agents.history_persistence import in_main_run
 from code_puppy.config import BudgetConfig, Settings
+from code_puppy.run.history_persistence import in_main_run
 from code_puppy.sessions.costs import CostBook, CostTotals, RequestCost, RequestKind, format_cost
 
 if TYPE_CHECKING:

@@ -17,8 +17,6 @@ from pydantic_ai.exceptions import ApprovalRequired, SkipToolExecution
 from pydantic_ai.messages import ToolCallPart
 from pydantic_ai.tools import ToolDenied
 
-from code_puppy.agents.deps import deps_of
-from code_puppy.agents.instructions import build_instructions
 from code_puppy.config import PermissionMode
 from code_puppy.definitions.files import AgentDefinition, ToolGrant, stricter_mode
 from code_puppy.permissions.policy import (
@@ -29,6 +27,8 @@ from code_puppy.permissions.policy import (
     allowed_by_list,
     mcp_allowed,
 )
+from code_puppy.run.deps import deps_of
+from code_puppy.run.instructions import build_instructions
 
 ALWAYS_OFFERED = frozenset({"load_capability"})
 """Tools every scope keeps: loading a skill changes nothing by itself."""

@@ -17,18 +17,18 @@ from typing import Any
 from pydantic_ai.messages import TextContent
 from pydantic_ai.usage import RunUsage
 
-from code_puppy.agents.deps import RunDeps
-from code_puppy.agents.steering import SteeringInbox, accepting_steers, held_steers
 from code_puppy.config import ConfigError
 from code_puppy.core.events import EXIT_CODES, EventSink, RunOutcome, Status, Usage, ending
 from code_puppy.core.project import Project
-from code_puppy.core.run import TurnLimits, TurnOutcome, run_turn, unrun_follow_up_note
+from code_puppy.core.turn import TurnLimits, TurnOutcome, run_turn, unrun_follow_up_note
 from code_puppy.cost.spending import Spending
 from code_puppy.definitions.file_commands import find_command
 from code_puppy.errors import one_line
 from code_puppy.headless.sinks import SINKS
 from code_puppy.mentions import mention_attachments
 from code_puppy.options import RunOptions
+from code_puppy.run.deps import RunDeps
+from code_puppy.run.steering import SteeringInbox, accepting_steers, held_steers
 from code_puppy.sessions.costs import CostTotals
 from code_puppy.sessions.runs import RunRegistry
 

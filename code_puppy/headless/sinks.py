@@ -20,9 +20,9 @@ from pydantic_ai.messages import (
     ThinkingPartDelta,
 )
 
-from code_puppy.agents.steering import steered_text
 from code_puppy.core.events import RunOutcome, tool_call_line, tool_result_line
 from code_puppy.core.plan import PlanView
+from code_puppy.run.steering import steered_text
 from code_puppy.sessions.costs import RequestCost
 
 

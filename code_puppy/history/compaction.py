@@ -28,9 +28,9 @@ from pydantic_ai_harness.compaction import (
     compact_now,
 )
 
-from code_puppy.agents.deps import deps_of
-from code_puppy.agents.history_persistence import in_main_run, persist_compacted_history
 from code_puppy.config import CompactionKind
+from code_puppy.run.deps import deps_of
+from code_puppy.run.history_persistence import in_main_run, persist_compacted_history
 from code_puppy.sessions.session import Session
 
 TARGET_FRACTION = 0.8

@@ -18,8 +18,6 @@ from pydantic_ai.exceptions import UsageLimitExceeded
 from pydantic_ai.messages import ModelMessage
 from pydantic_ai.models import Model, ModelRequestContext, infer_model
 
-from code_puppy.agents.deps import deps_of
-from code_puppy.agents.history_persistence import in_main_run
 from code_puppy.errors import one_line
 from code_puppy.history.errors import HistoryProcessingError
 from code_puppy.history.processing import (
@@ -35,6 +33,8 @@ from code_puppy.history.processing import (
 )
 from code_puppy.history.tokens import estimate_history_tokens, estimate_request_tokens, serialize
 from code_puppy.history.validation import validate_output
+from code_puppy.run.deps import deps_of
+from code_puppy.run.history_persistence import in_main_run
 
 _processing: ContextVar[frozenset[int]] = ContextVar("code_puppy.history_processing", default=frozenset())
 """The agents (by id) whose history processors are running in this context, to refuse a recursive call."""

@@ -23,7 +23,6 @@ from pydantic_ai.agent import AgentRunResult
 from pydantic_ai.capabilities import AbstractCapability, Hooks
 from pydantic_ai.messages import ToolCallPart
 
-from code_puppy.agents.deps import deps_of
 from code_puppy.config import Settings, data_dir
 from code_puppy.errors import one_line
 from code_puppy.paths import write_json
@@ -36,6 +35,7 @@ from code_puppy.plugins import (
     Tracked,
     hookspecs,
 )
+from code_puppy.run.deps import deps_of
 from code_puppy.sessions.session import Session
 
 Status = Literal["enabled", "disabled", "idle", "untrusted", "changed", "replaced", "failed"]

@@ -100,7 +100,7 @@ _HIDDEN = (
 
 
 def _environment(settings: Settings, extra: dict[str, str] | None = None) -> dict[str, str]:
-    from code_puppy.agents.builder import without_secrets
+    from code_puppy.core.builder import without_secrets
 
     return without_secrets({**os.environ, **(extra or {})}, settings)
 

@@ -28,8 +28,8 @@ from pydantic_ai.exceptions import ApprovalRequired, SkipToolExecution
 from pydantic_ai.messages import ToolCallPart
 from pydantic_ai_harness.shell import CommandFinishedEvent, CommandStartedEvent
 
-from code_puppy.agents.deps import deps_of
 from code_puppy.permissions.policy import PermissionPolicy
+from code_puppy.run.deps import deps_of
 from code_puppy.sandbox import READ_ONLY_IN_PROJECT, ProjectSandbox, SandboxUnavailable
 
 ESCALATE = "escalate"

@@ -1,6 +1,6 @@
 """The journal of a run in progress: what a process that died mid-turn leaves for the next start to recover.
 
-A run writes its journal step by step (`TurnJournal`, agents/turn_journal.py): when it starts, its prompt; after
+A run writes its journal step by step (`TurnJournal`, run/turn_journal.py): when it starts, its prompt; after
 each model request, the request and the response; as each tool finishes, its result. Every write is one small
 append-only transaction without an fsync (a killed process loses nothing the OS has; only a power cut can take
 the last steps), so a step costs well under a millisecond. A process's save of a session's conversation deletes

@@ -51,7 +51,7 @@ class Session:
         self.cache_epoch = cache_epoch
         """How many times already-sent history was rewritten (history processors, compaction); saved with it."""
         self.history_version = history_version
-        """The revision of the history as history processors see it (agents/history_processors.py); saved with it."""
+        """The revision of the history as history processors see it (history/processing.py); saved with it."""
         self._stored_revision = (cache_epoch, history_version)
         self._stored_usage = conversation.usage
         self._run_usage: dict[str, RunUsage] = {}

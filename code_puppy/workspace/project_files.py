@@ -63,7 +63,7 @@ from pydantic_ai_harness.filesystem import (
     FileSystemToolset,
 )
 
-from code_puppy.agents.deps import EditorFiles, deps_of
+from code_puppy.run.deps import EditorFiles, deps_of
 
 READ_CHUNK_BYTES = 1 << 20
 """Bytes read at a time; at least the 8 KiB the harness looks at to tell a binary file."""

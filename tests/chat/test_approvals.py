@@ -11,13 +11,13 @@ from typing import Any
 from pydantic_ai.messages import ToolCallPart
 from rich.console import Console
 
-from code_puppy.agents.builder import build_pydantic_agent, capability
-from code_puppy.agents.deps import RunDeps
 from code_puppy.chat.approvals import Answer, Approver, proposed_diff
 from code_puppy.config import McpServerConfig, Settings
-from code_puppy.core.run import run_turn
+from code_puppy.core.builder import build_pydantic_agent, capability
+from code_puppy.core.turn import run_turn
 from code_puppy.headless.sinks import TextSink
 from code_puppy.permissions.policy import PermissionPolicy
+from code_puppy.run.deps import RunDeps
 from code_puppy.sessions.session import Session
 from tests.scripted_model import scripted, tool_returns
 from tests.test_mcp import ECHO_SERVER, processes_tagged

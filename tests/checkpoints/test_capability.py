@@ -10,12 +10,12 @@ import pytest
 from pydantic_ai.messages import ModelMessage, ToolCallPart
 from pydantic_ai.models.function import AgentInfo
 
-from code_puppy.agents.builder import build_pydantic_agent
-from code_puppy.agents.deps import RunDeps
 from code_puppy.checkpoints.capability import Checkpoints
 from code_puppy.checkpoints.shadow import ShadowRepo
 from code_puppy.config import Settings
-from code_puppy.core.run import run_turn
+from code_puppy.core.builder import build_pydantic_agent
+from code_puppy.core.turn import run_turn
+from code_puppy.run.deps import RunDeps
 from code_puppy.sessions.checkpoints import CheckpointLog
 from code_puppy.sessions.session import Session
 from code_puppy.sessions.store import SqliteConversationStore

@@ -15,12 +15,12 @@ from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 from pydantic_ai.usage import RequestUsage
 
-from code_puppy.agents.builder import build_pydantic_agent
-from code_puppy.agents.deps import RunDeps
 from code_puppy.config import BudgetConfig, HistoryConfig, ModelEndpoint, Settings
-from code_puppy.core.run import run_turn
+from code_puppy.core.builder import build_pydantic_agent
+from code_puppy.core.turn import run_turn
 from code_puppy.cost.spending import BudgetReached, Budgets, CostMeter, Spending, configured_prices, dollars
 from code_puppy.history.compaction import compact_history
+from code_puppy.run.deps import RunDeps
 from code_puppy.sessions.costs import CostTotals, RequestCost, format_cost
 from code_puppy.sessions.session import Session
 from code_puppy.sessions.store import SqliteConversationStore

@@ -10,9 +10,8 @@ import pytest
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
 
-from code_puppy.agents.builder import build_pydantic_agent, capability
-from code_puppy.agents.deps import RunDeps
 from code_puppy.config import Settings
+from code_puppy.core.builder import build_pydantic_agent, capability
 from code_puppy.definitions.agent_scope import AgentScope
 from code_puppy.definitions.file_commands import BUILT_IN_COMMANDS, load_commands
 from code_puppy.definitions.files import (
@@ -26,6 +25,7 @@ from code_puppy.definitions.files import (
 )
 from code_puppy.models import definition_model_name
 from code_puppy.permissions.policy import PermissionPolicy
+from code_puppy.run.deps import RunDeps
 from code_puppy.sessions.session import Session
 
 

@@ -20,12 +20,12 @@ from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls
 from pydantic_ai.profiles import ModelProfile
 from pydantic_ai_harness.compaction import SlidingWindowCompaction, SummarizingCompaction, TieredCompaction
 
-from code_puppy.agents.builder import build_pydantic_agent
-from code_puppy.agents.deps import RunDeps
 from code_puppy.config import HistoryConfig, Settings
+from code_puppy.core.builder import build_pydantic_agent
 from code_puppy.history import HistoryProcessorContext
 from code_puppy.history.compaction import CompactionReport, PersistentCompaction, compact_history, compaction_strategy
 from code_puppy.history.groups import SYSTEM_PROMPT, orphan_results, partition, unanswered_calls
+from code_puppy.run.deps import RunDeps
 from code_puppy.sessions.session import Session
 from code_puppy.sessions.store import SqliteConversationStore
 from tests.conftest import stored_info

@@ -27,9 +27,8 @@ from pydantic_ai.messages import (
     repair_messages,
 )
 
-from code_puppy.agents.builder import build_pydantic_agent
-from code_puppy.agents.deps import RunDeps
 from code_puppy.config import ConfigError, HistoryConfig, Settings
+from code_puppy.core.builder import build_pydantic_agent
 from code_puppy.history import HistoryProcessingError, HistoryProcessingValidationError, HistoryProcessorContext
 from code_puppy.history.processing import (
     HistoryProcessorState,
@@ -39,6 +38,7 @@ from code_puppy.history.processing import (
 )
 from code_puppy.history.tokens import text_tokens
 from code_puppy.history.user_history_processor import UserHistoryProcessor
+from code_puppy.run.deps import RunDeps
 from code_puppy.sessions.session import Session
 from code_puppy.sessions.store import SqliteConversationStore
 from tests.conftest import stored_info

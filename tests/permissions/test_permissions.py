@@ -11,10 +11,10 @@ from pydantic_ai.messages import ToolCallPart
 from pydantic_ai.models import Model
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, RunContext, ToolDenied
 
-from code_puppy.agents.builder import build_pydantic_agent, capability
-from code_puppy.agents.deps import RunDeps
 from code_puppy.config import PermissionMode, Settings
+from code_puppy.core.builder import build_pydantic_agent, capability
 from code_puppy.permissions.policy import PermissionPolicy, allowed_by_list, is_read_only, mcp_allowed
+from code_puppy.run.deps import RunDeps
 from code_puppy.sessions.session import Session
 from tests.scripted_model import scripted, tool_returns
 from tests.test_auto_mode import approve_all

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
 
-from code_puppy.agents.history_persistence import recover_interrupted_turn
+from code_puppy.run.history_persistence import recover_interrupted_turn
 from code_puppy.sessions.journal import Journal
 from code_puppy.sessions.runs import process_started
 from code_puppy.sessions.schema import Database

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from code_puppy.agents.steering import SteeringInbox, accepting_steers
+from code_puppy.run.steering import SteeringInbox, accepting_steers
 from code_puppy.sessions.runs import RunRegistry, steer
 from code_puppy.sessions.schema import Database
 

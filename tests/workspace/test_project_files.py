@@ -24,9 +24,9 @@ from pydantic_ai.exceptions import ModelRetry
 from pydantic_ai.messages import AgentStreamEvent, ToolCallPart
 from pydantic_ai_harness.filesystem import FileChangeRequestEvent, FileSystem
 
-from code_puppy.agents.builder import MAX_READ_CHARS, build_pydantic_agent
-from code_puppy.agents.deps import RunDeps
 from code_puppy.config import Settings
+from code_puppy.core.builder import MAX_READ_CHARS, build_pydantic_agent
+from code_puppy.run.deps import RunDeps
 from code_puppy.sessions.session import Session
 from code_puppy.workspace.project_files import READ_CHUNK_BYTES, ProjectFileSystem
 from tests.conftest import CODE_PUPPY, run_cli

@@ -17,8 +17,8 @@ import pytest
 from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
-from code_puppy.agents.builder import build_pydantic_agent
 from code_puppy.config import Settings
+from code_puppy.core.builder import build_pydantic_agent
 from tests.conftest import run_cli
 from tests.fake_llm import FakeLLMServer, call, text, tool_calls
 

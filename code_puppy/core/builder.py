@@ -18,12 +18,6 @@ from pydantic_ai_harness.shell import LLM_API_KEY_ENV_PATTERNS, MAX_FOREGROUND_W
 from pydantic_ai_harness.subagents import SubAgent, SubAgents
 from pydantic_ai_harness.tool_output_limits import Band, ToolOutputLimits, Truncate
 
-from code_puppy.agents.cut_off_calls import CutOffCalls
-from code_puppy.agents.deps import RunDeps, deps_of
-from code_puppy.agents.history_persistence import HistoryPersistence
-from code_puppy.agents.provider_retries import ProviderRetries
-from code_puppy.agents.steering import Steering
-from code_puppy.agents.turn_journal import TurnJournal
 from code_puppy.checkpoints.capability import Checkpoints
 from code_puppy.checkpoints.shadow import ShadowRepo
 from code_puppy.config import PermissionMode, Settings
@@ -33,6 +27,12 @@ from code_puppy.definitions.files import AgentDefinition
 from code_puppy.history.compaction import PersistentCompaction, compaction_strategy
 from code_puppy.permissions.policy import PermissionPolicy
 from code_puppy.plugins.host import PluginHost
+from code_puppy.run.cut_off_calls import CutOffCalls
+from code_puppy.run.deps import RunDeps, deps_of
+from code_puppy.run.history_persistence import HistoryPersistence
+from code_puppy.run.provider_retries import ProviderRetries
+from code_puppy.run.steering import Steering
+from code_puppy.run.turn_journal import TurnJournal
 from code_puppy.sandbox import ProjectSandbox
 from code_puppy.sandbox.sandboxed_shell import SandboxedShell
 from code_puppy.workspace.project_files import ProjectFileSystem
@@ -227,7 +227,7 @@ def build_pydantic_agent(
             approvals,
             # Before compaction, so a spent budget stops a step before its summary is paid for too.
             meter,
-            # User policy first, compaction as the safety net on what remains (agents/compaction.py): both see the
+            # User policy first, compaction as the safety net on what remains (history/compaction.py): both see the
             # request as every capability above left it, and what they accept becomes the run's history.
             *user_processing,
             *([PersistentCompaction(compaction)] if compaction is not None else []),

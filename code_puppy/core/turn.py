@@ -14,16 +14,16 @@ from pydantic_ai.messages import AgentStreamEvent, ModelMessage, UserContent
 from pydantic_ai.models import Model
 from pydantic_ai.usage import RunUsage, UsageLimits
 
-from code_puppy.agents.builder import capability
-from code_puppy.agents.deps import RunDeps
-from code_puppy.agents.history_persistence import persist_checkpoint, persist_result_history
-from code_puppy.agents.provider_retries import ProviderStalled
 from code_puppy.checkpoints.capability import Checkpoints
 from code_puppy.checkpoints.rewind import record_turn
+from code_puppy.core.builder import capability
 from code_puppy.core.events import EventSink
 from code_puppy.cost.spending import CostMeter
 from code_puppy.plugins import PromptBlocked
 from code_puppy.plugins.host import PluginHost
+from code_puppy.run.deps import RunDeps
+from code_puppy.run.history_persistence import persist_checkpoint, persist_result_history
+from code_puppy.run.provider_retries import ProviderStalled
 from code_puppy.sessions.session import SessionNotSaved
 
 FollowUp = Callable[[AgentRunResult[str]], Awaitable[str | None]]

@@ -6,7 +6,7 @@ Every successful run of the main conversation reaches the durable history twice,
 Both write `list(result.all_messages())` unconditionally; the store appends only what it lacks, so the second
 write costs a transaction and undoes any history change an observer made in between. Runs that do not succeed
 reach it through `persist_checkpoint`. A run whose process died without either left its steps in the session's
-journal (agents/turn_journal.py); `recover_interrupted_turn` makes them the history on the session's next start.
+journal (run/turn_journal.py); `recover_interrupted_turn` makes them the history on the session's next start.
 No other code sets the durable history.
 """
 
@@ -34,8 +34,8 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.usage import RunUsage
 
-from code_puppy.agents.deps import deps_of
 from code_puppy.errors import StoreError
+from code_puppy.run.deps import deps_of
 from code_puppy.sessions.schema import store_error
 from code_puppy.sessions.session import Session, SessionNotSaved
 

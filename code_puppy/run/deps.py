@@ -10,7 +10,7 @@ from typing import Any, Protocol
 from pydantic_ai import RunContext
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults
 
-from code_puppy.agents.steering import SteeringInbox
+from code_puppy.run.steering import SteeringInbox
 from code_puppy.sessions.session import Session
 
 AskUser = Callable[[RunContext[Any], DeferredToolRequests, str], Awaitable[DeferredToolResults | None]]

@@ -14,10 +14,10 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, Text
 from pydantic_ai.models.test import TestModel
 from pydantic_ai.usage import RunUsage
 
-from code_puppy.agents.builder import build_pydantic_agent, capability
-from code_puppy.agents.deps import RunDeps
-from code_puppy.agents.history_persistence import HistoryPersistence, persist_checkpoint, persist_result_history
 from code_puppy.config import Settings
+from code_puppy.core.builder import build_pydantic_agent, capability
+from code_puppy.run.deps import RunDeps
+from code_puppy.run.history_persistence import HistoryPersistence, persist_checkpoint, persist_result_history
 from code_puppy.sessions.session import Session
 from code_puppy.sessions.store import SqliteConversationStore
 from tests.conftest import stored_info
@@ -182,7 +182,7 @@ def test_no_other_module_writes_history_directly() -> None:
                 isinstance(node, ast.Call)
                 and isinstance(node.func, ast.Attribute)
                 and node.func.attr == "set_message_history"
-                and relative != "agents/history_persistence.py"
+                and relative != "run/history_persistence.py"
             ):
                 offenders.append(f"{relative}:{node.lineno} calls set_message_history")
             if isinstance(node, ast.Assign | ast.AugAssign):

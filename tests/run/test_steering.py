@@ -18,12 +18,12 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
-from code_puppy.agents.builder import build_pydantic_agent
-from code_puppy.agents.deps import RunDeps
-from code_puppy.agents.steering import Steering, SteeringInbox, held_steers, steered_text
 from code_puppy.config import Settings
-from code_puppy.core.run import run_turn, stream_run
+from code_puppy.core.builder import build_pydantic_agent
+from code_puppy.core.turn import run_turn, stream_run
 from code_puppy.headless.sinks import TextSink
+from code_puppy.run.deps import RunDeps
+from code_puppy.run.steering import Steering, SteeringInbox, held_steers, steered_text
 from code_puppy.sessions.session import Session
 
 

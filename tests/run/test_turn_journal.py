@@ -24,9 +24,9 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from code_puppy.agents.deps import RunDeps
-from code_puppy.agents.history_persistence import HistoryPersistence
-from code_puppy.agents.turn_journal import TurnJournal
+from code_puppy.run.deps import RunDeps
+from code_puppy.run.history_persistence import HistoryPersistence
+from code_puppy.run.turn_journal import TurnJournal
 from code_puppy.sessions.journal import InterruptedTurn
 from code_puppy.sessions.session import Session
 from code_puppy.sessions.store import SqliteConversationStore

@@ -1,1 +1,0 @@
-"""Agent assembly: the capabilities list, instructions, permissions and history custody."""
