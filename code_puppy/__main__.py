@@ -1,3 +1,3 @@
-from code_puppy.main import cli
+from code_puppy.cli import cli
 
 cli()

@@ -1,4 +1,5 @@
-"""Git worktrees for parallel agents: `code-puppy -w NAME`, `code-puppy worktrees list|remove`.
+"""Git worktrees for parallel agents: `code-puppy -w NAME`, `code-puppy worktrees remove` (the listing is
+`cli/worktrees.py`).
 
 A worktree lives at `.code-puppy/worktrees/NAME` of the repository's main checkout, on the branch `code-puppy/NAME`.
 It is a project of its own (its root is the worktree: sessions, checkpoints and trust are its own, the repository's
@@ -203,52 +204,6 @@ def _git(cwd: Path, *args: str, check: bool = True, env: dict[str, str] | None =
         reason = " ".join(done.stderr.split()) or f"exit {done.returncode}"
         raise WorktreeError(f"git {args[0]} failed: {reason}")
     return done.stdout
-
-
-def print_list(cwd: Path, *, output_format: str) -> int:
-    """`code-puppy worktrees list`: each worktree with its branch, whether it has uncommitted changes, and its latest
-    session."""
-    import json
-
-    import click
-
-    repo = repository(cwd)
-    worktrees = listed(repo)
-    sessions = _latest_sessions([worktree.path for worktree in worktrees])
-    if output_format == "json":
-        rows = [
-            {
-                "name": worktree.name,
-                "path": str(worktree.path),
-                "branch": worktree.branch,
-                "dirty": bool(worktree.changes),
-                "changes": list(worktree.changes),
-                "session": sessions.get(worktree.path),
-            }
-            for worktree in worktrees
-        ]
-        click.echo(json.dumps(rows, indent=1))
-        return 0
-    if not worktrees:
-        click.echo(f"no worktrees in {repo} (`code-puppy -w NAME` starts an agent in one)")
-        return 0
-    for worktree in worktrees:
-        state = f"{len(worktree.changes)} uncommitted change(s)" if worktree.changes else "clean"
-        session = sessions.get(worktree.path) or "no session"
-        click.echo(f"{worktree.name}\t{worktree.branch or '(detached)'}\t{state}\t{session}\t{worktree.path}")
-    return 0
-
-
-def _latest_sessions(paths: list[Path]) -> dict[Path, str]:
-    """The id of each path's latest session, for those that have one."""
-    from code_puppy.paths import data_dir
-
-    if not paths or not (data_dir() / "sessions.db").exists():
-        return {}
-    from code_puppy.sessions.store import open_store
-
-    with open_store(readonly=True) as store:
-        return {path: info.id for path in paths if (info := store.sessions.latest(path)) is not None}
 
 
 def _running_sessions(path: Path) -> list[str]:

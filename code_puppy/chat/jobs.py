@@ -109,7 +109,7 @@ def show_resumed(chat: ChatControl) -> None:
     """A short look at where a resumed session left off."""
     from rich.text import Text
 
-    from code_puppy.sessions.commands import transcript
+    from code_puppy.core.session_text import transcript
 
     runtime = chat.runtime
     if runtime is None:

@@ -15,10 +15,10 @@ from prompt_toolkit.layout import BufferControl, FormattedTextControl, HSplit, L
 from prompt_toolkit.layout.dimension import Dimension
 from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
 
+from code_puppy.core.session_text import age
 from code_puppy.errors import ConfigError
 from code_puppy.mentions import typed_text
 from code_puppy.sessions.catalog import SessionInfo
-from code_puppy.sessions.commands import age
 from code_puppy.sessions.search import SearchQueryError, search
 from code_puppy.sessions.store import SqliteConversationStore
 

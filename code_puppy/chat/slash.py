@@ -101,7 +101,7 @@ class Builtins:
         return f"new session {runtime.session.id[:8]}"
 
     async def sessions(self, args: str) -> str:
-        from code_puppy.sessions.commands import list_sessions
+        from code_puppy.core.session_text import list_sessions
 
         runtime = await self._chat.ready()
         out = io.StringIO()

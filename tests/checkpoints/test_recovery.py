@@ -34,11 +34,11 @@ def kill(frame, event, arg):
 
 sys.setprofile(kill)
 threading.setprofile(kill)
-from code_puppy.main import cli
+from code_puppy.cli import cli
 
 cli(sys.argv[2:], prog_name="code-puppy")
 """
-"""The installed package's command line (`code_puppy.main:cli`, what the console script runs), killed with SIGKILL the
+"""The installed package's command line (`code_puppy.cli:cli`, what the console script runs), killed with SIGKILL the
 moment the function `module:qualified.name` returns for the first time: a real process killed at an exact point of
 the real code, with nothing in that code to stop it there."""
 

@@ -1,4 +1,5 @@
-"""`code-puppy sessions list|show|export|rename|archive|search|check|repair`: stored sessions on the command line."""
+"""What `code-puppy sessions show|export|rename|archive|search|check|repair` and `code-puppy usage` print. Loaded
+only when one of them runs (it imports pydantic-ai)."""
 
 from __future__ import annotations
 
@@ -6,74 +7,26 @@ import asyncio
 import json
 import sqlite3
 import sys
-from collections.abc import Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
 
 from pydantic_ai.messages import (
-    ModelMessage,
     ModelMessagesTypeAdapter,
-    ModelRequest,
-    ModelResponse,
-    SystemPromptPart,
-    TextContent,
-    TextPart,
-    ThinkingPart,
-    ToolCallPart,
-    ToolReturnPart,
-    UserPromptPart,
 )
 
+from code_puppy.core.session_text import age, short_path, transcript
 from code_puppy.errors import ConfigError
 from code_puppy.history.groups import describe_groups
-from code_puppy.mentions import is_attachment, typed_text
+from code_puppy.sessions.catalog import SessionInfo
+from code_puppy.sessions.checkpoints import CheckpointLog, checkpoint_lines
+from code_puppy.sessions.costs import CostTotals
+from code_puppy.sessions.journal import Journal
+from code_puppy.sessions.repair import INDEX_PROBLEM, check, rebuild_index, repair
+from code_puppy.sessions.session import find_session
+from code_puppy.sessions.store import SqliteConversationStore
 from code_puppy.terminal_text import printable
-
-from .catalog import SessionInfo
-from .checkpoints import CheckpointLog, checkpoint_lines
-from .costs import CostTotals, format_cost
-from .journal import Journal
-from .repair import INDEX_PROBLEM, check, rebuild_index, repair
-from .session import find_session
-from .store import SqliteConversationStore
-
-
-def list_sessions(
-    store: SqliteConversationStore, project_dir: Path | None, out: TextIO, *, archived: bool = False
-) -> None:
-    """One line per session, newest first: id, age, turns, project, cost, and its name or title."""
-    sessions = store.sessions.recent(project_dir, archived=archived)
-    if not sessions:
-        where = f" in {project_dir}" if project_dir is not None else ""
-        print(f"no {'archived ' if archived else ''}sessions{where}", file=out)
-        return
-    costs = store.costs.session_totals(info.id for info in sessions)
-    now = datetime.now(UTC)
-    print(f"{'ID':<10}{'AGE':>5}{'TURNS':>7}  {'PROJECT':<24}{'COST':>10}  NAME/TITLE", file=out)
-    for info in sessions:
-        turns = str(info.turns) if info.indexed else "-"
-        cost = _short_cost(costs.get(info.id))
-        label = f"{info.name} · {info.title}" if info.name and info.title else info.label
-        line = f"{info.id[:8]:<10}{age(info.updated_at, now):>5}{turns:>7}  {_short_path(info.project_dir):<24}"
-        print(printable(f"{line}{cost:>10}  {label}"), file=out)
-
-
-def age(moment: datetime, now: datetime) -> str:
-    """How long ago `moment` was, in its largest unit: `40s`, `5m`, `3h`, `2d`, `7w`."""
-    seconds = max(0, int((now - moment).total_seconds()))
-    for unit, size in (("w", 604800), ("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
-
-
-def _short_path(path: str, width: int = 23) -> str:
-    """`path` with the home directory as `~`, its end kept when it is longer than `width`."""
-    home = str(Path.home())
-    shown = "~" + path[len(home) :] if path == home or path.startswith(home + "/") else path
-    return shown if len(shown) <= width else "…" + shown[-(width - 1) :]
 
 
 def rename_session(store: SqliteConversationStore, reference: str, name: str, out: TextIO) -> None:
@@ -103,7 +56,7 @@ def search_sessions(
 ) -> int:
     """`sessions search QUERY`: the sessions matching every word of it, best first, with their matching lines; 0 with
     matches, 1 without, a `ConfigError` (exit 2) for an empty or non-UTF-8 query."""
-    from .search import MARK, SearchQueryError, catch_up, search
+    from code_puppy.sessions.search import MARK, SearchQueryError, catch_up, search
 
     if not query.strip():
         raise ConfigError("the search query is empty")
@@ -154,7 +107,7 @@ def search_sessions(
             info = infos[hit.session_id]
             print(
                 printable(
-                    f"{info.id[:8]}  {age(info.updated_at, now):>4}  {_short_path(info.project_dir)}  {info.label}"
+                    f"{info.id[:8]}  {age(info.updated_at, now):>4}  {short_path(info.project_dir)}  {info.label}"
                 ),
                 file=out,
             )
@@ -173,20 +126,11 @@ def search_sessions(
 
 def _marked(line: str, start: str, end: str) -> str:
     """`line` with the search's marks as `start` and `end`; a mark cut off by shortening is closed."""
-    from .search import MARK
+    from code_puppy.sessions.search import MARK
 
     if line.count(MARK[0]) > line.count(MARK[1]):
         line += MARK[1]
     return line.replace(MARK[0], start).replace(MARK[1], end)
-
-
-def _short_cost(totals: CostTotals | None) -> str:
-    """A cost for a table column: `$0.0123`, `≥$0.0123` (some requests unpriced), `unknown` (none priced, or none
-    recorded: sessions from before code-puppy counted costs)."""
-    if totals is None or totals.cost_usd is None:
-        return "unknown"
-    shown = format_cost(totals.cost_usd)
-    return shown if totals.complete else f"≥{shown}"
 
 
 def usage_report(
@@ -290,30 +234,6 @@ def show_session(store: SqliteConversationStore, id_or_prefix: str, out: TextIO,
         )
         for line in transcript(interrupted.messages):
             print(line, file=shown)
-
-
-def transcript(messages: Sequence[ModelMessage]) -> list[str]:
-    lines: list[str] = []
-    for message in messages:
-        for part in message.parts:
-            if isinstance(message, ModelRequest) and isinstance(part, UserPromptPart):
-                lines += ["", "› " + typed_text(part.content).replace("\n", "\n  ")]
-                if not isinstance(part.content, str):
-                    attached = [item for item in part.content if isinstance(item, TextContent) and is_attachment(item)]
-                    lines += [f"  (attached: {(item.content.splitlines() or [''])[0][:120]})" for item in attached]
-            elif isinstance(part, SystemPromptPart):
-                lines.append(f"[system] {part.content[:200]}")
-            elif isinstance(part, ToolReturnPart):
-                first = (part.model_response_str().strip().splitlines() or [""])[0]
-                outcome = "" if part.outcome == "success" else f"{part.outcome}: "
-                lines.append(f"  ↳ {outcome}{first[:120]}")
-            elif isinstance(message, ModelResponse) and isinstance(part, ToolCallPart):
-                lines.append(f"⚙ {part.tool_name}({part.args_as_json_str()[:120]})")
-            elif isinstance(part, TextPart) and part.content.strip():
-                lines += ["", part.content.strip()]
-            elif isinstance(part, ThinkingPart) and part.content.strip():
-                lines.append(f"(thinking) {part.content.strip()[:200]}")
-    return lines
 
 
 def export_session(store: SqliteConversationStore, id_or_prefix: str, out: TextIO) -> None:

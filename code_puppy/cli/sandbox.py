@@ -12,11 +12,48 @@ import tempfile
 import uuid
 from collections.abc import Generator, Iterator, Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from code_puppy.config import Settings, load_settings
-from code_puppy.sandbox import Sandbox, SandboxUnavailable, build_sandbox
-from code_puppy.sandbox.guard import ProtectedFiles
+import click
+
+from code_puppy.cli.common import guarded
+from code_puppy.cli.root import cli
+
+if TYPE_CHECKING:
+    from code_puppy.config import Settings
+    from code_puppy.sandbox import Sandbox
+
+
+@cli.group()
+def sandbox() -> None:
+    """The OS sandbox that confines commands run for the agent (bubblewrap on Linux)."""
+
+
+@sandbox.command("check")
+def sandbox_check() -> None:
+    """Say which mechanism is used and probe it live; exit 0 when it confines commands, 1 when it does not."""
+
+    def run() -> int:
+        from code_puppy.paths import find_project_root
+
+        return check(find_project_root(Path.cwd()), sys.stdout)
+
+    sys.exit(guarded(run))
+
+
+@sandbox.command("run", context_settings={"ignore_unknown_options": True})
+@click.option("--network", is_flag=True, help="Let the command use the network.")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def sandbox_run(*, network: bool, command: tuple[str, ...]) -> None:
+    """Run COMMAND in the sandbox the agent's commands get: `code-puppy sandbox run -- CMD ARGS...`."""
+
+    def run() -> int:
+        from code_puppy.paths import find_project_root
+
+        return run_command(find_project_root(Path.cwd()), command, network=network)
+
+    sys.exit(guarded(run))
+
 
 PROBE_SECRET = "CODE_PUPPY_SANDBOX_PROBE_API_KEY"
 """A variable named like a provider key, set for the secret probe: it must not reach the command."""
@@ -24,6 +61,8 @@ PROBE_SECRET = "CODE_PUPPY_SANDBOX_PROBE_API_KEY"
 
 def check(project_root: Path, out: TextIO) -> int:
     """Say which mechanism confines commands and what live probes found; 0 when every probe held, else 1."""
+    from code_puppy.config import load_settings
+
     settings = load_settings(project_root)
     with _sandbox(settings, project_root) as sandbox:
         if sandbox is None:
@@ -49,8 +88,11 @@ def check(project_root: Path, out: TextIO) -> int:
         return 1
 
 
-def run(project_root: Path, command: Sequence[str], *, network: bool) -> int:
+def run_command(project_root: Path, command: Sequence[str], *, network: bool) -> int:
     """Run `command` in the current directory inside the sandbox the agent's commands get; its exit status."""
+    from code_puppy.config import load_settings
+    from code_puppy.sandbox.guard import ProtectedFiles
+
     settings = load_settings(project_root)
     with _sandbox(settings, project_root, network=network or None) as sandbox:
         if sandbox is None:
@@ -70,6 +112,8 @@ def run(project_root: Path, command: Sequence[str], *, network: bool) -> int:
 def _sandbox(settings: Settings, project_root: Path, *, network: bool | None = None) -> Generator[Sandbox | None]:
     """The project's sandbox with a fresh private /tmp removed afterwards; None (and one line said) when there is
     none."""
+    from code_puppy.sandbox import SandboxUnavailable, build_sandbox
+
     tmp = Path(tempfile.mkdtemp(prefix="code-puppy-sandbox-"))
     try:
         try:
@@ -84,6 +128,8 @@ def _sandbox(settings: Settings, project_root: Path, *, network: bool | None = N
 
 
 _REFUSED = 3
+
+
 _CONNECT = f"""
 import socket, sys
 try:
@@ -92,6 +138,8 @@ except OSError:
     sys.exit({_REFUSED})
 """
 """Exits 0 when it reaches the port, `_REFUSED` when the connection fails."""
+
+
 _HIDDEN = (
     'if [ -d "$1" ]; then ! ls -A "$1" >/dev/null 2>&1 || [ -z "$(ls -A "$1")" ]; '
     'else ! head -c 1 "$1" >/dev/null 2>&1 || [ ! -s "$1" ]; fi'

@@ -1,26 +1,60 @@
-"""`code-puppy mcp list` and `code-puppy mcp tools NAME`: start the servers, show what the model would get, stop."""
+"""`code-puppy mcp list` and `code-puppy mcp tools`: the configured MCP servers."""
 
 from __future__ import annotations
 
 import asyncio
+import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
 
 import click
-from pydantic_ai import RunContext
-from pydantic_ai.models.test import TestModel
-from pydantic_ai.usage import RunUsage
 
-from code_puppy.config import ConfigError, McpServerConfig, load_settings
-from code_puppy.mcp.server import McpServer, expand_env
-from code_puppy.mcp.servers import McpServerGroup
-from code_puppy.permissions.policy import MCP_PERMISSION_KEY
-from code_puppy.sandbox import ProjectSandbox
+from code_puppy.cli.common import NAME, guarded
+from code_puppy.cli.root import cli
+
+if TYPE_CHECKING:
+    from pydantic_ai import RunContext
+
+    from code_puppy.config import McpServerConfig
+    from code_puppy.mcp.server import McpServer
+    from code_puppy.sandbox import ProjectSandbox
+
+
+@cli.group()
+def mcp() -> None:
+    """Inspect the configured MCP servers."""
+
+
+@mcp.command("list")
+def mcp_list() -> None:
+    """Start each enabled server and show its status and tool count."""
+
+    _run_mcp_command(list_servers)
+
+
+@mcp.command("tools")
+@click.argument("name", type=NAME)
+def mcp_tools(name: str) -> None:
+    """Start server NAME and show its tools as the model sees them, with their descriptions."""
+
+    _run_mcp_command(lambda project_root: show_tools(project_root, name))
+
+
+def _run_mcp_command(command: Callable[[Path], int]) -> NoReturn:
+    from code_puppy.paths import find_project_root
+
+    sys.exit(guarded(lambda: command(find_project_root(Path.cwd()))))
+
 
 EXIT_FAILED = 1
 
 
 def list_servers(project_root: Path) -> int:
     """One line per configured server: name, transport, number of tools offered, status."""
+    from code_puppy.config import load_settings
+    from code_puppy.sandbox import ProjectSandbox
+
     settings = load_settings(project_root)
     configs = settings.mcp_servers
     if not configs:
@@ -37,6 +71,9 @@ def list_servers(project_root: Path) -> int:
 
 def _server(name: str, config: McpServerConfig, project_root: Path, sandbox: ProjectSandbox) -> McpServer:
     """The server to list; one whose `${VAR}` is missing is listed as failed, not started."""
+    from code_puppy.config import ConfigError
+    from code_puppy.mcp.server import McpServer, expand_env
+
     try:
         return McpServer(name, expand_env(name, config), project_root, sandbox=sandbox)
     except ConfigError as exc:
@@ -45,11 +82,17 @@ def _server(name: str, config: McpServerConfig, project_root: Path, sandbox: Pro
 
 def _listing_context() -> RunContext[None]:
     """Listing tools asks no model, but a `RunContext` needs one."""
+    from pydantic_ai import RunContext
+    from pydantic_ai.models.test import TestModel
+    from pydantic_ai.usage import RunUsage
+
     return RunContext(deps=None, model=TestModel(), usage=RunUsage())
 
 
 async def _rows(servers: list[McpServer]) -> list[tuple[str, str, str, str]]:
     """Read while the servers run: stopping them clears their state."""
+    from code_puppy.mcp.servers import McpServerGroup
+
     async with McpServerGroup([server for server in servers if server.config.enabled], report=lambda _: None) as group:
         await group.get_tools(_listing_context())
         rows: list[tuple[str, str, str, str]] = []
@@ -65,6 +108,10 @@ async def _rows(servers: list[McpServer]) -> list[tuple[str, str, str, str]]:
 
 def show_tools(project_root: Path, name: str) -> int:
     """Server NAME's tools under the names the model sees, with their permission names and descriptions."""
+    from code_puppy.config import ConfigError, load_settings
+    from code_puppy.mcp.server import McpServer, expand_env
+    from code_puppy.sandbox import ProjectSandbox
+
     settings = load_settings(project_root)
     configs = settings.mcp_servers
     if name not in configs:
@@ -87,6 +134,9 @@ def show_tools(project_root: Path, name: str) -> int:
 
 async def _tools(server: McpServer) -> list[tuple[str, str, str | None]] | str:
     """(name the model sees, permission name, description) of each tool the server offers, or why it failed."""
+    from code_puppy.mcp.servers import McpServerGroup
+    from code_puppy.permissions.policy import MCP_PERMISSION_KEY
+
     async with McpServerGroup([server], report=lambda _: None) as group:
         tools = await group.get_tools(_listing_context())
         if server.state != "running":

@@ -1,18 +1,57 @@
-"""`code-puppy agents list` and `code-puppy skills list`: the file-defined agents and skills of this project and the
-user, where each comes from; a broken file is one warning line on stderr. Nothing heavy is imported."""
+"""`code-puppy agents list` and `code-puppy skills list`: what is defined in files."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from code_puppy.definitions.files import Loaded, load_agents, load_skill_infos
+from code_puppy.cli.common import guarded
+from code_puppy.cli.root import cli
+
+if TYPE_CHECKING:
+    from code_puppy.definitions.files import Loaded
+
+
+@cli.group("agents")
+def agents_group() -> None:
+    """Agents defined in files: .code-puppy/agents, .agents/agents, .claude/agents (project and user)."""
+
+
+@agents_group.command("list")
+def agents_list() -> None:
+    """Every file-defined agent: name, description, model, tools, and the file it comes from."""
+
+    def run() -> None:
+        from code_puppy.paths import find_project_root
+
+        list_agents(find_project_root(Path.cwd()), sys.stdout, sys.stderr)
+
+    sys.exit(guarded(run))
+
+
+@cli.group("skills")
+def skills_group() -> None:
+    """Agent Skills: .code-puppy/skills, .agents/skills, .claude/skills (project and user)."""
+
+
+@skills_group.command("list")
+def skills_list() -> None:
+    """Every skill: name, description, and the SKILL.md it comes from."""
+
+    def run() -> None:
+        from code_puppy.paths import find_project_root
+
+        list_skills(find_project_root(Path.cwd()), sys.stdout, sys.stderr)
+
+    sys.exit(guarded(run))
 
 
 def list_agents(project_root: Path, out: TextIO, err: TextIO) -> None:
     """One block per agent: name, description, model (and the one it runs on), tools, mode, file. Models are checked
     as a run checks them, against the model the user chose."""
     from code_puppy.config import load_settings
+    from code_puppy.definitions.files import load_agents
     from code_puppy.errors import ConfigError
     from code_puppy.models import choose_model_name, definition_model_name, resolve_model
 
@@ -50,6 +89,7 @@ def list_agents(project_root: Path, out: TextIO, err: TextIO) -> None:
 
 def list_skills(project_root: Path, out: TextIO, err: TextIO) -> None:
     """One line per skill that loads (the harness validates each, as for a run): name, description, file."""
+    from code_puppy.definitions.files import load_skill_infos
     from code_puppy.definitions.skill_library import skill_capabilities, skill_names
 
     validated = skill_capabilities(project_root)

@@ -1,15 +1,56 @@
-"""`code-puppy plugins list|trust`."""
+"""`code-puppy plugins` and `code-puppy trust`: the plugins found for a project, and trusting its own files."""
 
 from __future__ import annotations
 
 import io
+import sys
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, NoReturn, TextIO
 
-from code_puppy.config import load_settings
-from code_puppy.plugins.discovery import load_plugins, plugins_in
-from code_puppy.plugins.host import Status, remembered_errors
-from code_puppy.trust import project_plugins_dir, trust_project
+from code_puppy.cli.common import debug_requested, guarded
+from code_puppy.cli.root import cli
+
+if TYPE_CHECKING:
+    from code_puppy.plugins.host import Status
+
+
+@cli.group("plugins")
+def plugins_group() -> None:
+    """List plugins; trust this project's own plugins."""
+
+
+@plugins_group.command("list")
+def plugins_list() -> None:
+    """Every plugin found for this project: name, source, whether it runs, its last error."""
+
+    def run() -> None:
+        from code_puppy.paths import find_project_root
+
+        list_plugins(find_project_root(Path.cwd()), sys.stdout, debug=debug_requested())
+
+    sys.exit(guarded(run))
+
+
+@plugins_group.command("trust")
+def plugins_trust() -> None:
+    """Trust this project as it is now, and run its .code-puppy/plugins (a later change needs trusting again)."""
+    _trust()
+
+
+@cli.command("trust")
+def trust() -> None:
+    """Trust this project's config files and plugins as they are now (SHA-256 recorded; a change needs trust again)."""
+    _trust()
+
+
+def _trust() -> NoReturn:
+    def run() -> None:
+        from code_puppy.paths import find_project_root
+
+        trust_plugins(find_project_root(Path.cwd()), sys.stdout)
+
+    sys.exit(guarded(run))
+
 
 ENABLED: dict[Status, str] = {
     "enabled": "yes",
@@ -24,6 +65,10 @@ ENABLED: dict[Status, str] = {
 
 def list_plugins(project_root: Path, out: TextIO, *, debug: bool = False) -> None:
     """One row per plugin found, in plugin order: name, source, whether it runs, its last error."""
+    from code_puppy.config import load_settings
+    from code_puppy.plugins.discovery import load_plugins
+    from code_puppy.plugins.host import remembered_errors
+
     host = load_plugins(load_settings(project_root), project_root, debug=debug, stderr=io.StringIO())
     remembered = remembered_errors()
     rows = [("NAME", "SOURCE", "ENABLED", "LAST ERROR")]
@@ -41,6 +86,9 @@ def list_plugins(project_root: Path, out: TextIO, *, debug: bool = False) -> Non
 
 def trust_plugins(project_root: Path, out: TextIO) -> None:
     """Trust the project as it is now: its covered config files and its plugins folder."""
+    from code_puppy.plugins.discovery import plugins_in
+    from code_puppy.trust import project_plugins_dir, trust_project
+
     entry = trust_project(project_root)
     files = ", ".join(entry["files"]) or "no config files"
     folder = project_plugins_dir(project_root)

@@ -1,0 +1,51 @@
+"""`code-puppy steer`: text into the running turn of a session, from another terminal."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from code_puppy.cli.common import NAME, fail, guarded
+from code_puppy.cli.root import cli
+
+if TYPE_CHECKING:
+    pass
+
+
+@cli.command()
+@click.option(
+    "--session",
+    "session_id",
+    type=NAME,
+    metavar="ID",
+    help="A session id or prefix (default: the newest running one here).",
+)
+@click.argument("text", nargs=-1, required=True)
+def steer(*, session_id: str | None, text: tuple[str, ...]) -> None:
+    """Send TEXT into the running turn of a code-puppy session, from another terminal.
+
+    It reaches the model with the run's next request. Exit 1 when no run of the session is active.
+    """
+    message = " ".join(text)
+    if not message.strip():
+        fail("nothing to send: TEXT is empty")
+
+    def run() -> int:
+        from code_puppy.paths import data_dir, find_project_root
+        from code_puppy.sessions.runs import RunRegistry
+        from code_puppy.sessions.runs import steer as send
+        from code_puppy.sessions.schema import Database
+
+        database = Database(data_dir() / "sessions.db")
+        try:
+            registry = RunRegistry(database)
+            ok, line = send(registry, message, project_dir=find_project_root(Path.cwd()), session_prefix=session_id)
+        finally:
+            database.close()
+        click.echo(line if ok else f"code-puppy: {line}", err=not ok)
+        return 0 if ok else 1
+
+    sys.exit(guarded(run))
