@@ -30,6 +30,7 @@ from pydantic import (
 )
 
 from code_puppy.errors import ConfigError as ConfigError
+from code_puppy.options import PermissionMode as PermissionMode
 
 # Re-exported: the locations live in a module without pydantic, for the chat's fast start.
 from code_puppy.paths import config_dir as config_dir
@@ -37,7 +38,6 @@ from code_puppy.paths import data_dir as data_dir
 from code_puppy.paths import find_project_root as find_project_root
 from code_puppy.trust import CHECKPOINT_IGNORE, PROJECT_CONFIG, ProjectTrust, project_trust
 
-PermissionMode = Literal["ask", "accept-edits", "auto", "yolo", "read-only"]
 CompactionKind = Literal["tiered", "summarize", "sliding", "off"]
 
 

@@ -1,13 +1,21 @@
-"""`RunOptions`: what the command line asked of a session, the same for the chat and a headless run."""
+"""`RunOptions`: what the command line asked of a session, the same for the chat and a headless run; the permission
+modes. Imports nothing heavy: the command line reads the modes before pydantic is loaded."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Literal, get_args
 
-if TYPE_CHECKING:  # the chat imports this before pydantic is loaded
-    from code_puppy.config import PermissionMode
+PermissionMode = Literal["ask", "accept-edits", "auto", "yolo", "read-only"]
+"""What tools may do without asking (README "Permissions"). A new mode is added here, in `BY_REACH`, in the
+permission policy's table (`permissions/policy.py`) and in the editors' descriptions (`acp/live.py`)."""
+PERMISSION_MODES: tuple[PermissionMode, ...] = get_args(PermissionMode)
+"""Every mode, as the command line and the config offer them."""
+BY_REACH: tuple[PermissionMode, ...] = ("read-only", "ask", "accept-edits", "auto", "yolo")
+"""The modes from the one that lets the least run unasked to the one that lets the most: a file-defined agent or
+command narrows the user's mode along it, never widens it."""
+assert sorted(BY_REACH) == sorted(PERMISSION_MODES)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import get_args
 
 from acp.schema import (
     SessionConfigOptionBoolean,
@@ -15,9 +14,9 @@ from acp.schema import (
 )
 
 from code_puppy.acp.commands import SessionCommands
-from code_puppy.config import PermissionMode
 from code_puppy.core.project import Project
 from code_puppy.core.turn import TurnOutcome
+from code_puppy.options import PERMISSION_MODES, PermissionMode
 from code_puppy.run.steering import SteeringInbox
 from code_puppy.sessions.session import Session
 
@@ -28,7 +27,7 @@ MODES: dict[PermissionMode, tuple[str, str]] = {
     "auto": ("Auto", "File changes and every command run; commands inside the OS sandbox."),
     "yolo": ("Yolo", "Nothing asks, nothing is confined."),
 }
-assert set(MODES) == set(get_args(PermissionMode))
+assert set(MODES) == set(PERMISSION_MODES)
 
 
 @dataclass

@@ -43,11 +43,11 @@ from code_puppy.acp.files import ClientFiles
 from code_puppy.acp.live import MODES, LiveSession
 from code_puppy.acp.prompts import Prompt, prompt_parts, refused_attachment, stop_reason
 from code_puppy.acp.updates import UpdateSink, replay
-from code_puppy.config import McpServerConfig, PermissionMode
+from code_puppy.config import McpServerConfig
 from code_puppy.core.project import Project
 from code_puppy.core.turn import TurnLimits, TurnOutcome, run_turn
 from code_puppy.errors import ConfigError, one_line
-from code_puppy.options import RunOptions
+from code_puppy.options import PermissionMode, RunOptions
 from code_puppy.paths import find_project_root
 from code_puppy.run.deps import RunDeps
 from code_puppy.run.history_persistence import recover_interrupted_turn

@@ -191,7 +191,7 @@ class Builtins:
         return f"budgets: {shown}"
 
     def permissions(self, args: str) -> str:
-        from code_puppy.config import PermissionMode
+        from code_puppy.options import PermissionMode
 
         modes: tuple[str, ...] = get_args(PermissionMode)
         runtime = self._chat.runtime

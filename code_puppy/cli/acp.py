@@ -9,6 +9,7 @@ import click
 
 from code_puppy.cli.common import NAME, debug_requested, ensure_own_scripts_on_path, guarded, leave
 from code_puppy.cli.root import cli
+from code_puppy.options import PERMISSION_MODES
 
 if TYPE_CHECKING:
     pass
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 )
 @click.option(
     "--permission-mode",
-    type=click.Choice(["ask", "accept-edits", "auto", "yolo", "read-only"]),
+    type=click.Choice(PERMISSION_MODES),
     help="The sessions' starting permission mode (default from config: ask); the editor can switch it.",
 )
 @click.option("--allow", "allow", multiple=True, metavar="PATTERN", help="Allow a shell command pattern (repeatable).")

@@ -23,6 +23,7 @@ from code_puppy.cli.common import (
     leave,
 )
 from code_puppy.hardening import harden_process
+from code_puppy.options import PERMISSION_MODES
 
 
 def _piped_stdin() -> str | None:
@@ -108,7 +109,7 @@ def _stream_json_prompt(prompt: str | None) -> str:
 )
 @click.option(
     "--permission-mode",
-    type=click.Choice(["ask", "accept-edits", "auto", "yolo", "read-only"]),
+    type=click.Choice(PERMISSION_MODES),
     help="What tools may do without asking (default from config: ask).",
 )
 @click.option("--allow", "allow", multiple=True, metavar="PATTERN", help="Allow a shell command pattern (repeatable).")

@@ -20,11 +20,12 @@ from pydantic_ai_harness.tool_output_limits import Band, ToolOutputLimits, Trunc
 
 from code_puppy.checkpoints.capability import Checkpoints
 from code_puppy.checkpoints.shadow import ShadowRepo
-from code_puppy.config import PermissionMode, Settings
+from code_puppy.config import Settings
 from code_puppy.cost.spending import CostMeter, Spending, configured_prices
 from code_puppy.definitions.agent_scope import AgentScope
 from code_puppy.definitions.files import AgentDefinition
 from code_puppy.history.compaction import PersistentCompaction, compaction_strategy
+from code_puppy.options import PermissionMode
 from code_puppy.permissions.policy import PermissionPolicy
 from code_puppy.plugins.host import PluginHost
 from code_puppy.run.cut_off_calls import CutOffCalls

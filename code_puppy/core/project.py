@@ -21,7 +21,7 @@ from pydantic_ai.models import Model
 from code_puppy.checkpoints.capability import Checkpoints
 from code_puppy.checkpoints.rewind import Rewinder, finish_interrupted_rewind, interrupted_line, open_shadow
 from code_puppy.checkpoints.shadow import ShadowRepo
-from code_puppy.config import PermissionMode, Settings, load_settings
+from code_puppy.config import Settings, load_settings
 from code_puppy.core.builder import build_pydantic_agent, capability, without_secrets
 from code_puppy.cost.spending import Budgets, Spending, configured_prices, unpriced_model_message
 from code_puppy.definitions.agent_scope import AgentScope
@@ -30,7 +30,7 @@ from code_puppy.definitions.files import AgentDefinition, Loaded, folders, load_
 from code_puppy.definitions.skill_library import skill_capabilities, skill_names
 from code_puppy.errors import ConfigError
 from code_puppy.models import choose_model_name, definition_model_name, resolve_model
-from code_puppy.options import RunOptions
+from code_puppy.options import PermissionMode, RunOptions
 from code_puppy.permissions.policy import PermissionPolicy
 from code_puppy.plugins import RegisterCommand
 from code_puppy.plugins.discovery import load_plugins

@@ -17,8 +17,8 @@ from pydantic_ai.exceptions import ApprovalRequired, SkipToolExecution
 from pydantic_ai.messages import ToolCallPart
 from pydantic_ai.tools import ToolDenied
 
-from code_puppy.config import PermissionMode
 from code_puppy.definitions.files import AgentDefinition, ToolGrant, stricter_mode
+from code_puppy.options import PermissionMode
 from code_puppy.permissions.policy import (
     ALWAYS_ALLOWED_TOOL_NAMES,
     MCP_PERMISSION_KEY,

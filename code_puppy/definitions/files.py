@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Generic, Literal, TypeVar
 
+from code_puppy.options import BY_REACH
 from code_puppy.paths import code_puppy_home, config_dir
 
 Scope = Literal["project", "user"]
 ModelCheck = Callable[[str], "str | None"]
 """Why a definition's `model` cannot be used, or None when it can."""
 T = TypeVar("T")
-PERMISSION_MODES = ("read-only", "ask", "accept-edits", "auto", "yolo")
 """From strictest to freest: a definition may only move the mode left."""
 PROJECT_LAYOUTS = (".code-puppy", ".agents", ".claude")
 """Project folders, highest precedence first."""
@@ -315,8 +315,8 @@ def _read_agent(
     for name_unknown in unknown:
         problems.append(Problem(path, f"unknown tool '{name_unknown}' dropped"))
     mode = _text(fields.get("permission_mode", fields.get("permissionMode"))) or None
-    if mode is not None and mode not in PERMISSION_MODES:
-        modes = ", ".join(PERMISSION_MODES)
+    if mode is not None and mode not in BY_REACH:
+        modes = ", ".join(BY_REACH)
         problems.append(Problem(path, f"unknown permission_mode '{mode}' ({modes}); skipped"))
         return None
     return AgentDefinition(
@@ -364,7 +364,7 @@ def stricter_mode(user: str, definition: str | None) -> str:
     """The stricter of the user's mode and a definition's: a definition tightens, never loosens."""
     if definition is None:
         return user
-    return min(user, definition, key=PERMISSION_MODES.index)
+    return min(user, definition, key=BY_REACH.index)
 
 
 def _markdown_files(folder: Path, *, recursive: bool) -> list[Path]:

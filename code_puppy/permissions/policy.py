@@ -16,7 +16,7 @@ from pydantic_ai.messages import ToolCallPart
 from pydantic_ai.tools import ToolDenied
 from pydantic_ai_harness.filesystem import READ_ONLY_TOOL_NAMES
 
-from code_puppy.config import PermissionMode
+from code_puppy.options import PermissionMode
 from code_puppy.paths import WORKTREES_DIR, config_dir, in_worktrees
 from code_puppy.run.deps import deps_of
 from code_puppy.trust import TRUSTED_PROJECTS_FILE
