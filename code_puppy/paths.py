@@ -34,6 +34,11 @@ def data_dir() -> Path:
     return Path(platformdirs.user_data_dir("code-puppy"))
 
 
+def sessions_db() -> Path:
+    """The sessions database: every session, its journal, checkpoints, costs and running runs."""
+    return data_dir() / "sessions.db"
+
+
 WORKTREES_DIR = ".code-puppy/worktrees"
 """Where `code-puppy -w NAME` puts a repository's worktrees: each is a project of its own, none part of the main one."""
 

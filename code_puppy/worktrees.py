@@ -208,9 +208,9 @@ def _git(cwd: Path, *args: str, check: bool = True, env: dict[str, str] | None =
 
 def _running_sessions(path: Path) -> list[str]:
     """The sessions a live code-puppy process runs in `path`."""
-    from code_puppy.paths import data_dir
+    from code_puppy.paths import sessions_db
 
-    if not (data_dir() / "sessions.db").exists():
+    if not (sessions_db()).exists():
         return []
     from code_puppy.sessions.runs import RunRegistry
     from code_puppy.sessions.store import open_store

@@ -302,9 +302,9 @@ def repair_store(out: TextIO) -> int:
 
 def _examined() -> tuple[Path, list[str] | None]:
     """This user's sessions.db and what `integrity_check` finds wrong with it (None: there is none)."""
-    from code_puppy.paths import data_dir
+    from code_puppy.paths import sessions_db
 
-    path = data_dir() / "sessions.db"
+    path = sessions_db()
     if not path.is_file():
         return path, None
     try:

@@ -29,10 +29,10 @@ def sessions() -> None:
 def sessions_list(*, all_projects: bool, archived: bool) -> None:
     """Sessions of this project (id, age, turns, project, cost, name or title), newest first."""
 
-    from code_puppy.paths import data_dir, find_project_root
+    from code_puppy.paths import find_project_root, sessions_db
 
     project = None if all_projects else find_project_root(Path.cwd())
-    if not (data_dir() / "sessions.db").exists():
+    if not (sessions_db()).exists():
         click.echo(f"no sessions{f' in {project}' if project else ''}")
         return
     with_store(lambda store: _listing()(store, project, sys.stdout, archived=archived), readonly=True)
@@ -77,12 +77,12 @@ def sessions_search(*, query: str, project: Path | None, all_projects: bool, out
 
     Exit 0 with matches, 1 without (or when the search index is damaged), 2 for an empty or non-UTF-8 query.
     """
-    from code_puppy.paths import data_dir, find_project_root
+    from code_puppy.paths import find_project_root, sessions_db
 
     if all_projects and project is not None:
         fail("use either --project or --all, not both")
     root = None if all_projects else find_project_root((project or Path.cwd()).resolve())
-    if not (data_dir() / "sessions.db").exists():
+    if not (sessions_db()).exists():
         click.echo("[]" if output_format == "json" else "", nl=output_format == "json")
         click.echo("no session matches (there are no sessions yet)", err=True)
         sys.exit(1)
@@ -140,7 +140,7 @@ def sessions_import(*, paths: tuple[Path, ...], dry_run: bool, output_format: st
 
     A folder imports every .jsonl file under it. A file imported before is not imported again.
     """
-    from code_puppy.paths import data_dir, find_project_root
+    from code_puppy.paths import find_project_root, sessions_db
 
     for path in paths:
         if not path.exists():
@@ -159,7 +159,7 @@ def sessions_import(*, paths: tuple[Path, ...], dry_run: bool, output_format: st
             as_json=output_format == "json",
         )
 
-    if dry_run and not (data_dir() / "sessions.db").exists():
+    if dry_run and not (sessions_db()).exists():
         sys.exit(guarded(lambda: action(None)))
 
     def run() -> int:

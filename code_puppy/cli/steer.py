@@ -34,12 +34,12 @@ def steer(*, session_id: str | None, text: tuple[str, ...]) -> None:
         fail("nothing to send: TEXT is empty")
 
     def run() -> int:
-        from code_puppy.paths import data_dir, find_project_root
+        from code_puppy.paths import find_project_root, sessions_db
         from code_puppy.sessions.runs import RunRegistry
         from code_puppy.sessions.runs import steer as send
         from code_puppy.sessions.schema import Database
 
-        database = Database(data_dir() / "sessions.db")
+        database = Database(sessions_db())
         try:
             registry = RunRegistry(database)
             ok, line = send(registry, message, project_dir=find_project_root(Path.cwd()), session_prefix=session_id)

@@ -26,11 +26,11 @@ if TYPE_CHECKING:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object: per day and model, and the total.")
 def usage(*, since: str | None, project: Path | None, as_json: bool) -> None:
     """What code-puppy spent: cost and tokens by day and model, from the sessions database."""
-    from code_puppy.paths import data_dir, find_project_root
+    from code_puppy.paths import find_project_root, sessions_db
 
     moment = _since(since) if since is not None else None
     root = find_project_root(project.resolve()) if project is not None else None
-    if not (data_dir() / "sessions.db").exists():
+    if not (sessions_db()).exists():
         click.echo('{"days": [], "total": null}' if as_json else "no model requests recorded")
         return
     with_store(

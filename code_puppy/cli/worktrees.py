@@ -99,9 +99,9 @@ def print_list(cwd: Path, *, output_format: str) -> int:
 
 def _latest_sessions(paths: list[Path]) -> dict[Path, str]:
     """The id of each path's latest session, for those that have one."""
-    from code_puppy.paths import data_dir
+    from code_puppy.paths import sessions_db
 
-    if not paths or not (data_dir() / "sessions.db").exists():
+    if not paths or not (sessions_db()).exists():
         return {}
     from code_puppy.sessions.store import open_store
 

@@ -16,7 +16,7 @@ from pydantic_ai.conversation_store import (
 )
 from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
 
-from code_puppy.paths import data_dir
+from code_puppy.paths import sessions_db
 
 from .catalog import SessionCatalog, record_save
 from .costs import CostBook
@@ -206,7 +206,7 @@ def _appended(
 
 def open_store(*, readonly: bool = False) -> SqliteConversationStore:
     """The sessions database of this user (`sessions.db` in the data directory)."""
-    return SqliteConversationStore(data_dir() / "sessions.db", readonly=readonly)
+    return SqliteConversationStore(sessions_db(), readonly=readonly)
 
 
 def build_serializers() -> None:
