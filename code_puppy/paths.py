@@ -39,6 +39,13 @@ def sessions_db() -> Path:
     return data_dir() / "sessions.db"
 
 
+AGENT_CONFIG_DIRS = frozenset({".code-puppy", ".claude", ".agents"})
+"""Folders whose whole content configures code-puppy or another agent: protected from the agent's writes."""
+AGENT_CONFIG_FILES = frozenset({".mcp.json", "mcp.json", ".git"})
+"""Files that configure one (a `.git` file names the repository, hooks and config included, that git uses)."""
+GIT_CONFIG = frozenset({"hooks", "config"})
+"""What in a `.git` folder runs code: hooks, and config (`core.fsmonitor`, `core.pager`, aliases, filters)."""
+
 WORKTREES_DIR = ".code-puppy/worktrees"
 """Where `code-puppy -w NAME` puts a repository's worktrees: each is a project of its own, none part of the main one."""
 

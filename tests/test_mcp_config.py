@@ -11,7 +11,8 @@ import pytest
 from code_puppy.config import ConfigError, McpServerConfig, PermissionMode, load_settings
 from code_puppy.mcp.server import McpServer, expand_env
 from code_puppy.mcp.servers import assign_names
-from code_puppy.permissions.policy import POLICY_TOOL_NAMES, PermissionPolicy, mcp_allowed
+from code_puppy.permissions.policy import PermissionPolicy, mcp_allowed
+from code_puppy.tools import POLICY_TOOL_NAMES
 from code_puppy.trust import project_trust, trust_project
 
 

@@ -57,9 +57,9 @@ from pydantic_ai.messages import (
 from code_puppy.acp.files import ClientFiles
 from code_puppy.core.events import RunOutcome, tool_call_line
 from code_puppy.core.plan import PlanView
-from code_puppy.permissions.policy import EDIT_TOOL_NAMES, SHELL_TOOL_NAMES
 from code_puppy.run.steering import steered_text
 from code_puppy.sessions.costs import RequestCost
+from code_puppy.tools import EDIT_TOOL_NAMES, SHELL_TOOL_NAMES
 from code_puppy.workspace.proposed_edits import ProposedEdit, proposed_edit
 
 Update = UserMessageChunk | AgentMessageChunk | AgentThoughtChunk | ToolCallStart | ToolCallProgress | AgentPlanUpdate

@@ -21,9 +21,10 @@ from rich.syntax import Syntax
 from rich.text import Text
 
 from code_puppy.chat.chat_sink import diff_text
-from code_puppy.permissions.policy import EDIT_TOOL_NAMES, PermissionPolicy
+from code_puppy.permissions.policy import PermissionPolicy
 from code_puppy.sandbox.sandboxed_shell import ESCALATE
 from code_puppy.terminal_text import printable
+from code_puppy.tools import EDIT_TOOL_NAMES
 from code_puppy.workspace.proposed_edits import proposed_edit
 
 Answer = Literal["yes", "no", "always"]

@@ -18,10 +18,8 @@ from pydantic_ai.capabilities import AbstractCapability, WrapToolExecuteHandler
 from pydantic_ai.messages import ToolCallPart
 
 from code_puppy.checkpoints.shadow import Change, CheckpointError, ShadowRepo
-from code_puppy.permissions.policy import EDIT_TOOL_NAMES, MCP_PERMISSION_KEY, SHELL_TOOL_NAMES, is_read_only
+from code_puppy.tools import EDIT_TOOL_NAMES, FILE_EDITORS, MCP_PERMISSION_KEY, SHELL_TOOL_NAMES, is_read_only
 
-FILE_EDITORS = frozenset({"write_file", "edit_file"})
-"""Tools that change the one file their `path` names: after them, a snapshot of that file is enough."""
 REUSE_WITHIN = 1.0
 """Seconds after a snapshot in which the next call of the same model response may start from it."""
 

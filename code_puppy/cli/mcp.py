@@ -135,7 +135,7 @@ def show_tools(project_root: Path, name: str) -> int:
 async def _tools(server: McpServer) -> list[tuple[str, str, str | None]] | str:
     """(name the model sees, permission name, description) of each tool the server offers, or why it failed."""
     from code_puppy.mcp.servers import McpServerGroup
-    from code_puppy.permissions.policy import MCP_PERMISSION_KEY
+    from code_puppy.tools import MCP_PERMISSION_KEY
 
     async with McpServerGroup([server], report=lambda _: None) as group:
         tools = await group.get_tools(_listing_context())

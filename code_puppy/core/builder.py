@@ -36,11 +36,10 @@ from code_puppy.run.steering import Steering
 from code_puppy.run.turn_journal import TurnJournal
 from code_puppy.sandbox import ProjectSandbox
 from code_puppy.sandbox.sandboxed_shell import SandboxedShell
+from code_puppy.tools import FILE_TOOLS
 from code_puppy.workspace.project_files import ProjectFileSystem
 from code_puppy.workspace.shell_outputs import ShellOutputs
 
-FILE_TOOLS = ("read_file", "write_file", "edit_file", "create_directory", "list_files", "grep")
-"""The harness file tools offered; `create_directory` is included because `write_file` needs an existing parent."""
 SECRET_ENV_PATTERNS = (
     *LLM_API_KEY_ENV_PATTERNS,
     "*_API_KEY",

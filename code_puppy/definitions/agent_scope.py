@@ -19,16 +19,10 @@ from pydantic_ai.tools import ToolDenied
 
 from code_puppy.definitions.files import AgentDefinition, ToolGrant, stricter_mode
 from code_puppy.options import PermissionMode
-from code_puppy.permissions.policy import (
-    ALWAYS_ALLOWED_TOOL_NAMES,
-    MCP_PERMISSION_KEY,
-    SHELL_TOOL_NAMES,
-    PermissionPolicy,
-    allowed_by_list,
-    mcp_allowed,
-)
+from code_puppy.permissions.policy import PermissionPolicy, allowed_by_list, mcp_allowed
 from code_puppy.run.deps import deps_of
 from code_puppy.run.instructions import build_instructions
+from code_puppy.tools import ALWAYS_ALLOWED_TOOL_NAMES, MCP_PERMISSION_KEY, SHELL_TOOL_NAMES
 
 ALWAYS_OFFERED = frozenset({"load_capability"})
 """Tools every scope keeps: loading a skill changes nothing by itself."""

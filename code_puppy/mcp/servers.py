@@ -40,8 +40,8 @@ from pydantic_ai.toolsets import AbstractToolset, CombinedToolset, ToolsetTool
 from code_puppy.config import McpServerConfig
 from code_puppy.errors import say
 from code_puppy.mcp.server import McpServer, ServerTools, expand_env, identifier, permission_name
-from code_puppy.permissions.policy import MCP_PERMISSION_KEY, POLICY_TOOL_NAMES
 from code_puppy.sandbox import ProjectSandbox
+from code_puppy.tools import MCP_PERMISSION_KEY, POLICY_TOOL_NAMES
 
 
 def assign_names(wanted: Sequence[tuple[str, str, str]], reserved: frozenset[str]) -> list[str]:

@@ -14,43 +14,20 @@ from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.exceptions import ApprovalRequired, SkipToolExecution
 from pydantic_ai.messages import ToolCallPart
 from pydantic_ai.tools import ToolDenied
-from pydantic_ai_harness.filesystem import READ_ONLY_TOOL_NAMES
 
 from code_puppy.options import PermissionMode
-from code_puppy.paths import WORKTREES_DIR, config_dir, in_worktrees
+from code_puppy.paths import AGENT_CONFIG_DIRS, AGENT_CONFIG_FILES, GIT_CONFIG, WORKTREES_DIR, config_dir, in_worktrees
 from code_puppy.run.deps import deps_of
+from code_puppy.tools import (
+    ALWAYS_ALLOWED_TOOL_NAMES,
+    EDIT_TOOL_NAMES,
+    MCP_PERMISSION_KEY,
+    SHELL_TOOL_NAMES,
+)
 from code_puppy.trust import TRUSTED_PROJECTS_FILE
 
 if TYPE_CHECKING:
     from code_puppy.sessions.session import Session
-
-EDIT_TOOL_NAMES = frozenset({"write_file", "edit_file", "create_directory"})
-"""File tools that change the project."""
-SHELL_TOOL_NAMES = frozenset({"shell", "run_command", "start_command"})
-"""Tools that run a command string."""
-READ_ONLY_TOOLS = frozenset({*READ_ONLY_TOOL_NAMES, "check_command"})
-"""Built-in tools that change nothing, whatever their arguments."""
-PLAN_TOOL_NAMES = frozenset(
-    {"write_plan", "read_plan", "add_task", "update_task_status", "update_task_statuses", "remove_task"}
-)
-"""The harness `Planning` tools: they keep the run's task list and touch nothing else."""
-ALWAYS_ALLOWED_TOOL_NAMES = frozenset(
-    {*READ_ONLY_TOOLS, *PLAN_TOOL_NAMES, "stop_command", "delegate_task", "load_capability"}
-)
-"""Tools that run without asking: they change nothing by themselves (a delegate's own calls pass through this policy
-too, `stop_command` only stops what the run itself started, `load_capability` loads a skill's instructions, the plan
-tools keep the task list)."""
-POLICY_TOOL_NAMES = ALWAYS_ALLOWED_TOOL_NAMES | EDIT_TOOL_NAMES | SHELL_TOOL_NAMES
-"""Every name the policy treats by name; an MCP tool never takes one of them."""
-MCP_PERMISSION_KEY = "code_puppy.mcp_permission"
-"""`ToolDefinition.metadata` key marking an MCP tool, holding its permission name `mcp__SERVER__TOOL`."""
-
-AGENT_CONFIG_DIRS = frozenset({".code-puppy", ".claude", ".agents"})
-"""Folders whose whole content configures code-puppy or another agent."""
-AGENT_CONFIG_FILES = frozenset({".mcp.json", "mcp.json", ".git"})
-"""Files that configure one (a `.git` file names the repository, hooks and config included, that git uses)."""
-GIT_CONFIG = frozenset({"hooks", "config"})
-"""What in a `.git` folder runs code: hooks, and config (`core.fsmonitor`, `core.pager`, aliases, filters)."""
 
 Decision = Literal["allow", "ask", "deny"]
 PreToolCall = Callable[[str, dict[str, Any], "Session"], Awaitable[str | None]]
@@ -61,14 +38,6 @@ _UNSAFE_SHELL = re.compile(r"[<>`\n\r]|\$\(|(?<![&|])&(?![&|])|[()]")
 """Redirection, command substitution, background jobs and subshells: never matched by an allow-list entry."""
 SEGMENT_SPLIT = re.compile(r"&&|\|\||;|\|")
 """Where a command line splits into the simple commands an allow-list entry must each match."""
-
-
-def is_read_only(tool_def: ToolDefinition) -> bool:
-    """Whether a tool changes nothing: a built-in reader, or an MCP tool its server marks `readOnlyHint`."""
-    if tool_def.name in READ_ONLY_TOOLS:
-        return True
-    annotations = (tool_def.metadata or {}).get("annotations")
-    return isinstance(annotations, dict) and annotations.get("readOnlyHint") is True  # pyright: ignore[reportUnknownMemberType]
 
 
 def mcp_allowed(permission: str, allow: Sequence[str]) -> bool:

@@ -12,7 +12,7 @@ from pydantic_ai.capabilities import AbstractCapability, RawToolArgs
 from pydantic_ai.exceptions import ToolFailed
 from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
 
-from code_puppy.permissions.policy import is_read_only
+from code_puppy.tools import is_read_only
 
 
 @dataclass

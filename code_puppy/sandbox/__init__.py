@@ -25,8 +25,7 @@ from typing import Literal
 
 from code_puppy.config import SandboxConfig
 from code_puppy.errors import ConfigError
-from code_puppy.paths import config_dir, data_dir
-from code_puppy.permissions.policy import AGENT_CONFIG_DIRS, AGENT_CONFIG_FILES, GIT_CONFIG
+from code_puppy.paths import AGENT_CONFIG_DIRS, AGENT_CONFIG_FILES, GIT_CONFIG, config_dir, data_dir
 from code_puppy.sandbox.guard import ProtectedFiles, State
 
 DEFAULT_DENY_READ = (

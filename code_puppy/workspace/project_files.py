@@ -64,6 +64,7 @@ from pydantic_ai_harness.filesystem import (
 )
 
 from code_puppy.run.deps import EditorFiles, deps_of
+from code_puppy.tools import EDITOR_TOOLS
 
 READ_CHUNK_BYTES = 1 << 20
 """Bytes read at a time; at least the 8 KiB the harness looks at to tell a binary file."""
@@ -108,10 +109,6 @@ class ProjectFileSystem(FileSystem[Any]):
                 else toolset
             )
         return self._toolset
-
-
-EDITOR_TOOLS = ("read_file", "write_file", "edit_file")
-"""The tools that read and write through the editor when it offers to."""
 
 
 @dataclass

@@ -19,8 +19,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 import code_puppy
-from code_puppy.permissions.policy import ALWAYS_ALLOWED_TOOL_NAMES
 from code_puppy.plugins.options import plugin_options
+from code_puppy.tools import ALWAYS_ALLOWED_TOOL_NAMES
 
 
 class Config(BaseModel):

@@ -13,9 +13,10 @@ from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, RunCont
 
 from code_puppy.config import PermissionMode, Settings
 from code_puppy.core.builder import build_pydantic_agent, capability
-from code_puppy.permissions.policy import PermissionPolicy, allowed_by_list, is_read_only, mcp_allowed
+from code_puppy.permissions.policy import PermissionPolicy, allowed_by_list, mcp_allowed
 from code_puppy.run.deps import RunDeps
 from code_puppy.sessions.session import Session
+from code_puppy.tools import is_read_only
 from tests.scripted_model import scripted, tool_returns
 from tests.test_auto_mode import approve_all
 from tests.test_mcp import BUILT_IN, PLAN_TOOLS
