@@ -11,16 +11,17 @@ from typing import Any
 
 from acp.interfaces import Client
 from acp.schema import AllowedOutcome, PermissionOption, ToolCallUpdate
-from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, ToolDenied
+from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults
 
 from code_puppy.acp.files import ClientFiles
 from code_puppy.acp.updates import diff_content, locations, tool_kind
+from code_puppy.core.approvals import Question, Verdict, answer_approvals
 from code_puppy.core.project import Project
-from code_puppy.sandbox.sandboxed_shell import ESCALATE
 from code_puppy.terminal_text import printable
 from code_puppy.workspace.proposed_edits import proposed_edit
 
 ALLOW_ONCE, ALLOW_ALWAYS, REJECT_ONCE = "allow-once", "allow-always", "reject-once"
+VERDICTS: dict[str, Verdict] = {ALLOW_ONCE: "yes", ALLOW_ALWAYS: "always", REJECT_ONCE: "no"}
 
 
 async def ask_client(
@@ -36,26 +37,19 @@ async def ask_client(
     (the call's scope, for the session), reject once; a command outside the sandbox only ever once. A client that
     answers "cancelled" cancels the turn (`cancel`). An edit's diff is of the editor's buffer when the edit is made to
     it (`files`)."""
-    policy = project.policy
-    approvals: dict[str, bool | ToolDenied] = {}
-    for call in requests.approvals:
-        metadata: dict[str, Any] = requests.metadata.get(call.tool_call_id, {})
-        escalate = metadata.get("sandbox") == ESCALATE
-        scope = metadata.get("scope")
-        if not escalate and scope is not None and scope in policy.session_allowed:
-            approvals[call.tool_call_id] = True
-            continue
+
+    async def ask(question: Question) -> Verdict:
+        call = question.call
         args = call.args_as_dict()
-        summary = str(metadata.get("summary") or policy.summary(call.tool_name, args))
         text = await files.text_of(project.root, args) if files is not None else None
         edit = proposed_edit(project.root, call.tool_name, args, text=text)
         options = [PermissionOption(option_id=ALLOW_ONCE, name="Allow once", kind="allow_once")]
-        if not escalate and scope is not None:
+        if question.always:
             options.append(PermissionOption(option_id=ALLOW_ALWAYS, name="Allow always", kind="allow_always"))
         options.append(PermissionOption(option_id=REJECT_ONCE, name="Reject", kind="reject_once"))
-        question = ToolCallUpdate(
+        asked = ToolCallUpdate(
             tool_call_id=call.tool_call_id,
-            title=f"{call.tool_name} wants to {summary}",
+            title=f"{call.tool_name} wants to {question.summary}",
             kind=tool_kind(call.tool_name),
             status="pending",
             content=[diff_content(project.root, edit)] if edit is not None else None,
@@ -64,29 +58,16 @@ async def ask_client(
         )
         response = await client.request_permission(
             session_id=session_id,
-            tool_call=ToolCallUpdate.model_validate(spelled(question.model_dump(by_alias=True))),
+            tool_call=ToolCallUpdate.model_validate(spelled(asked.model_dump(by_alias=True))),
             options=options,
         )
         outcome = response.outcome
         if not isinstance(outcome, AllowedOutcome):  # the client cancelled the turn while the question was open
             cancel()
-            approvals[call.tool_call_id] = ToolDenied("The user cancelled the turn.")
-            continue
-        if outcome.option_id == ALLOW_ALWAYS and scope is not None:
-            policy.session_allowed.add(scope)
-        if outcome.option_id in (ALLOW_ONCE, ALLOW_ALWAYS):
-            approvals[call.tool_call_id] = True
-        elif escalate:
-            denied = metadata.get("denied")
-            approvals[call.tool_call_id] = ToolDenied(
-                f"The user did not let it run outside the sandbox. Inside, it failed:\n{denied}"
-                if denied
-                else "The user did not let it run outside the sandbox, so it did not run."
-            )
-        else:
-            approvals[call.tool_call_id] = ToolDenied(f"The user denied this call ({summary}).")
-    calls = {call.tool_call_id: ToolDenied("No one can answer this call here.") for call in requests.calls}
-    return requests.build_results(approvals=approvals, calls=calls)
+            return "cancel"
+        return VERDICTS.get(outcome.option_id, "no")
+
+    return await answer_approvals(project.policy, requests, ask)
 
 
 def spelled(value: Any) -> Any:

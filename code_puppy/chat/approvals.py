@@ -1,8 +1,5 @@
-"""Approvals in `ask` mode: the user answers y / n / always-for-this-session, seeing the command or the diff.
-
-Bound as pydantic-ai's `RequestInput(ask)`: the permission policy raises `ApprovalRequired(metadata={'scope',
-'summary'})`, the run waits in `ask`, and the answer goes back as `DeferredToolResults`.
-"""
+"""Approvals in the chat: the user answers y / n / always-for-this-session in the prompt, seeing the command or the
+diff; the loop around the questions is the core's (`core/approvals.py`)."""
 
 from __future__ import annotations
 
@@ -14,20 +11,20 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from pydantic_ai import RunContext
-from pydantic_ai.messages import ToolCallPart
-from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, ToolDenied
+from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults
 from rich.padding import Padding
 from rich.syntax import Syntax
 from rich.text import Text
 
 from code_puppy.chat.chat_sink import diff_text
+from code_puppy.core.approvals import Question, Verdict, answer_approvals
 from code_puppy.permissions.policy import PermissionPolicy
-from code_puppy.sandbox.sandboxed_shell import ESCALATE
 from code_puppy.terminal_text import printable
 from code_puppy.tools import EDIT_TOOL_NAMES
 from code_puppy.workspace.proposed_edits import proposed_edit
 
 Answer = Literal["yes", "no", "always"]
+"""What the chat's prompt answers (the keys y, n, a)."""
 
 
 class Confirm(Protocol):
@@ -66,43 +63,20 @@ class Approver:
     async def __call__(
         self, ctx: RunContext[Any], requests: DeferredToolRequests, token: str
     ) -> DeferredToolResults | None:
-        approvals: dict[str, bool | ToolDenied] = {}
-        for call in requests.approvals:
-            metadata = requests.metadata.get(call.tool_call_id, {})
-            if metadata.get("sandbox") == ESCALATE:
-                approvals[call.tool_call_id] = await self._escalate(call, metadata)
-                continue
-            scope = metadata.get("scope")
-            if scope is not None and scope in self.policy.session_allowed:
-                approvals[call.tool_call_id] = True
-                continue
-            answer = await self.confirm(self._view(call, metadata), "Allow?  y yes · n no · a always this session")
-            if answer == "always" and scope is not None:
-                self.policy.session_allowed.add(scope)
-            approvals[call.tool_call_id] = (
-                True if answer != "no" else ToolDenied(f"The user denied this call ({self._summary(call, metadata)}).")
+        return await answer_approvals(self.policy, requests, self._ask)
+
+    async def _ask(self, question: Question) -> Verdict:
+        if question.escalate:
+            title = Text("⚠ ", style="yellow bold").append(
+                printable(f"{question.call.tool_name} wants to {question.summary}", spelled=True), style="bold"
             )
-        # Questions and external calls have no answerer in the chat.
-        calls = {call.tool_call_id: ToolDenied("No one can answer this call here.") for call in requests.calls}
-        return requests.build_results(approvals=approvals, calls=calls)
+            return await self.confirm([title], "Run it outside the sandbox?  y yes, once · n no", always=False)
+        return await self.confirm(self._view(question), "Allow?  y yes · n no · a always this session")
 
-    async def _escalate(self, call: ToolCallPart, metadata: dict[str, Any]) -> bool | ToolDenied:
-        """Whether a command may run outside the sandbox: once, never "always"."""
-        title = Text("⚠ ", style="yellow bold").append(
-            printable(f"{call.tool_name} wants to {metadata['summary']}", spelled=True), style="bold"
-        )
-        if await self.confirm([title], "Run it outside the sandbox?  y yes, once · n no", always=False) == "yes":
-            return True
-        if denied := metadata.get("denied"):
-            return ToolDenied(f"The user did not let it run outside the sandbox. Inside, it failed:\n{denied}")
-        return ToolDenied("The user did not let it run outside the sandbox, so it did not run.")
-
-    def _summary(self, call: ToolCallPart, metadata: dict[str, Any]) -> str:
-        return str(metadata.get("summary") or self.policy.summary(call.tool_name, call.args_as_dict()))
-
-    def _view(self, call: ToolCallPart, metadata: dict[str, Any]) -> list[Any]:
+    def _view(self, question: Question) -> list[Any]:
         """The title, then the command, the diff or the arguments, every model-supplied string spelled (`printable`):
         an escape sequence in a command could otherwise repaint it as a harmless one."""
+        call = question.call
         args = call.args_as_dict()
         title = Text("⚠ ", style="yellow bold")
         command = args.get("command")
@@ -115,9 +89,7 @@ class Approver:
             )
             view: list[Any] = [title, Padding(syntax, (0, 0, 0, 2))]
         else:
-            title.append(
-                printable(f"{call.tool_name} wants to {self._summary(call, metadata)}", spelled=True), style="bold"
-            )
+            title.append(printable(f"{call.tool_name} wants to {question.summary}", spelled=True), style="bold")
             view = [title]
         diff = proposed_diff(self.project_root, call.tool_name, args)
         if diff:
