@@ -14,11 +14,9 @@ from acp.schema import (
 )
 
 from code_puppy.acp.commands import SessionCommands
-from code_puppy.core.project import Project
+from code_puppy.core.conversation import Conversation
 from code_puppy.core.turn import TurnOutcome
 from code_puppy.options import PERMISSION_MODES, PermissionMode
-from code_puppy.run.steering import SteeringInbox
-from code_puppy.sessions.session import Session
 
 MODES: dict[PermissionMode, tuple[str, str]] = {
     "read-only": ("Read only", "Reads and searches; no editing or shell tools are offered."),
@@ -31,16 +29,13 @@ assert set(MODES) == set(PERMISSION_MODES)
 
 
 @dataclass
-class LiveSession:
-    """A session open in this process."""
+class LiveSession(Conversation):
+    """A session open in this process, and what the editor sees of it."""
 
-    project: Project
-    session: Session
-    model_name: str
-    inbox: SteeringInbox = field(default_factory=SteeringInbox)
     queued: list[str] = field(default_factory=list[str])
     """Text queued as the next turn (`_code_puppy/queue`), run when the running one ends."""
-    turn: asyncio.Task[TurnOutcome] | None = None
+    running: asyncio.Task[TurnOutcome] | None = None
+    """The turn running, if one is."""
     commands: SessionCommands = field(default_factory=SessionCommands)
     announcing: asyncio.Task[None] | None = None
     """Sending the slash commands, just after the session's answer; a prompt waits for it, so they come first."""

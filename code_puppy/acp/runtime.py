@@ -45,15 +45,12 @@ from code_puppy.acp.prompts import Prompt, prompt_parts, refused_attachment, sto
 from code_puppy.acp.updates import UpdateSink, replay
 from code_puppy.config import McpServerConfig
 from code_puppy.core.project import Project
-from code_puppy.core.turn import TurnLimits, TurnOutcome, run_turn
+from code_puppy.core.turn import TurnOutcome
 from code_puppy.errors import ConfigError, one_line
 from code_puppy.options import PermissionMode, RunOptions
 from code_puppy.paths import find_project_root
-from code_puppy.run.deps import RunDeps
 from code_puppy.run.history_persistence import recover_interrupted_turn
-from code_puppy.run.steering import accepting_steers, held_steers
 from code_puppy.sessions.catalog import SessionInfo as StoredSession
-from code_puppy.sessions.runs import RunRegistry
 from code_puppy.sessions.session import Session, find_session
 
 pydantic_ai.BANNER_ENABLED = False
@@ -163,7 +160,7 @@ class AcpRuntime:
     async def _open(self, cwd: str, session_id: str, servers: list[McpServerStdio | HttpMcpServer]) -> LiveSession:
         """Open the stored session `session_id` (exactly that id) for `cwd`'s project; one open here is reopened."""
         if (open_already := self.sessions.get(session_id)) is not None:
-            if open_already.turn is not None:
+            if open_already.running is not None:
                 raise RequestError(-32600, f"session {session_id} is running a turn")
             await self.close_session(session_id)
         commands = SessionCommands()
@@ -241,17 +238,14 @@ class AcpRuntime:
         if config_id != "model" or not isinstance(value, str):
             raise RequestError(-32602, f"unknown option {config_id!r}")
         try:
-            live.project.model(value)
-            live.project.check_priced(value)
+            live.switch_model(value)
         except ConfigError as exc:
             raise config_failure(exc) from None
-        live.model_name = value
-        live.session.switch_model(value)
         return SetSessionConfigOptionResponse(config_options=live.config_options())
 
     async def prompt(self, session_id: str, blocks: list[Any]) -> PromptResponse:
         live = self._live(session_id)
-        if live.turn is not None:
+        if live.running is not None:
             raise RequestError(
                 -32600, "a turn is running: send text into it with _code_puppy/steer or _code_puppy/queue"
             )
@@ -261,33 +255,32 @@ class AcpRuntime:
         if (reply := await self._command(live, text)) is not None:
             await self.client.session_update(live.session.id, update_agent_message_text(reply))
             return PromptResponse(stop_reason="end_turn")
-        try:
-            model = live.project.model(live.model_name)
-            if (found := live.commands.file_command(text)) is not None:
-                # A file command's turn: its body is the prompt, its `allowed-tools` narrow the tools, and its
-                # `model` (unless `-m` chose one) replaces the session's for this turn only.
-                command, arguments = found
-                text = command.expand(arguments)
-                commanded = live.project.start_command(command)
-                model = commanded if command.model is not None else model
-        except ConfigError as exc:
-            live.project.end_command()
-            raise config_failure(exc) from None
-        if (refused := refused_attachment(model, attachments)) is not None:
-            live.project.end_command()
-            raise RequestError(-32602, refused)
-        files = ClientFiles.of(self.client, live.session.id, self.capabilities)
-        sink = UpdateSink(live.project.root, lambda update: self.client.session_update(live.session.id, update), files)
-        live.turn = asyncio.create_task(self._turn(live, Prompt(text, attachments, model, files), sink))
-        try:
-            outcome = await asyncio.shield(live.turn)
-        except asyncio.CancelledError:  # the connection is closing: the turn ends and is saved first
-            live.turn.cancel()
-            await asyncio.wait([live.turn])
-            raise
-        finally:
-            live.turn = None
-            live.project.end_command()
+        command = None
+        if (found := live.commands.file_command(text)) is not None:
+            # A file command's turn: its body is the prompt, its `allowed-tools` narrow the tools, and its `model`
+            # (unless `-m` chose one) replaces the session's for this turn only.
+            command, arguments = found
+            text = command.expand(arguments)
+        with contextlib.ExitStack() as narrowed:
+            try:
+                model = narrowed.enter_context(live.command(command))
+            except ConfigError as exc:
+                raise config_failure(exc) from None
+            if (refused := refused_attachment(model, attachments)) is not None:
+                raise RequestError(-32602, refused)
+            files = ClientFiles.of(self.client, live.session.id, self.capabilities)
+            sink = UpdateSink(
+                live.project.root, lambda update: self.client.session_update(live.session.id, update), files
+            )
+            live.running = asyncio.create_task(self._turn(live, Prompt(text, attachments, model, files), sink))
+            try:
+                outcome = await asyncio.shield(live.running)
+            except asyncio.CancelledError:  # the connection is closing: the turn ends and is saved first
+                live.running.cancel()
+                await asyncio.wait([live.running])
+                raise
+            finally:
+                live.running = None
         await sink.flush()
         if live.session.notice:
             sink.warning(live.session.notice)
@@ -295,17 +288,11 @@ class AcpRuntime:
         return PromptResponse(stop_reason=stop_reason(outcome))
 
     async def _turn(self, live: LiveSession, prompt: Prompt, sink: UpdateSink) -> TurnOutcome:
-        project = live.project
-        settings = project.settings
-        steers = held_steers(live.inbox, sink.event)
-
-        async def follow_up(result: Any) -> str | None:
-            if steered := await steers(result):
-                return steered
+        async def queued(result: Any) -> str | None:
             if live.queued:
-                queued = live.queued.pop(0)
-                sink.say(queued)
-                return queued
+                text = live.queued.pop(0)
+                sink.say(text)
+                return text
             return None
 
         async def ask(ctx: RunContext[Any], requests: DeferredToolRequests, token: str) -> DeferredToolResults:
@@ -318,27 +305,15 @@ class AcpRuntime:
                 files=prompt.files,
             )
 
-        registry = RunRegistry(project.store.database)
-        async with accepting_steers(registry, live.session.id, project.root, live.inbox):
-            return await run_turn(
-                project.agent,
-                RunDeps(
-                    live.session,
-                    steering=live.inbox,
-                    ask=ask,
-                    files=prompt.files,
-                ),
+        async with live.steerable():
+            return await live.turn(
                 prompt.text,
                 sink,
                 model=prompt.model,
-                limits=TurnLimits(
-                    max_requests=self.options.max_requests,
-                    max_continuations=settings.plugins.max_continuations,
-                    idle_timeout=settings.run.idle_timeout,
-                ),
-                follow_up=follow_up,
-                plugins=project.plugins,
                 attachments=prompt.attachments,
+                ask=ask,
+                files=prompt.files,
+                follow_up=queued,
             )
 
     def _announce_commands(self, live: LiveSession) -> None:
@@ -380,9 +355,9 @@ class AcpRuntime:
     def cancel(self, session_id: str) -> None:
         """`session/cancel`: as Ctrl-C, the turn ends, what it finished is kept; text queued for it is dropped."""
         live = self.sessions.get(session_id)
-        if live is not None and live.turn is not None:
+        if live is not None and live.running is not None:
             live.queued.clear()
-            live.turn.cancel()
+            live.running.cancel()
 
     async def extension(self, name: str, params: dict[str, Any]) -> dict[str, Any]:
         """`_code_puppy/steer` (into the running turn's next model request) and `_code_puppy/queue` (the next turn,
@@ -391,7 +366,7 @@ class AcpRuntime:
         if not isinstance(session_id, str) or not isinstance(text, str) or not text.strip():
             raise RequestError(-32602, "expected {'sessionId': ID, 'text': TEXT}")
         live = self._live(session_id)
-        if live.turn is None:
+        if live.running is None:
             return {"delivered": False}
         if name == "steer":
             return {"delivered": live.inbox.steer(text) != "closed"}
@@ -408,8 +383,8 @@ class AcpRuntime:
     async def _end(live: LiveSession) -> None:
         if live.announcing is not None:
             live.announcing.cancel()
-        if live.turn is not None:
-            live.turn.cancel()
-            await asyncio.wait([live.turn])
+        if live.running is not None:
+            live.running.cancel()
+            await asyncio.wait([live.running])
         with contextlib.suppress(Exception):
             await live.project.close()

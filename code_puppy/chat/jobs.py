@@ -42,12 +42,10 @@ async def turn_job(
     runtime = await chat.ready()
     sink = ChatSink(chat.screen, chat.live, chat.project_root)
     started = time.monotonic()
-    model = runtime.project.start_command(command) if command is not None else None
-    try:
+    runtime.sink = sink
+    with runtime.command(command) as model:
         async with runtime.steerable():
-            outcome = await runtime.turn(text, sink, model=model, attachments=[*attached, *files])
-    finally:
-        runtime.project.end_command()
+            outcome = await runtime.turn(text, sink, model=model, attachments=[*attached, *files], ask=runtime.ask)
     sink.flush_text()
     sink.flush_plan()
     cost = runtime.project.spending.turn.describe()

@@ -145,20 +145,11 @@ class Project:
         if self.options.model is None:
             self.model_name = self.agent_model_name(definition)
 
-    def start_command(self, command: FileCommand) -> Model:
-        """Narrow the following runs to `command`'s `allowed-tools`; the model it runs on (its `model`, unless `-m`
-        chose one)."""
+    def narrow_to(self, command: FileCommand | None) -> None:
+        """Narrow the following runs to `command`'s `allowed-tools` (a file command's turn); None: not any more."""
         scope = capability(self.agent, AgentScope)
         assert scope is not None  # build_pydantic_agent always has one
-        scope.command_grant = command.grant if command.grant.tools is not None else None
-        if command.model is None or self.options.model is not None:
-            return self.model()
-        return self.model(definition_model_name(self.settings, command.model, self.model_name))
-
-    def end_command(self) -> None:
-        """The runs after a command's are not narrowed by it."""
-        if (scope := capability(self.agent, AgentScope)) is not None:
-            scope.command_grant = None
+        scope.command_grant = command.grant if command is not None and command.grant.tools is not None else None
 
     def _model_problem(self, written: str) -> str | None:
         try:

@@ -18,19 +18,18 @@ from pydantic_ai.messages import TextContent
 from pydantic_ai.usage import RunUsage
 
 from code_puppy.config import ConfigError
+from code_puppy.core.conversation import Conversation
 from code_puppy.core.events import EXIT_CODES, EventSink, RunOutcome, Status, Usage, ending
 from code_puppy.core.project import Project
-from code_puppy.core.turn import TurnLimits, TurnOutcome, run_turn, unrun_follow_up_note
+from code_puppy.core.turn import TurnOutcome, unrun_follow_up_note
 from code_puppy.cost.spending import Spending
 from code_puppy.definitions.file_commands import find_command
 from code_puppy.errors import one_line
 from code_puppy.headless.sinks import SINKS
 from code_puppy.mentions import mention_attachments
 from code_puppy.options import RunOptions
-from code_puppy.run.deps import RunDeps
-from code_puppy.run.steering import SteeringInbox, accepting_steers, held_steers
+from code_puppy.run.steering import SteeringInbox
 from code_puppy.sessions.costs import CostTotals
-from code_puppy.sessions.runs import RunRegistry
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -132,21 +131,17 @@ async def _headless(options: RunOptions, headless: HeadlessOptions, output: Outp
         session, recovered = await project.open_session()
         if recovered:
             print(f"code-puppy: note: {recovered}", file=sys.stderr)
-        deps = RunDeps(session)
+        conversation = Conversation(project, session, project.model_name)
         output.start(session.id)
         if headless.input_format == "stream-json":
             from code_puppy.headless.stdin_messages import read_messages
 
             loop = asyncio.get_running_loop()
             # Delivered on the loop's thread, so the turn's last look at the inbox and its closing can't miss one.
-            read_messages(sys.stdin, lambda text: loop.call_soon_threadsafe(_steer_or_report, deps.steering, text))
-        limits = TurnLimits(
-            max_requests=options.max_requests,
-            max_continuations=project.settings.plugins.max_continuations,
-            timeout=headless.timeout or project.settings.run.timeout,
-            idle_timeout=project.settings.run.idle_timeout,
-        )
-        outcome, stopped_by = await _with_signals(_turn(project, deps, headless.prompt, output.sink, limits))
+            inbox = conversation.inbox
+            read_messages(sys.stdin, lambda text: loop.call_soon_threadsafe(_steer_or_report, inbox, text))
+        timeout = headless.timeout or project.settings.run.timeout
+        outcome, stopped_by = await _with_signals(_turn(conversation, headless.prompt, output.sink, timeout))
     finally:
         await project.close()
     if session.notice:
@@ -154,7 +149,7 @@ async def _headless(options: RunOptions, headless: HeadlessOptions, output: Outp
     if outcome.checkpoint_note:
         print(f"code-puppy: note: {outcome.checkpoint_note}", file=sys.stderr)
     if outcome.unrun_follow_up:
-        note = unrun_follow_up_note(outcome.unrun_follow_up, limits.max_continuations)
+        note = unrun_follow_up_note(outcome.unrun_follow_up, project.settings.plugins.max_continuations)
         print(f"code-puppy: note: {note}", file=sys.stderr)
     status, message = ending(outcome, stopped_by=stopped_by)
     output.finish(status, message=message, outcome=outcome)
@@ -163,32 +158,22 @@ async def _headless(options: RunOptions, headless: HeadlessOptions, output: Outp
     return EXIT_CODES[status]
 
 
-async def _turn(project: Project, deps: RunDeps, prompt: str, sink: EventSink, limits: TurnLimits) -> TurnOutcome:
+async def _turn(conversation: Conversation, prompt: str, sink: EventSink, timeout: float | None) -> TurnOutcome:
     """The turn, in the task the signals cancel: the plugins and the agent (MCP servers, the provider's HTTP client)
     start and stop in it too, so a signal while they do still ends in a report."""
-    registry = RunRegistry(project.store.database)
-    async with accepting_steers(registry, deps.session.id, project.root, deps.steering):
+    project = conversation.project
+    async with conversation.steerable():
         await project.start()
-        model = project.model()
         attachments: list[TextContent] = []
         # A prompt that starts with a file command's `/name` runs it; any other `/word` is sent as it is.
+        command = None
         if (found := find_command(project.root, prompt)) is not None:
             command, arguments = found
             prompt = command.expand(arguments)
             attachments = mention_attachments(prompt, project.root)[0]
-            model = project.start_command(command)
-        outcome = await run_turn(
-            project.agent,
-            deps,
-            prompt,
-            sink,
-            model=model,
-            limits=limits,
-            follow_up=held_steers(deps.steering, sink.event),
-            plugins=project.plugins,
-            attachments=attachments,
-        )
-        deps.steering.close()
+        with conversation.command(command) as model:
+            outcome = await conversation.turn(prompt, sink, model=model, attachments=attachments, timeout=timeout)
+        conversation.inbox.close()
         # The turn is over and saved: a signal while the servers stop ends the process, not the outcome.
         with contextlib.suppress(asyncio.CancelledError):
             await project.stop()
