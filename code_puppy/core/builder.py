@@ -29,7 +29,7 @@ from code_puppy.options import PermissionMode
 from code_puppy.permissions.policy import PermissionPolicy
 from code_puppy.plugins.host import PluginHost
 from code_puppy.run.cut_off_calls import CutOffCalls
-from code_puppy.run.deps import RunDeps, deps_of
+from code_puppy.run.deps import RunDeps, RunDepth, deps_of
 from code_puppy.run.history_persistence import HistoryPersistence
 from code_puppy.run.provider_retries import ProviderRetries
 from code_puppy.run.steering import Steering
@@ -179,6 +179,7 @@ def build_pydantic_agent(
                 name=definition.name,
                 description=definition.description,
                 capabilities=[
+                    RunDepth(),
                     *checkpointing,
                     LocalWorkspace(root),
                     ProviderRetries(settings.run),
@@ -199,6 +200,8 @@ def build_pydantic_agent(
         model,
         deps_type=RunDeps,
         capabilities=[
+            # The run's nesting (`in_main_run`): the main conversation's run, or one delegated from inside it.
+            RunDepth(),
             # Outermost around tool execution: its snapshots enclose everything the other capabilities do to a call.
             *checkpointing,
             LocalWorkspace(root),

@@ -30,7 +30,7 @@ from pydantic_ai.models import Model, ModelRequestContext
 from pydantic_ai.usage import RequestUsage
 
 from code_puppy.config import BudgetConfig, Settings
-from code_puppy.run.history_persistence import in_main_run
+from code_puppy.run.deps import in_main_run
 from code_puppy.sessions.costs import CostBook, CostTotals, RequestCost, RequestKind, format_cost
 
 if TYPE_CHECKING:

@@ -29,8 +29,8 @@ from pydantic_ai_harness.compaction import (
 )
 
 from code_puppy.config import CompactionKind
-from code_puppy.run.deps import deps_of
-from code_puppy.run.history_persistence import in_main_run, persist_compacted_history
+from code_puppy.run.deps import deps_of, in_main_run
+from code_puppy.run.history_persistence import persist_compacted_history
 from code_puppy.sessions.session import Session
 
 TARGET_FRACTION = 0.8

@@ -33,8 +33,7 @@ from code_puppy.history.processing import (
 )
 from code_puppy.history.tokens import estimate_history_tokens, estimate_request_tokens, serialize
 from code_puppy.history.validation import validate_output
-from code_puppy.run.deps import deps_of
-from code_puppy.run.history_persistence import in_main_run
+from code_puppy.run.deps import deps_of, in_main_run
 
 _processing: ContextVar[frozenset[int]] = ContextVar("code_puppy.history_processing", default=frozenset())
 """The agents (by id) whose history processors are running in this context, to refuse a recursive call."""

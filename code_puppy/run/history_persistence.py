@@ -16,13 +16,12 @@ import contextlib
 import sqlite3
 import uuid
 from collections.abc import Sequence
-from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pydantic_ai import RunContext
 from pydantic_ai.agent import AgentRunResult
-from pydantic_ai.capabilities import AbstractCapability, WrapRunHandler
+from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
@@ -35,7 +34,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.usage import RunUsage
 
 from code_puppy.errors import StoreError
-from code_puppy.run.deps import deps_of
+from code_puppy.run.deps import deps_of, in_main_run
 from code_puppy.sessions.schema import store_error
 from code_puppy.sessions.session import Session, SessionNotSaved
 
@@ -49,15 +48,6 @@ class DurableHistory(Protocol):
     async def set_message_history(
         self, messages: Sequence[ModelMessage], *, run_id: str | None = None, run_usage: RunUsage | None = None
     ) -> None: ...
-
-
-_run_depth: ContextVar[int] = ContextVar("code_puppy.run_depth", default=0)
-"""How many runs of this agent enclose the current one: 1 for the main conversation, more for delegated runs."""
-
-
-def in_main_run() -> bool:
-    """Whether the code running is part of a main-conversation run, not a run delegated from inside one."""
-    return _run_depth.get() <= 1
 
 
 @dataclass
@@ -74,15 +64,8 @@ class HistoryPersistence(AbstractCapability[Any]):
     def get_serialization_name(cls) -> str | None:
         return None  # it writes into live sessions
 
-    async def wrap_run(self, ctx: RunContext[Any], *, handler: WrapRunHandler) -> AgentRunResult[Any]:
-        token = _run_depth.set(_run_depth.get() + 1)
-        try:
-            return await handler()
-        finally:
-            _run_depth.reset(token)
-
     async def after_run(self, ctx: RunContext[Any], *, result: AgentRunResult[Any]) -> AgentRunResult[Any]:
-        if _run_depth.get() == 1 and (deps := deps_of(ctx)) is not None:
+        if in_main_run() and (deps := deps_of(ctx)) is not None:
             # A store that fails (a full disk) must not cost the run its answer: the history is set in memory, and
             # the loop's `persist_result_history` tries again and reports what it cannot save.
             with contextlib.suppress(SessionNotSaved):

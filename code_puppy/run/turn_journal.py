@@ -17,8 +17,7 @@ from pydantic_ai.messages import (
     ModelRequest,
 )
 
-from code_puppy.run.deps import deps_of
-from code_puppy.run.history_persistence import in_main_run
+from code_puppy.run.deps import deps_of, in_main_run
 from code_puppy.sessions.journal import Journal
 
 

@@ -96,6 +96,29 @@ def test_configured_prices_price_a_private_endpoint(
     assert (code, result["cost_usd"], result["cost_complete"]) == (0, 0.0, True)
 
 
+def test_a_file_defined_delegates_requests_are_its_kind_and_its_sessions(
+    server: FakeLLMServer, project: Path, code_puppy_home: Path
+) -> None:
+    configure(code_puppy_home, server)
+    agents = project / ".code-puppy" / "agents"
+    agents.mkdir(parents=True)
+    (agents / "reviewer.md").write_text("---\nname: reviewer\ndescription: Reviews code.\n---\nReview carefully.\n")
+    server.script(
+        tool_calls(call("delegate_task", {"agent_name": "reviewer", "task": "review the readme"})),
+        text("Looks fine."),
+        text("Reviewed."),
+    )
+    code, result, stderr = json_run("get it reviewed", "--permission-mode", "yolo", cwd=project)
+    assert (code, result["output"]) == (0, "Reviewed."), stderr
+    assert "Review carefully." in json.dumps(server.requests[1].body)  # the reviewer's own run
+    assert [(row[0], row[1]) for row in request_rows(code_puppy_home)] == [
+        (result["session_id"], "main"),
+        (result["session_id"], "delegate"),
+        (result["session_id"], "main"),
+    ]
+    assert result["cost_usd"] == pytest.approx(cost_of(server.requests))
+
+
 def test_one_price_without_the_other_is_a_config_error(
     server: FakeLLMServer, project: Path, code_puppy_home: Path
 ) -> None:
