@@ -1,0 +1,1 @@
+"""The one run path every front end shares: the agent, the project, a conversation and its turns."""

@@ -15,7 +15,6 @@ from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import TextIO
 
-import code_puppy
 from code_puppy.config import Settings, config_dir
 from code_puppy.errors import one_line
 from code_puppy.plugins import ENTRY_POINT_GROUP
@@ -95,7 +94,7 @@ def claude_hooks_present(project_root: Path) -> bool:
 
 def bundled_plugins_dir() -> Path | None:
     """The bundled plugins: `code_puppy/bundled_plugins` in the wheel, the top-level `plugins/` in a source checkout."""
-    package = Path(code_puppy.__file__).parent
+    package = Path(__file__).parent.parent  # code_puppy/
     if (shipped := package / "bundled_plugins").is_dir():
         return shipped
     checkout = package.parent
