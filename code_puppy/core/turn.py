@@ -24,7 +24,7 @@ from code_puppy.plugins.host import PluginHost
 from code_puppy.run.deps import RunDeps
 from code_puppy.run.history_persistence import persist_checkpoint, persist_result_history
 from code_puppy.run.provider_retries import ProviderStalled
-from code_puppy.sessions.session import SessionNotSaved
+from code_puppy.sessions.session import Session, SessionNotSaved
 
 FollowUp = Callable[[AgentRunResult[str]], Awaitable[str | None]]
 """Asked after each successful run of a turn, when no plugin's `turn_end` gave one, for the next run's prompt."""
@@ -208,12 +208,9 @@ async def _run_turn(
             prompt = await plugins.user_prompt_submit(prompt, session)
         for index in range(limits.max_continuations + 1):
             remaining = None if limits.max_requests is None else limits.max_requests - usage.requests
-            if remaining is not None and remaining <= 0:
-                spent = UsageLimitExceeded(f"the request limit of {limits.max_requests} is spent")
-                return TurnOutcome(result, spent, usage, runs)
             left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                return TurnOutcome(result, TimeoutError(f"{limits.timeout:g} s"), usage, runs)
+            if (reached := _limit_reached(limits, remaining, left)) is not None:
+                return TurnOutcome(result, reached, usage, runs)
             sink.run_started(index)
             if spending is not None:
                 spending.run_index = index
@@ -236,20 +233,11 @@ async def _run_turn(
                     idle_timeout=limits.idle_timeout,
                 )
             except (Exception, asyncio.CancelledError) as exc:
-                run_usage = handle.usage()
-                run_id = handle.run.run_id if handle.run is not None else None
-                run_ids.extend([run_id] if run_id is not None else [])
-                unsaved = None
-                try:
-                    await persist_checkpoint(
-                        session, handle.completed_messages(exc), prompt=user_prompt, run_id=run_id, usage=run_usage
-                    )
-                except SessionNotSaved as failure:
-                    unsaved = failure
+                unsaved = await _checkpoint(session, handle, exc, user_prompt, run_ids)
                 if plugins is not None:
                     await plugins.agent_run_end(agent, None, exc, session)
                 error = TimeoutError(f"{limits.timeout:g} s") if isinstance(exc, RunTimedOut) else exc
-                return TurnOutcome(None, error, usage + run_usage, runs, unsaved=unsaved)
+                return TurnOutcome(None, error, usage + handle.usage(), runs, unsaved=unsaved)
             usage = usage + result.usage
             run_ids.append(result.run_id)
             if plugins is not None:
@@ -270,6 +258,30 @@ async def _run_turn(
         # Cancelled inside a plugin hook, between runs: every run that finished is saved already.
         return TurnOutcome(None, exc, usage, runs)
     return TurnOutcome(result, None, usage, runs, unrun_follow_up=prompt)
+
+
+def _limit_reached(limits: TurnLimits, remaining: int | None, left: float | None) -> BaseException | None:
+    """Why the turn cannot start another run: its requests are spent (`remaining`), or its time (`left`)."""
+    if remaining is not None and remaining <= 0:
+        return UsageLimitExceeded(f"the request limit of {limits.max_requests} is spent")
+    if left is not None and left <= 0:
+        return TimeoutError(f"{limits.timeout:g} s")
+    return None
+
+
+async def _checkpoint(
+    session: Session, handle: RunHandle, exc: BaseException, prompt: str | Sequence[UserContent], run_ids: list[str]
+) -> SessionNotSaved | None:
+    """Save what a run that failed or was cancelled completed; why it could not be saved, if it could not."""
+    run_id = handle.run.run_id if handle.run is not None else None
+    run_ids.extend([run_id] if run_id is not None else [])
+    try:
+        await persist_checkpoint(
+            session, handle.completed_messages(exc), prompt=prompt, run_id=run_id, usage=handle.usage()
+        )
+    except SessionNotSaved as failure:
+        return failure
+    return None
 
 
 def unrun_follow_up_note(prompt: str, max_continuations: int) -> str:

@@ -170,16 +170,7 @@ class PermissionPolicy(AbstractCapability[Any]):
         when the allow-list names it, asks in ask mode and is denied in accept-edits mode.
         """
         if mcp_permission is not None:
-            if self.mode == "read-only":
-                return "deny", f"`{tool_name}` is not available in read-only mode."
-            if self.mode == "yolo" or mcp_allowed(mcp_permission, self.allow):
-                return "allow", ""
-            if self.mode in ("accept-edits", "auto"):
-                return "deny", (
-                    f"`{tool_name}` is an MCP tool that is not allow-listed ({mcp_permission}), and {self.mode} mode "
-                    "only allows file edits. Do not retry it."
-                )
-            return "ask", ""
+            return self._decide_mcp(tool_name, mcp_permission)
         if tool_name in ALWAYS_ALLOWED_TOOL_NAMES:
             return "allow", ""
         if self.mode == "read-only":
@@ -201,34 +192,51 @@ class PermissionPolicy(AbstractCapability[Any]):
         if self.mode == "auto" and tool_name == "shell":
             return "allow", ""  # inside the sandbox
         if tool_name in SHELL_TOOL_NAMES:
-            command = str(args.get("command", ""))
-            if allowed_by_list(command, self.allow):
-                from code_puppy.permissions.risky_options import risky_option  # only for allow-listed commands
-
-                if (risk := risky_option(command, self.project_root)) is None:
-                    return "allow", ""
-                refused = (
-                    f"`{command}` matches the shell allow-list, but {risk}, and an allow-list entry covers a command "
-                    "only without such options."
-                )
-                if self.mode in ("accept-edits", "auto"):
-                    return "deny", f"{refused} Do not retry it."
-                return "ask", (
-                    f"{refused} It needs the user's approval and this run is non-interactive, so it was denied. "
-                    "Do not retry it; say what you would have run."
-                )
-            if self.mode in ("accept-edits", "auto"):
-                return "deny", (
-                    f"`{args.get('command')}` is not on the shell allow-list, and {self.mode} mode only runs "
-                    "allow-listed commands. Do not retry it."
-                )
-            return "ask", ""
+            return self._decide_command(args)
         if tool_name in EDIT_TOOL_NAMES and self.mode in ("accept-edits", "auto"):
             return "allow", ""
         if self.mode in ("accept-edits", "auto"):
             return (
                 "deny",
                 f"`{tool_name}` is not a file edit, and {self.mode} mode only allows edits. Do not retry it.",
+            )
+        return "ask", ""
+
+    def _decide_mcp(self, tool_name: str, mcp_permission: str) -> tuple[Decision, str]:
+        """`decide` for an MCP tool: never read-only, so it runs only in yolo mode or when the allow-list names it."""
+        if self.mode == "read-only":
+            return "deny", f"`{tool_name}` is not available in read-only mode."
+        if self.mode == "yolo" or mcp_allowed(mcp_permission, self.allow):
+            return "allow", ""
+        if self.mode in ("accept-edits", "auto"):
+            return "deny", (
+                f"`{tool_name}` is an MCP tool that is not allow-listed ({mcp_permission}), and {self.mode} mode "
+                "only allows file edits. Do not retry it."
+            )
+        return "ask", ""
+
+    def _decide_command(self, args: dict[str, Any]) -> tuple[Decision, str]:
+        """`decide` for a tool that runs a command string, outside `auto`'s sandbox: the allow-list decides."""
+        command = str(args.get("command", ""))
+        if allowed_by_list(command, self.allow):
+            from code_puppy.permissions.risky_options import risky_option  # only for allow-listed commands
+
+            if (risk := risky_option(command, self.project_root)) is None:
+                return "allow", ""
+            refused = (
+                f"`{command}` matches the shell allow-list, but {risk}, and an allow-list entry covers a command "
+                "only without such options."
+            )
+            if self.mode in ("accept-edits", "auto"):
+                return "deny", f"{refused} Do not retry it."
+            return "ask", (
+                f"{refused} It needs the user's approval and this run is non-interactive, so it was denied. "
+                "Do not retry it; say what you would have run."
+            )
+        if self.mode in ("accept-edits", "auto"):
+            return "deny", (
+                f"`{args.get('command')}` is not on the shell allow-list, and {self.mode} mode only runs "
+                "allow-listed commands. Do not retry it."
             )
         return "ask", ""
 
