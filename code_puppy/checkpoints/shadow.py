@@ -220,31 +220,7 @@ class ShadowRepo:
             "status", "--porcelain=v2", "-z", "--untracked-files=all", "--ignored=matching", "--no-renames",
             "--ignore-submodules=all",
         )  # fmt: skip
-        previous: dict[str, Entry | None] = {}
-        """Each tracked path status lists: its entry in the latest snapshot (HEAD)."""
-        ahead: dict[str, Entry | None] = {}
-        """Paths whose index entry is newer than the latest snapshot and matches the file (a snapshot cut short)."""
-        changed: list[str] = []
-        ignored: list[str] = []
-        left_out: list[str] = []
-        """Folders ignored as a whole: not snapshotted, so not watched."""
-        for record in status.split(b"\0"):
-            if not record:
-                continue
-            kind = record[:1]
-            if kind == b"1":  # 1 XY sub mH mI mW hH hI path
-                fields = record.split(b" ", 8)
-                path = fields[8].decode("utf-8", "surrogateescape")
-                previous[path] = _file_entry(fields[3], fields[6])
-                if fields[1][1:2] == b".":
-                    ahead[path] = _file_entry(fields[4], fields[7])
-                else:
-                    changed.append(path)
-            elif kind == b"?":
-                changed.append(record[2:].decode("utf-8", "surrogateescape"))
-            elif kind == b"!":
-                path = record[2:].decode("utf-8", "surrogateescape")
-                (left_out if path.endswith("/") else ignored).append(path.rstrip("/"))
+        previous, ahead, changed, ignored, left_out = _read_status(status)
         if ignored and checkpoint_ignore:
             excluded = self._checkpoint_ignored()
             ignored = [path for path in ignored if not _covered(path, excluded)]
@@ -578,6 +554,37 @@ def _commit_text(tree: str, parent: str | None) -> bytes:
 
 def _covered(path: str, excluded: Iterable[str]) -> bool:
     return any(path == item or (item.endswith("/") and path.startswith(item)) for item in excluded)
+
+
+def _read_status(
+    status: bytes,
+) -> tuple[dict[str, Entry | None], dict[str, Entry | None], list[str], list[str], list[str]]:
+    """What `git status --porcelain=v2 -z --ignored=matching` lists: each tracked path's entry in the latest snapshot
+    (HEAD); paths whose index entry is newer than that snapshot and matches the file (a snapshot cut short); paths
+    changed or untracked; files ignored; folders ignored as a whole (not snapshotted, so not watched)."""
+    previous: dict[str, Entry | None] = {}
+    ahead: dict[str, Entry | None] = {}
+    changed: list[str] = []
+    ignored: list[str] = []
+    left_out: list[str] = []
+    for record in status.split(b"\0"):
+        if not record:
+            continue
+        kind = record[:1]
+        if kind == b"1":  # 1 XY sub mH mI mW hH hI path
+            fields = record.split(b" ", 8)
+            path = fields[8].decode("utf-8", "surrogateescape")
+            previous[path] = _file_entry(fields[3], fields[6])
+            if fields[1][1:2] == b".":
+                ahead[path] = _file_entry(fields[4], fields[7])
+            else:
+                changed.append(path)
+        elif kind == b"?":
+            changed.append(record[2:].decode("utf-8", "surrogateescape"))
+        elif kind == b"!":
+            path = record[2:].decode("utf-8", "surrogateescape")
+            (left_out if path.endswith("/") else ignored).append(path.rstrip("/"))
+    return previous, ahead, changed, ignored, left_out
 
 
 def write_file(root: Path, path: str, entry: Entry | None, content: bytes | None) -> None:
