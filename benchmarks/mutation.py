@@ -165,10 +165,12 @@ PACKAGES = {
     "shell_hooks": Package(
         sources=("plugins/shell_hooks/__init__.py",),
         tests=(
+            "tests/test_shell_hooks.py",
             "tests/test_bundled_plugins.py",
             "tests/test_plugin_discovery.py",
             "tests/test_file_definitions.py::test_an_untrusted_projects_claude_hooks_do_not_run",
             "tests/test_file_definitions.py::test_claude_code_hooks_run_unchanged_in_a_trusted_project",
+            "tests/test_file_definitions.py::test_claude_hooks_changed_or_added_after_trust_do_not_run_and_say_so",
             "tests/checkpoints/test_rewind_cli.py::test_what_a_plugin_hook_command_changes_is_part_of_the_turn",
         ),
     ),

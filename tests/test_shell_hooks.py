@@ -270,6 +270,18 @@ async def test_a_claude_settings_file_that_cannot_be_read_is_one_line_and_the_ot
     assert line.endswith("); ignored")
 
 
+async def test_a_trusted_projects_local_claude_settings_run_without_a_shared_one(
+    code_puppy_home: Path, project: Path
+) -> None:
+    claude_settings(
+        project, ".claude/settings.local.json", {"Stop": [{"hooks": [{"type": "command", "command": "touch ran"}]}]}
+    )
+    trust_project(project)
+    host = await hooks(project)
+    assert await host.turn_end(cast(Any, None), Session.in_memory()) is None
+    assert (project / "ran").exists()
+
+
 async def test_the_users_claude_settings_run_without_trust_unless_code_puppy_home_relocates_everything(
     code_puppy_home: Path, project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -626,13 +626,3 @@ def write_file(root: Path, path: str, entry: Entry | None, content: bytes | None
             file.flush()
             os.fsync(file.fileno())
     os.replace(temporary, target)
-
-
-def describe(changes: Mapping[str, Change]) -> str:
-    """`3 files: a.py, b.py (new), c.py (deleted)` for a set of changes."""
-    names = [
-        f"{path} (new)" if before is None else f"{path} (deleted)" if after is None else path
-        for path, (before, after) in sorted(changes.items())
-    ]
-    shown = ", ".join(names[:6]) + (f", … {len(names) - 6} more" if len(names) > 6 else "")
-    return f"{len(names)} file{'' if len(names) == 1 else 's'}: {shown}"
