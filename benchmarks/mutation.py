@@ -101,6 +101,8 @@ PACKAGES = {
         sources=(
             "code_puppy/checkpoints/__init__.py",
             "code_puppy/checkpoints/shadow.py",
+            "code_puppy/checkpoints/git_format.py",
+            "code_puppy/checkpoints/ignores.py",
             "code_puppy/checkpoints/watch.py",
             "code_puppy/checkpoints/capability.py",
             "code_puppy/sessions/checkpoints.py",

@@ -17,7 +17,8 @@ from pydantic_ai import RunContext, ToolDefinition
 from pydantic_ai.capabilities import AbstractCapability, WrapToolExecuteHandler
 from pydantic_ai.messages import ToolCallPart
 
-from code_puppy.checkpoints.shadow import Change, CheckpointError, ShadowRepo
+from code_puppy.checkpoints.git_format import Change
+from code_puppy.checkpoints.shadow import CheckpointError, ShadowRepo
 from code_puppy.tools import EDIT_TOOL_NAMES, FILE_EDITORS, MCP_PERMISSION_KEY, SHELL_TOOL_NAMES, is_read_only
 
 REUSE_WITHIN = 1.0

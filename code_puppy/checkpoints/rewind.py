@@ -15,6 +15,8 @@ rewind from it (`finish_interrupted_rewind`): the writes are idempotent, so fini
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import sqlite3
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,7 +27,8 @@ from typing import Any, Literal
 from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
 
 from code_puppy.checkpoints.capability import TurnChanges
-from code_puppy.checkpoints.shadow import Change, CheckpointError, Entry, ShadowRepo, write_file
+from code_puppy.checkpoints.git_format import Change, Entry
+from code_puppy.checkpoints.shadow import CheckpointError, ShadowRepo
 from code_puppy.config import ConfigError
 from code_puppy.mentions import typed_text
 from code_puppy.paths import write_json
@@ -392,3 +395,44 @@ def open_shadow(root: Path, *, max_file_mb: float) -> tuple[ShadowRepo | None, s
         return ShadowRepo.open(root, data_dir(), max_file_mb=max_file_mb), None
     except CheckpointError as exc:
         return None, f"checkpoints are off: {exc}"
+
+
+def write_file(root: Path, path: str, entry: Entry | None, content: bytes | None) -> None:
+    """Put `path` (project-relative) back as `entry` with `content`, or delete it (None); atomic for each file.
+
+    A parent that would lead outside `root` through a symlink, or into a `.git` folder, is refused. Folders a deleted
+    file leaves empty are removed up to the root, as git does.
+    """
+    target = root / path
+    parts = Path(path).parts
+    if not parts or ".." in parts or any(part.casefold() == ".git" for part in parts):
+        raise CheckpointError(f"refusing to write {path}: outside the project's files")
+    parent = target.parent
+    if parent.exists() and root.resolve() not in (parent.resolve(), *parent.resolve().parents):
+        raise CheckpointError(f"refusing to write {path}: its folder leads outside the project")
+    if entry is None:
+        if target.is_symlink() or target.is_file():
+            target.unlink()
+        directory = target.parent
+        while directory != root and directory.is_dir() and not any(directory.iterdir()):
+            directory.rmdir()
+            directory = directory.parent
+        return
+    assert content is not None
+    if parent.exists() and not parent.is_dir():
+        parent.unlink()  # a file where the folder was: the folder is what the checkpoint had
+    parent.mkdir(parents=True, exist_ok=True)
+    if target.is_dir() and not target.is_symlink():
+        shutil.rmtree(target)
+    temporary = parent / f".{target.name}.code-puppy-rewind"
+    temporary.unlink(missing_ok=True)
+    mode, _ = entry
+    if mode == "120000":
+        os.symlink(os.fsdecode(content), temporary)
+    else:
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o755 if mode == "100755" else 0o644)
+        with os.fdopen(descriptor, "wb") as file:
+            file.write(content)
+            file.flush()
+            os.fsync(file.fileno())
+    os.replace(temporary, target)

@@ -31,16 +31,19 @@ from collections.abc import Generator, Iterable, Mapping
 from pathlib import Path
 from stat import S_ISDIR, S_ISLNK, S_ISREG, S_IXUSR
 
+from code_puppy.checkpoints.git_format import (
+    FILE_MODES,
+    IDENTITY,
+    NO_OBJECT,
+    Change,
+    Entry,
+    commit_text,
+    git_object,
+    read_status,
+)
+from code_puppy.checkpoints.ignores import FileStat, covered, ignore_files, write_excludes
 from code_puppy.checkpoints.watch import Watcher
 from code_puppy.paths import WORKTREES_DIR
-from code_puppy.trust import CHECKPOINT_IGNORE, trusted_content
-
-Entry = tuple[str, str]
-"""A file as git stores it: its mode (`100644`, `100755`, `120000` for a symlink) and its blob id."""
-Change = tuple[Entry | None, Entry | None]
-"""A path's state before and after (None: it did not exist)."""
-_FileStat = tuple[int, int, int] | None
-"""A file's identity, size and time (None: there is none)."""
 
 LOCK_WAIT = 30.0
 """Seconds to wait for another process's snapshot or rewind before reporting it."""
@@ -57,15 +60,6 @@ _SETTINGS = (
     ("splitIndex.sharedIndexExpire", "now"),
     ("index.version", "4"),
 )
-_FILE_MODES = frozenset({"100644", "100755", "120000"})
-"""What a checkpoint restores; gitlinks (nested repositories) are not content."""
-_NO_OBJECT = "0" * 40
-_IDENTITY = {
-    "GIT_AUTHOR_NAME": "code-puppy",
-    "GIT_AUTHOR_EMAIL": "checkpoints@code-puppy.invalid",
-    "GIT_COMMITTER_NAME": "code-puppy",
-    "GIT_COMMITTER_EMAIL": "checkpoints@code-puppy.invalid",
-}
 
 
 class CheckpointError(Exception):
@@ -95,12 +89,12 @@ class ShadowRepo:
         self._watcher: Watcher | None = None
         self._watching = True
         """False once the watcher could not start or failed: every snapshot walks, for the rest of the process."""
-        self._clean: tuple[str, int, tuple[_FileStat, ...]] | None = None
+        self._clean: tuple[str, int, tuple[FileStat, ...]] | None = None
         """The latest whole snapshot's tree, the watcher's count of events before its walk began, and the ignore files
         a watch may not see then (`_ignore_files`; None: it cannot be reused, `unchanged`)."""
         self._env = {
             **{name: value for name, value in os.environ.items() if not name.startswith("GIT_")},
-            **_IDENTITY,
+            **IDENTITY,
             "GIT_DIR": str(directory),
             "GIT_WORK_TREE": str(root),
             "GIT_INDEX_FILE": str(directory / "code-puppy-index"),
@@ -211,19 +205,19 @@ class ShadowRepo:
         # and would fail every snapshot from now on. Under our lock, no other git of ours can be using it.
         (self.directory / "code-puppy-index.lock").unlink(missing_ok=True)
         self._signature = self._clean = None  # until this snapshot is whole
-        checkpoint_ignore = self._write_excludes()
+        checkpoint_ignore = write_excludes(self.root, self.directory)
         # Before the walk: what changed from now on raises an event the next `unchanged` reads.
         token = self._watcher.token() if self._watcher is not None else None
-        outside = _ignore_files(self.root)
+        outside = ignore_files(self.root)
         self.walks += 1
         status = self.git(
             "status", "--porcelain=v2", "-z", "--untracked-files=all", "--ignored=matching", "--no-renames",
             "--ignore-submodules=all",
         )  # fmt: skip
-        previous, ahead, changed, ignored, left_out = _read_status(status)
+        previous, ahead, changed, ignored, left_out = read_status(status)
         if ignored and checkpoint_ignore:
             excluded = self._checkpoint_ignored()
-            ignored = [path for path in ignored if not _covered(path, excluded)]
+            ignored = [path for path in ignored if not covered(path, excluded)]
         self.skipped = {path for path in self.skipped if (self.root / path).is_file()}
         paths: list[str] = []
         for path in [*changed, *ignored]:
@@ -258,7 +252,7 @@ class ShadowRepo:
         self._taken = (head[1], tree, changes) if found is not None and head is not None else None
         return self._watch(self._commit(tree, head), token, outside, left_out)
 
-    def _watch(self, tree: str, token: int | None, outside: tuple[_FileStat, ...], left_out: list[str]) -> str:
+    def _watch(self, tree: str, token: int | None, outside: tuple[FileStat, ...], left_out: list[str]) -> str:
         """After a whole snapshot: `tree` can be reused while nothing changes (`token`, when the watcher covered all
         the walk did); the watches follow the folders left out (started at the first snapshot)."""
         if not self._watching:
@@ -289,7 +283,7 @@ class ShadowRepo:
             head = self._head()
             if head is None or head[1] != clean[0] or self._index_signature() != self._signature:
                 return None
-            if _ignore_files(self.root) != clean[2] or not watcher.clean(clean[1]):
+            if ignore_files(self.root) != clean[2] or not watcher.clean(clean[1]):
                 self._clean = None
                 return None
             return clean[0]
@@ -338,7 +332,7 @@ class ShadowRepo:
     def _commit(self, tree: str, head: tuple[str, str] | None) -> str:
         """Make `tree` the latest snapshot (unless it is already), with a commit of it on the latest; `tree`."""
         if head is None or head[1] != tree:
-            commit, raw = _object("commit", _commit_text(tree, head[0] if head is not None else None))
+            commit, raw = git_object("commit", commit_text(tree, head[0] if head is not None else None))
             self._store(commit, raw)
             # What `git update-ref HEAD` does, without its process: under the lock, a ref is one file replaced whole.
             ref = self.directory / "refs" / "heads" / "snapshots"
@@ -389,12 +383,12 @@ class ShadowRepo:
                 continue
             except OSError as exc:
                 raise CheckpointError(f"cannot snapshot {path}: {exc.strerror}") from None
-            name, raw = _object("blob", content)
+            name, raw = git_object("blob", content)
             if latest.get(path) != (mode, name):
                 self._store(name, raw)
             found[path] = (mode, name)
         listed = [path for path in found if index_all or found[path] != latest.get(path)]
-        gone = [f"0 {_NO_OBJECT}\t{path}" for path in listed if found[path] is None]
+        gone = [f"0 {NO_OBJECT}\t{path}" for path in listed if found[path] is None]
         kept = [f"{entry[0]} {entry[1]}\t{path}" for path in listed if (entry := found[path]) is not None]
         listing = b"".join(os.fsencode(line) + b"\0" for line in [*gone, *kept])
         if listing:
@@ -435,23 +429,6 @@ class ShadowRepo:
             self._trees[commit] = self.git("rev-parse", f"{commit}^{{tree}}").decode().strip()
         return commit, self._trees[commit]
 
-    def _write_excludes(self) -> bool:
-        """`info/exclude`: the worktrees' folder and what `.code-puppy/checkpointignore` says, kept in step with it
-        while the user trusts its content (a repository's could switch checkpoints off); whether that applies."""
-        try:
-            content = (self.root / CHECKPOINT_IGNORE).read_bytes()
-        except OSError:
-            content = b""
-        applied = content if content and trusted_content(self.root, CHECKPOINT_IGNORE, content) else b""
-        # Worktrees are projects of their own, with their own checkpoints.
-        wanted = f"/{WORKTREES_DIR}/\n".encode() + applied
-        exclude = self.directory / "info" / "exclude"
-        current = exclude.read_bytes() if exclude.is_file() else b""
-        if current != wanted:
-            exclude.parent.mkdir(exist_ok=True)
-            exclude.write_bytes(wanted)
-        return bool(applied)
-
     def _checkpoint_ignored(self) -> list[str]:
         """The untracked paths `info/exclude` names (directories with a trailing `/`): what the checkpointignore said
         when it was checked, not what it says now."""
@@ -474,8 +451,8 @@ class ShadowRepo:
             if not header.startswith(b":"):
                 continue
             old_mode, new_mode, old_blob, new_blob, _ = header[1:].decode().split(" ")
-            old = (old_mode, old_blob) if old_mode in _FILE_MODES else None
-            new = (new_mode, new_blob) if new_mode in _FILE_MODES else None
+            old = (old_mode, old_blob) if old_mode in FILE_MODES else None
+            new = (new_mode, new_blob) if new_mode in FILE_MODES else None
             if old != new:
                 found[path.decode("utf-8", "surrogateescape")] = (old, new)
         return found
@@ -492,7 +469,7 @@ class ShadowRepo:
                 continue
             header, _, path = item.partition(b"\t")
             mode, _, blob = header.decode().split(" ")
-            if mode in _FILE_MODES:
+            if mode in FILE_MODES:
                 found[path.decode("utf-8", "surrogateescape")] = (mode, blob)
         return found
 
@@ -517,112 +494,3 @@ class ShadowRepo:
     def size(self) -> int:
         """Bytes the repository takes on disk."""
         return sum(file.stat().st_size for file in self.directory.rglob("*") if file.is_file())
-
-
-def _ignore_files(root: Path) -> tuple[_FileStat, ...]:
-    """The ignore files a folder watch may not see: the user's global one, which git reads even with its
-    configuration shut out (`core.excludesFile`'s default), and `.code-puppy/checkpointignore`, in a folder `.gitignore`
-    may leave out; each one's identity, size and time (None: there is none)."""
-    config = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    found: list[_FileStat] = []
-    for path in (os.path.join(config, "git", "ignore"), root / CHECKPOINT_IGNORE):
-        try:
-            stat = os.stat(path)
-        except OSError:
-            found.append(None)
-        else:
-            found.append((stat.st_ino, stat.st_size, stat.st_mtime_ns))
-    return tuple(found)
-
-
-def _file_entry(mode: bytes, blob: bytes) -> Entry | None:
-    return (mode.decode(), blob.decode()) if mode.decode() in _FILE_MODES else None
-
-
-def _object(kind: str, content: bytes) -> tuple[str, bytes]:
-    """A git object: its id (the SHA-1 of `<kind> <size>\\0<content>`) and those bytes."""
-    raw = f"{kind} {len(content)}\0".encode() + content
-    return hashlib.sha1(raw, usedforsecurity=False).hexdigest(), raw
-
-
-def _commit_text(tree: str, parent: str | None) -> bytes:
-    """A snapshot's commit object, as `git commit-tree` would write it."""
-    signature = f"{_IDENTITY['GIT_AUTHOR_NAME']} <{_IDENTITY['GIT_AUTHOR_EMAIL']}> {int(time.time())} +0000"
-    parents = f"parent {parent}\n" if parent is not None else ""
-    return f"tree {tree}\n{parents}author {signature}\ncommitter {signature}\n\nsnapshot\n".encode()
-
-
-def _covered(path: str, excluded: Iterable[str]) -> bool:
-    return any(path == item or (item.endswith("/") and path.startswith(item)) for item in excluded)
-
-
-def _read_status(
-    status: bytes,
-) -> tuple[dict[str, Entry | None], dict[str, Entry | None], list[str], list[str], list[str]]:
-    """What `git status --porcelain=v2 -z --ignored=matching` lists: each tracked path's entry in the latest snapshot
-    (HEAD); paths whose index entry is newer than that snapshot and matches the file (a snapshot cut short); paths
-    changed or untracked; files ignored; folders ignored as a whole (not snapshotted, so not watched)."""
-    previous: dict[str, Entry | None] = {}
-    ahead: dict[str, Entry | None] = {}
-    changed: list[str] = []
-    ignored: list[str] = []
-    left_out: list[str] = []
-    for record in status.split(b"\0"):
-        if not record:
-            continue
-        kind = record[:1]
-        if kind == b"1":  # 1 XY sub mH mI mW hH hI path
-            fields = record.split(b" ", 8)
-            path = fields[8].decode("utf-8", "surrogateescape")
-            previous[path] = _file_entry(fields[3], fields[6])
-            if fields[1][1:2] == b".":
-                ahead[path] = _file_entry(fields[4], fields[7])
-            else:
-                changed.append(path)
-        elif kind == b"?":
-            changed.append(record[2:].decode("utf-8", "surrogateescape"))
-        elif kind == b"!":
-            path = record[2:].decode("utf-8", "surrogateescape")
-            (left_out if path.endswith("/") else ignored).append(path.rstrip("/"))
-    return previous, ahead, changed, ignored, left_out
-
-
-def write_file(root: Path, path: str, entry: Entry | None, content: bytes | None) -> None:
-    """Put `path` (project-relative) back as `entry` with `content`, or delete it (None); atomic for each file.
-
-    A parent that would lead outside `root` through a symlink, or into a `.git` folder, is refused. Folders a deleted
-    file leaves empty are removed up to the root, as git does.
-    """
-    target = root / path
-    parts = Path(path).parts
-    if not parts or ".." in parts or any(part.casefold() == ".git" for part in parts):
-        raise CheckpointError(f"refusing to write {path}: outside the project's files")
-    parent = target.parent
-    if parent.exists() and root.resolve() not in (parent.resolve(), *parent.resolve().parents):
-        raise CheckpointError(f"refusing to write {path}: its folder leads outside the project")
-    if entry is None:
-        if target.is_symlink() or target.is_file():
-            target.unlink()
-        directory = target.parent
-        while directory != root and directory.is_dir() and not any(directory.iterdir()):
-            directory.rmdir()
-            directory = directory.parent
-        return
-    assert content is not None
-    if parent.exists() and not parent.is_dir():
-        parent.unlink()  # a file where the folder was: the folder is what the checkpoint had
-    parent.mkdir(parents=True, exist_ok=True)
-    if target.is_dir() and not target.is_symlink():
-        shutil.rmtree(target)
-    temporary = parent / f".{target.name}.code-puppy-rewind"
-    temporary.unlink(missing_ok=True)
-    mode, _ = entry
-    if mode == "120000":
-        os.symlink(os.fsdecode(content), temporary)
-    else:
-        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o755 if mode == "100755" else 0o644)
-        with os.fdopen(descriptor, "wb") as file:
-            file.write(content)
-            file.flush()
-            os.fsync(file.fileno())
-    os.replace(temporary, target)

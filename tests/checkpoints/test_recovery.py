@@ -74,7 +74,7 @@ def test_kill_9_during_a_rewind_then_the_next_start_finishes_it(
     turn = run_cli("-p", "change things", *YOLO, "--output-format", "json", cwd=files)
     session_id = json.loads(turn.stdout)["session_id"]
     (record,) = (code_puppy_home / "checkpoints").glob("*/")
-    killed_at("code_puppy.checkpoints.shadow:write_file", "rewind", cwd=files)  # after the first of four files
+    killed_at("code_puppy.checkpoints.rewind:write_file", "rewind", cwd=files)  # after the first of four files
     assert (files / "app.py").read_text() == "version = 1\n"
     assert (record / "rewind.json").is_file()
     assert (files / "new.py").exists()  # half done
@@ -135,7 +135,7 @@ def test_a_killed_rewind_finished_by_rewind_in_json(server: FakeLLMServer, files
     agent_turn(server)
     turn = run_cli("-p", "change things", *YOLO, "--output-format", "json", cwd=files)
     session_id = json.loads(turn.stdout)["session_id"]
-    killed_at("code_puppy.checkpoints.shadow:write_file", "rewind", cwd=files)
+    killed_at("code_puppy.checkpoints.rewind:write_file", "rewind", cwd=files)
     (turn_checkpoint,) = [item["id"] for item in checkpoints_of(session_id, files)]
 
     finished = run_cli("rewind", "--output-format", "json", cwd=files)

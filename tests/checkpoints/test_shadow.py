@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from code_puppy.checkpoints.shadow import CheckpointError, ShadowRepo, write_file
+from code_puppy.checkpoints.rewind import write_file
+from code_puppy.checkpoints.shadow import CheckpointError, ShadowRepo
 from code_puppy.trust import trust_project
 
 
