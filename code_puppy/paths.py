@@ -1,5 +1,5 @@
 """Where code-puppy keeps things (DESIGN §3 "Locations"), and how it writes its own small files there, without
-importing pydantic: the chat needs them before its prompt shows, and `config.py` re-exports them."""
+importing pydantic: the chat needs them before its prompt shows, and `code_puppy.config` re-exports them."""
 
 from __future__ import annotations
 
