@@ -41,14 +41,12 @@ import hashlib
 import io
 import itertools
 import os
-import secrets
 import stat
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from types import TracebackType
 from typing import Any, BinaryIO, cast
 
 from pydantic_ai import RunContext
@@ -65,6 +63,7 @@ from pydantic_ai_harness.filesystem import (
 
 from code_puppy.run.deps import EditorFiles, deps_of
 from code_puppy.tools import EDITOR_TOOLS
+from code_puppy.workspace.file_writes import FILE_FLAGS, AtomicReplacement, EditorWrite, open_for_write
 
 READ_CHUNK_BYTES = 1 << 20
 """Bytes read at a time; at least the 8 KiB the harness looks at to tell a binary file."""
@@ -74,8 +73,6 @@ LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 """The characters `str.splitlines` ends a line on, which is how the harness counts and numbers lines."""
 FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
 """How each folder on a path is opened: a link where a folder was checked fails the open instead of being followed."""
-FILE_FLAGS = os.O_NONBLOCK | os.O_NOFOLLOW
-"""As the harness opens a file: a FIFO swapped in does not stall the open, a link swapped in is not followed."""
 
 
 @dataclass
@@ -228,7 +225,7 @@ class ProjectFileSystemToolset(FileSystemToolset[Any]):
                     current = source.read()
             else:
                 current = b""
-            return _EditorWrite(current, lambda content: call.written.__setitem__(resolved, content)), (
+            return EditorWrite(current, lambda content: call.written.__setitem__(resolved, content)), (
                 not resolved.exists()
             )
         # The checks that matter before anything changes, as the harness's open makes them: a regular file, not a
@@ -237,7 +234,7 @@ class ProjectFileSystemToolset(FileSystemToolset[Any]):
         path = self._relative_to_root(resolved)
         folder = self._open_folder(resolved.parent)
         try:
-            descriptor, created = _open_for_write(folder, resolved.name, path, read_back=read_back, create=create)
+            descriptor, created = open_for_write(folder, resolved.name, path, read_back=read_back, create=create)
             if not stat.S_ISREG(os.fstat(descriptor).st_mode):
                 os.close(descriptor)
                 raise ModelRetry(f"Path {path!r} exists and is not a regular file.")
@@ -310,28 +307,6 @@ def _refuse_nul_paths(ctx: RunContext[Any], **args: Any) -> None:
     path = args.get("path")
     if isinstance(path, str) and "\0" in path:
         raise ModelRetry(f"Path {path!r} holds a NUL byte, which no file name can hold.")
-
-
-def _open_for_write(folder: int, name: str, path: str, *, read_back: bool, create: bool) -> tuple[int, bool]:
-    """Open `name` in `folder` for writing without truncating it, as the harness does by name: the descriptor, and
-    whether this open created the file."""
-    flags = (os.O_RDWR if read_back else os.O_WRONLY) | FILE_FLAGS
-    try:
-        if not create:
-            return os.open(name, flags, dir_fd=folder), False
-        # The file can go between the exclusive create finding it and the plain open: try both again, a few times.
-        for _ in range(3):
-            with contextlib.suppress(FileExistsError):
-                return os.open(name, flags | os.O_CREAT | os.O_EXCL, 0o666, dir_fd=folder), True
-            with contextlib.suppress(FileNotFoundError):
-                return os.open(name, flags, dir_fd=folder), False
-        raise ModelRetry(f"Path {path!r} changed repeatedly while opening. Retry the write.")
-    except OSError as error:
-        if error.errno == errno.ELOOP:
-            raise ModelRetry(f"Path {path!r} changed to a symlink before opening.") from error
-        if error.errno in (errno.EISDIR, errno.ENODEV, errno.ENXIO):
-            raise ModelRetry(f"Path {path!r} exists and is not a regular file.") from error
-        raise
 
 
 @dataclass
@@ -432,107 +407,3 @@ def _lines(texts: Iterable[str], cap: int | None) -> Iterator[tuple[str, int]]:
         yield "".join(head), length
     elif length:
         yield "".join(head), length
-
-
-class _EditorWrite(io.BytesIO):
-    """The stream `open_write` hands the harness for an editor's file: it holds the file as the editor has it (for
-    the harness's hash check), and what the harness writes goes to the editor when the block ends cleanly."""
-
-    def __init__(self, current: bytes, commit: Callable[[str], None]) -> None:
-        super().__init__(current)
-        self._commit = commit
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
-    ) -> None:
-        if exc_type is None:
-            self._commit(self.getvalue().decode("utf-8"))
-        super().__exit__(exc_type, exc, traceback)
-
-
-class AtomicReplacement(io.BufferedIOBase):
-    """The stream `open_write` hands the harness: reads come from the file as it is (for the harness's hash check),
-    writes go to a temporary file in the file's folder, and a clean close renames that over the file with the file's
-    mode. Both go through the folder's descriptor, which this stream owns.
-
-    The harness rewinds, truncates, then writes the whole new content, all inside `with`; whatever was written
-    replaces the file when that block ends cleanly. Any other ending (a stale hash, a full disk, a plain `close`)
-    removes the temporary file and leaves the original alone.
-    """
-
-    def __init__(self, current: BinaryIO, folder: int, name: str) -> None:
-        super().__init__()
-        self._current = current
-        self._folder = folder
-        self._name = name
-        self._temporary: tuple[int, str] | None = None
-
-    def readable(self) -> bool:
-        return True
-
-    def writable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def read(self, size: int | None = -1, /) -> bytes:
-        return self._current.read(-1 if size is None else size)
-
-    def seek(self, offset: int, whence: int = os.SEEK_SET, /) -> int:
-        return self._current.seek(offset, whence)
-
-    def truncate(self, size: int | None = None, /) -> int:
-        return 0  # the new content starts empty; the file itself changes only when the block ends
-
-    def write(self, data: Any, /) -> int:
-        if self._temporary is None:
-            self._temporary = _temporary_file(self._folder, self._name)
-        view = memoryview(data).cast("B")
-        while view:
-            view = view[os.write(self._temporary[0], view) :]
-        return len(data)
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
-    ) -> None:
-        try:
-            if exc_type is None and self._temporary is not None:
-                self._replace(*self._temporary)
-        finally:
-            self.close()
-
-    def close(self) -> None:
-        if self.closed:
-            return
-        try:
-            if self._temporary is not None:
-                descriptor, name = self._temporary
-                os.close(descriptor)
-                with contextlib.suppress(FileNotFoundError):  # renamed over the file already
-                    os.unlink(name, dir_fd=self._folder)
-        finally:
-            os.close(self._folder)
-            self._current.close()
-            super().close()
-
-    def _replace(self, descriptor: int, name: str) -> None:
-        current = os.fstat(self._current.fileno())
-        os.fchmod(descriptor, stat.S_IMODE(current.st_mode))
-        if (current.st_uid, current.st_gid) != (os.geteuid(), os.getegid()):
-            # Root editing someone's file keeps it theirs; anyone else keeps what ownership they may.
-            with contextlib.suppress(PermissionError):
-                os.fchown(descriptor, current.st_uid, current.st_gid)
-        os.fsync(descriptor)
-        os.replace(name, self._name, src_dir_fd=self._folder, dst_dir_fd=self._folder)
-        os.fsync(self._folder)  # the rename is durable once the folder's entry is
-
-
-def _temporary_file(folder: int, name: str) -> tuple[int, str]:
-    """A new file in `folder` named after `name`, hidden, private, and never one that was already there."""
-    while True:
-        temporary = f".{name}.{secrets.token_hex(4)}.tmp"
-        with contextlib.suppress(FileExistsError):
-            return os.open(
-                temporary, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=folder
-            ), temporary
