@@ -1,15 +1,24 @@
 """The package's layout (issue 24): one package per concern in layers, no import cycle among its first-level units,
-and every module listed in its package's README."""
+every module listed in its package's README, folders and modules small enough to read, functions simple enough to
+follow, and the few things said once said in one place."""
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "code_puppy"
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "code_puppy"
+MAX_MODULES = 16
+"""Modules in one folder of `code_puppy/`, besides its `__init__.py` (each subfolder counted on its own)."""
+MAX_LINES = 500
+MAX_COMPLEXITY = 15
 
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"errors", "paths", "tools", "options", "config", "models", "trust", "hardening", "mentions"})
@@ -130,3 +139,54 @@ def test_every_module_is_listed_in_its_package_readme(package: str) -> None:
     readme = (folder / "README.md").read_text()
     modules = sorted(path.name for path in folder.glob("*.py") if path.name != "__init__.py")
     assert [module for module in modules if f"`{module}`" not in readme] == []
+
+
+def test_no_folder_holds_more_than_16_modules() -> None:
+    folders = [PACKAGE, *(path.parent for path in PACKAGE.rglob("*/__init__.py"))]
+    counts = {
+        str(folder.relative_to(ROOT)): len([path for path in folder.glob("*.py") if path.name != "__init__.py"])
+        for folder in folders
+    }
+    assert counts["code_puppy"] > 5  # the walk counts the package's own modules
+    assert {folder: count for folder, count in counts.items() if count > MAX_MODULES} == {}
+
+
+def test_no_module_is_over_500_lines() -> None:
+    lengths = {str(path.relative_to(ROOT)): len(path.read_text().splitlines()) for path in PACKAGE.rglob("*.py")}
+    assert len(lengths) > 100 and max(lengths.values()) > 300  # every module is measured
+    assert {module: lines for module, lines in lengths.items() if lines > MAX_LINES} == {}
+
+
+def ruff_complexity(*paths: Path) -> subprocess.CompletedProcess[str]:
+    """ruff's mccabe check (C901) over `paths`, with the project's configuration."""
+    return subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--no-cache", "--select", "C90", "--output-format", "concise", *paths],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_no_function_is_over_complexity_15_and_none_is_excused(tmp_path: Path) -> None:
+    lint = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["ruff"]["lint"]
+    assert "C90" in lint["select"] and lint["mccabe"]["max-complexity"] == MAX_COMPLEXITY
+    checked = ruff_complexity(PACKAGE, ROOT / "plugins")
+    assert checked.returncode == 0, checked.stdout
+    excused = [str(path) for path in PACKAGE.rglob("*.py") if "noqa: C901" in path.read_text()]
+    assert excused == []
+    # The check itself: a function with sixteen branches, under the project's configuration, fails it.
+    tangled = tmp_path / "tangled.py"
+    tangled.write_text("def f(x):\n" + "".join(f"    if x == {n}:\n        return {n}\n" for n in range(16)))
+    failed = ruff_complexity(tangled)
+    assert failed.returncode == 1 and "C901" in failed.stdout, failed.stdout + failed.stderr
+
+
+def modules_saying(text: str) -> list[str]:
+    return sorted(str(path.relative_to(ROOT)) for path in PACKAGE.rglob("*.py") if text in path.read_text())
+
+
+def test_the_store_file_the_denial_text_and_run_turn_are_each_in_one_place() -> None:
+    assert modules_saying('"sessions.db"') == ["code_puppy/paths.py"]
+    assert modules_saying("The user denied this call") == ["code_puppy/core/approvals.py"]
+    assert modules_saying("def run_turn(") == ["code_puppy/core/turn.py"]
