@@ -26,7 +26,7 @@ from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from code_puppy.config import Settings
-from code_puppy.core.builder import build_pydantic_agent
+from code_puppy.core.builder import AgentOptions, build_pydantic_agent
 from code_puppy.run.deps import RunDeps
 from code_puppy.run.turn_journal import TurnJournal
 from code_puppy.sessions.session import Session
@@ -66,7 +66,8 @@ async def measure(root: Path, steps: int, prior: int) -> list[float]:
 
         settings = Settings.model_validate({"history": {"compaction": "off"}})
         agent = build_pydantic_agent(
-            settings, model=FunctionModel(stream_function=respond), project_root=root / "project"
+            settings,
+            AgentOptions(model=FunctionModel(stream_function=respond), project_root=root / "project"),
         )
         costs: list[float] = []
         for name in ("before_run", "after_node_run", "on_event"):

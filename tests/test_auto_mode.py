@@ -17,7 +17,7 @@ from pydantic_ai.models.function import AgentInfo
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults
 
 from code_puppy.config import Settings
-from code_puppy.core.builder import build_pydantic_agent, capability
+from code_puppy.core.builder import AgentOptions, build_pydantic_agent, capability
 from code_puppy.run.deps import RunDeps
 from code_puppy.sandbox.sandboxed_shell import SandboxedShell, _sandbox_failure  # pyright: ignore[reportPrivateUsage]
 from code_puppy.sessions.session import Session
@@ -247,7 +247,9 @@ async def test_the_model_can_stop_a_background_command_it_started(project: Path,
                 own_and_other,
                 "stopped",
             )
-            agent = build_pydantic_agent(settings, model=script.model, project_root=project, permission_mode="auto")
+            agent = build_pydantic_agent(
+                settings, AgentOptions(model=script.model, project_root=project, permission_mode="auto")
+            )
             session = Session.in_memory()
             shell = capability(agent, SandboxedShell)
             assert shell is not None
@@ -289,7 +291,9 @@ async def test_ask_mode_with_the_sandbox_asks_once_per_command(project: Path, ou
         ],
         "done",
     )
-    agent = build_pydantic_agent(settings, model=script.model, project_root=project, permission_mode="ask")
+    agent = build_pydantic_agent(
+        settings, AgentOptions(model=script.model, project_root=project, permission_mode="ask")
+    )
     session = Session.in_memory()
     result = await agent.run("touch", deps=RunDeps(session, ask=approve_all))
     assert result.output == "done"

@@ -18,7 +18,7 @@ import pytest
 from pydantic_ai.messages import ToolCallPart
 
 from code_puppy.config import McpServerConfig, PermissionMode, Settings
-from code_puppy.core.builder import build_pydantic_agent
+from code_puppy.core.builder import AgentOptions, build_pydantic_agent
 from tests.conftest import CODE_PUPPY, run_cli
 from tests.fake_llm import FakeLLMServer, call, error, text, tool_calls
 from tests.scripted_model import scripted, tool_returns
@@ -388,7 +388,7 @@ async def test_permission_policy_gates_mcp_calls_before_they_reach_the_server(
 ) -> None:
     settings = Settings(mcp_servers={"echo": McpServerConfig.model_validate_json(_stdio_json(tag))})
     script = scripted([ToolCallPart("echo_write_note", {"text": "gated"}, tool_call_id="n")], "done")
-    agent = build_pydantic_agent(settings, model=script.model, project_root=project, permission_mode=mode)
+    agent = build_pydantic_agent(settings, AgentOptions(model=script.model, project_root=project, permission_mode=mode))
     result = await agent.run("note")
     assert [(name, result_outcome) for name, result_outcome, _ in tool_returns(result.all_messages())] == [
         ("echo_write_note", outcome)
@@ -400,7 +400,9 @@ async def test_permission_policy_gates_mcp_calls_before_they_reach_the_server(
 async def test_read_only_does_not_offer_mcp_tools(project: Path, tag: str) -> None:
     settings = Settings(mcp_servers={"echo": McpServerConfig.model_validate_json(_stdio_json(tag))})
     script = scripted("ok")
-    agent = build_pydantic_agent(settings, model=script.model, project_root=project, permission_mode="read-only")
+    agent = build_pydantic_agent(
+        settings, AgentOptions(model=script.model, project_root=project, permission_mode="read-only")
+    )
     await agent.run("look")
     assert sorted(tool.name for tool in script.infos[0].function_tools) == sorted(
         ["delegate_task", "grep", "list_files", "read_file", *PLAN_TOOLS]
@@ -415,7 +417,9 @@ async def test_servers_stay_up_across_runs_while_the_agent_is_entered(project: P
         [ToolCallPart("echo_echo", {"text": "two"}, tool_call_id="b")],
         "second",
     )
-    agent = build_pydantic_agent(settings, model=script.model, project_root=project, permission_mode="yolo")
+    agent = build_pydantic_agent(
+        settings, AgentOptions(model=script.model, project_root=project, permission_mode="yolo")
+    )
     assert processes_tagged(tag) == []  # lazy: building the agent starts nothing
     async with agent:
         assert processes_tagged(tag) == []  # nor does entering it: the first run's tool listing does

@@ -20,7 +20,7 @@ from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, RunCont
 from pydantic_ai_harness.filesystem import FileSystem
 
 from code_puppy.config import PermissionMode, Settings
-from code_puppy.core.builder import build_pydantic_agent
+from code_puppy.core.builder import AgentOptions, build_pydantic_agent
 from code_puppy.core.turn import TurnLimits, TurnOutcome, run_turn
 from code_puppy.headless.sinks import TextSink
 from code_puppy.permissions.policy import PermissionPolicy
@@ -109,7 +109,9 @@ async def turn(
     await host.startup(settings)
     session = session or Session.in_memory()
     script = scripted(*replies)
-    agent = build_pydantic_agent(settings, model=script.model, project_root=project, permission_mode=mode, plugins=host)
+    agent = build_pydantic_agent(
+        settings, AgentOptions(model=script.model, project_root=project, permission_mode=mode, plugins=host)
+    )
     sink = TextSink(io.StringIO(), io.StringIO())
     deps = RunDeps(session, ask=nobody_answers)
     limits = TurnLimits(max_continuations=max_continuations)
@@ -162,7 +164,7 @@ def prompts_of_view(session):
         host = load_plugins(settings, project, stderr=io.StringIO())
         module(host, "observer").SESSION = session
         script = scripted("the answer")
-        agent = build_pydantic_agent(settings, model=script.model, project_root=project, plugins=host)
+        agent = build_pydantic_agent(settings, AgentOptions(model=script.model, project_root=project, plugins=host))
         sink = TextSink(io.StringIO(), io.StringIO())
         outcome = await run_turn(agent, RunDeps(session), "question", sink, plugins=host)
         assert outcome.result is not None
@@ -342,7 +344,9 @@ async def test_an_interrupted_run_gets_agent_run_end_with_the_cancellation(
     settings = Settings()
     host = load_plugins(settings, project, stderr=io.StringIO())
     session = Session.in_memory()
-    agent = build_pydantic_agent(settings, model=FunctionModel(stream_function=stream), project_root=project)
+    agent = build_pydantic_agent(
+        settings, AgentOptions(model=FunctionModel(stream_function=stream), project_root=project)
+    )
     sink = TextSink(io.StringIO(), io.StringIO())
     deps = RunDeps(session, ask=nobody_answers)
     task = asyncio.create_task(run_turn(agent, deps, "slow", sink, plugins=host))

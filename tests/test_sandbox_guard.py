@@ -13,7 +13,7 @@ import pytest
 from pydantic_ai.messages import ToolCallPart
 
 from code_puppy.config import SandboxConfig, Settings
-from code_puppy.core.builder import build_pydantic_agent, capability
+from code_puppy.core.builder import AgentOptions, build_pydantic_agent, capability
 from code_puppy.run.deps import RunDeps
 from code_puppy.sandbox import ProjectSandbox
 from code_puppy.sandbox.sandboxed_shell import SandboxedShell
@@ -217,7 +217,9 @@ async def test_a_cancelled_command_is_put_back_and_leaves_the_guard_free(project
         [ToolCallPart("shell", {"command": "true"}, tool_call_id="t")],
         "done",
     )
-    agent = build_pydantic_agent(settings, model=script.model, project_root=project, permission_mode="auto")
+    agent = build_pydantic_agent(
+        settings, AgentOptions(model=script.model, project_root=project, permission_mode="auto")
+    )
     shell = capability(agent, SandboxedShell)
     assert shell is not None
     try:

@@ -14,7 +14,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ToolCallPart, UserP
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
 from code_puppy.config import Settings
-from code_puppy.core.builder import build_pydantic_agent
+from code_puppy.core.builder import AgentOptions, build_pydantic_agent
 from code_puppy.core.turn import TurnLimits, run_turn
 from code_puppy.headless.sinks import StreamJsonSink, TextSink
 from code_puppy.run.deps import RunDeps
@@ -35,7 +35,7 @@ def prompts_of(session: Session) -> list[str]:
 async def test_follow_ups_run_in_the_same_session_until_none(project: Path) -> None:
     session = Session.in_memory()
     script = scripted("first", "second", "third")
-    agent = build_pydantic_agent(Settings(), model=script.model, project_root=project)
+    agent = build_pydantic_agent(Settings(), AgentOptions(model=script.model, project_root=project))
     asked: list[str] = []
 
     async def follow_up(result: AgentRunResult[str]) -> str | None:
@@ -54,7 +54,7 @@ async def test_follow_ups_run_in_the_same_session_until_none(project: Path) -> N
 async def test_continuations_are_bounded(project: Path) -> None:
     session = Session.in_memory()
     script = scripted(*["answer"] * 5)
-    agent = build_pydantic_agent(Settings(), model=script.model, project_root=project)
+    agent = build_pydantic_agent(Settings(), AgentOptions(model=script.model, project_root=project))
 
     async def forever(result: AgentRunResult[str]) -> str | None:
         return "keep going"
@@ -71,7 +71,7 @@ async def test_continuations_are_bounded(project: Path) -> None:
 async def test_max_requests_bounds_the_whole_turn(project: Path) -> None:
     session = Session.in_memory()
     script = scripted([ToolCallPart("read_file", {"path": "README.md"}, tool_call_id="r")], "done", "never")
-    agent = build_pydantic_agent(Settings(), model=script.model, project_root=project)
+    agent = build_pydantic_agent(Settings(), AgentOptions(model=script.model, project_root=project))
 
     async def more(result: AgentRunResult[str]) -> str | None:
         return "follow-up"
@@ -92,7 +92,7 @@ async def test_max_requests_bounds_the_whole_turn(project: Path) -> None:
 async def test_stream_events_carry_the_run_index(project: Path) -> None:
     session = Session.in_memory()
     script = scripted("one", "two")
-    agent = build_pydantic_agent(Settings(), model=script.model, project_root=project)
+    agent = build_pydantic_agent(Settings(), AgentOptions(model=script.model, project_root=project))
     out = io.StringIO()
 
     async def once(result: AgentRunResult[str]) -> str | None:
@@ -115,7 +115,9 @@ async def test_a_cancelled_turn_is_checkpointed_and_returned(project: Path) -> N
         await asyncio.Event().wait()  # the provider never answers the second request
         yield "unreachable"
 
-    agent = build_pydantic_agent(Settings(), model=FunctionModel(stream_function=stream), project_root=project)
+    agent = build_pydantic_agent(
+        Settings(), AgentOptions(model=FunctionModel(stream_function=stream), project_root=project)
+    )
     task = asyncio.create_task(run_turn(agent, RunDeps(session), "slow", TextSink(io.StringIO(), io.StringIO())))
     await waiting.wait()
     task.cancel()

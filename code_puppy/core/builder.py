@@ -5,6 +5,7 @@ from __future__ import annotations
 import fnmatch
 import os
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -64,48 +65,58 @@ MAX_OUTPUT_CHARS = 64_000
 C = TypeVar("C", bound=AbstractCapability[Any])
 
 
-def build_pydantic_agent(
-    settings: Settings,
-    *,
-    project_root: Path,
-    model: Model | str | None = None,
-    permission_mode: PermissionMode | None = None,
-    allow: tuple[str, ...] = (),
-    shell_env: Mapping[str, str] | None = None,
-    history_processors: Sequence[Callable[..., Any]] | None = None,
-    history_processor_condition: Callable[..., Any] | None = None,
-    plugins: PluginHost | None = None,
-    sandbox: ProjectSandbox | None = None,
-    spending: Spending | None = None,
-    checkpoints: ShadowRepo | None = None,
-    agents: Sequence[AgentDefinition] = (),
-    agent_models: Mapping[str, Model] | None = None,
-    skills: Sequence[AbstractCapability[Any]] = (),
-) -> Agent[RunDeps, str]:
+@dataclass(frozen=True, kw_only=True)
+class AgentOptions:
+    """What `build_pydantic_agent` builds the agent of a project with, besides the settings."""
+
+    project_root: Path
+    """The project the tools work in (resolved here): its files, its shell's working folder, its instructions."""
+    model: Model | str | None = None
+    """The default model; each run may name its own."""
+    permission_mode: PermissionMode | None = None
+    """Replaces `[permissions] mode` (the command line's `--permission-mode`, `--yolo`)."""
+    allow: tuple[str, ...] = ()
+    """Allow-list entries added to `[permissions] allow` (the command line's `--allow`)."""
+    shell_env: Mapping[str, str] | None = None
+    """The environment the shell tool starts commands in (default: this process's); secrets are stripped either way
+    (`without_secrets`)."""
+    history_processors: Sequence[Callable[..., Any]] | None = None
+    """Replace `[history] processors`: the user's history processors, run before every model request."""
+    history_processor_condition: Callable[..., Any] | None = None
+    """Replaces `[history] processor_condition`: when the processors run."""
+    plugins: PluginHost | None = None
+    """The plugins' tool hooks and capabilities."""
+    sandbox: ProjectSandbox | None = None
+    """Where `auto` mode runs the shell tool's commands (default: one made from `[sandbox]` when needed)."""
+    spending: Spending | None = None
+    """Prices and records every model request and holds the budgets (default: counted in memory, no budget)."""
+    checkpoints: ShadowRepo | None = None
+    """Where the project is snapshotted around each call that can change it (None: no checkpoints)."""
+    agents: Sequence[AgentDefinition] = ()
+    """The file-defined agents the model may delegate to by name, with only their tools, under the same policy,
+    plugins and sandbox."""
+    agent_models: Mapping[str, Model] | None = None
+    """Each file-defined agent's model by name (the run's model when absent)."""
+    skills: Sequence[AbstractCapability[Any]] = ()
+    """The harness `Skills` the model loads on demand."""
+
+
+def build_pydantic_agent(settings: Settings, options: AgentOptions) -> Agent[RunDeps, str]:
     """Assemble the agent of a project: one capabilities list, outermost first; built once per process and project.
 
     Each run brings what belongs to its conversation as its `deps` (`RunDeps`: the session, the steering inbox, who
-    answers approvals) and may name its `model`; `model` here is only the default. `permission_mode` and `allow`
-    extend the config's `[permissions]`; `shell_env` is the environment the shell tool starts commands with (secrets
-    are stripped from it either way). `history_processors` and `history_processor_condition`, when given, replace
-    `[history] processors` and `processor_condition`; `plugins` adds the plugins' tool hooks and capabilities.
-    `sandbox` is where `auto` mode runs the shell tool's commands (default: one made from `[sandbox]` when needed).
-    `spending` prices and records every model request and holds the budgets (default: counted in memory, no budget).
-    `checkpoints`, when given, is where the project is snapshotted around each call that can change it.
-    `agents` are the file-defined agents the model may delegate to by name, each on its model in `agent_models`
-    (the run's model when absent), with only its tools, under the same policy, plugins and sandbox; `skills` are
-    the harness `Skills` the model loads on demand.
+    answers approvals) and may name its `model`.
 
     Raises:
         ConfigError: A history processor or condition that cannot be imported or used.
     """
-    root = project_root.resolve()
-    spending = spending if spending is not None else Spending(prices=configured_prices(settings))
+    root = options.project_root.resolve()
+    spending = options.spending if options.spending is not None else Spending(prices=configured_prices(settings))
     # The history-processor and MCP code is imported only when configured: a run without either never pays for it.
     user_processing: list[AbstractCapability[Any]] = []
     history = settings.history
     configured = (history.processors, history.processor_condition, history.summary_model)
-    if history_processors is not None or history_processor_condition is not None or any(configured):
+    if options.history_processors is not None or options.history_processor_condition is not None or any(configured):
         from code_puppy.history.processing import resolve_history_processing
         from code_puppy.history.user_history_processor import UserHistoryProcessor
         from code_puppy.models import model_resolver
@@ -113,8 +124,8 @@ def build_pydantic_agent(
         # Checked whenever set (a condition without processors, a summary model nobody uses: their one-line errors).
         processing = resolve_history_processing(
             history,
-            processors=history_processors,
-            condition=history_processor_condition,
+            processors=options.history_processors,
+            condition=options.history_processor_condition,
             resolve_model=model_resolver(settings),
             source_of=lambda key: settings.source_of("history", key),
         )
@@ -128,7 +139,7 @@ def build_pydantic_agent(
                     summary_capabilities=[CostMeter(spending, kind="summary")],
                 )
             )
-    sandbox = sandbox or ProjectSandbox(settings.sandbox, root)
+    sandbox = options.sandbox or ProjectSandbox(settings.sandbox, root)
     mcp_servers: list[AbstractCapability[Any]] = []
     if any(server.enabled for server in settings.mcp_servers.values()):
         from code_puppy.mcp.servers import McpServers
@@ -139,9 +150,9 @@ def build_pydantic_agent(
     )
     policy = PermissionPolicy(
         root,
-        mode=permission_mode or settings.permissions.mode,
-        allow=(*settings.permissions.patterns, *allow),
-        pre_tool_call=plugins.pre_tool_call if plugins is not None else None,
+        mode=options.permission_mode or settings.permissions.mode,
+        allow=(*settings.permissions.patterns, *options.allow),
+        pre_tool_call=options.plugins.pre_tool_call if options.plugins is not None else None,
         sandbox_modes=settings.sandbox.modes,
         unsandboxed=settings.permissions.unsandboxed,
     )
@@ -151,7 +162,7 @@ def build_pydantic_agent(
     tools: list[AbstractCapability[Any]] = [
         policy,
         # Outside the output limits, so plugins' post_tool_call gets the result the model gets.
-        *([plugins.post_tool_call_hook()] if plugins is not None else []),
+        *([options.plugins.post_tool_call_hook()] if options.plugins is not None else []),
         # Inside the policy (only the calls it let through are wrapped, after it decided on the command as
         # written) and the plugins' hooks (their post_tool_call sees the command as written too).
         SandboxedShell(policy, sandbox),
@@ -161,7 +172,7 @@ def build_pydantic_agent(
             denied_commands=[],
             default_timeout=MAX_FOREGROUND_WAIT,
             allow_interactive=True,
-            env=without_secrets(shell_env if shell_env is not None else os.environ, settings),
+            env=without_secrets(options.shell_env if options.shell_env is not None else os.environ, settings),
             tools=["shell"],
         ),
         ShellOutputs(),
@@ -170,23 +181,38 @@ def build_pydantic_agent(
     approvals = RequestInput(_ask_or_deny)
     meter = CostMeter(spending)
     # One instance for the main agent and its delegates: a delegate's changes are the turn's too.
-    checkpointing = [Checkpoints(checkpoints)] if checkpoints is not None else []
+    checkpointing = [Checkpoints(options.checkpoints)] if options.checkpoints is not None else []
+
+    def run_frame() -> list[AbstractCapability[Any]]:
+        """The outermost entries of every agent's list, new for each agent but the shared checkpoints."""
+        return [
+            # The run's nesting (`in_main_run`): the main conversation's run, or one delegated from inside it.
+            RunDepth(),
+            # Outermost around tool execution: its snapshots enclose everything the other capabilities do to a call.
+            *checkpointing,
+            LocalWorkspace(root),
+            ProviderRetries(settings.run),
+        ]
+
+    def guards() -> list[AbstractCapability[Any]]:
+        """What every agent's tool calls and results pass through: the shared output limits, then `CutOffCalls` (a
+        malformed call's JSON repaired where nothing is lost, a cut-off one refused)."""
+        return [limits, CutOffCalls()]
+
     delegates = [
         SubAgent(
             Agent(
-                (agent_models or {}).get(definition.name),
+                (options.agent_models or {}).get(definition.name),
                 deps_type=RunDeps,
                 name=definition.name,
                 description=definition.description,
+                # The main list's entries a delegate keeps, in the same order: its own frame, its scope, the shared
+                # tools and their guards, and the shared approvals and meter.
                 capabilities=[
-                    RunDepth(),
-                    *checkpointing,
-                    LocalWorkspace(root),
-                    ProviderRetries(settings.run),
+                    *run_frame(),
                     AgentScope(policy, root, definition=definition),
                     *tools,
-                    limits,
-                    CutOffCalls(),
+                    *guards(),
                     approvals,
                     meter,
                 ],
@@ -194,18 +220,13 @@ def build_pydantic_agent(
                 defer_model_check=True,
             )
         )
-        for definition in agents
+        for definition in options.agents
     ]
     return Agent(
-        model,
+        options.model,
         deps_type=RunDeps,
         capabilities=[
-            # The run's nesting (`in_main_run`): the main conversation's run, or one delegated from inside it.
-            RunDepth(),
-            # Outermost around tool execution: its snapshots enclose everything the other capabilities do to a call.
-            *checkpointing,
-            LocalWorkspace(root),
-            ProviderRetries(settings.run),
+            *run_frame(),
             Steering(),
             # The instructions, and what a file-defined agent or command in charge may use (before the policy,
             # which every call it lets through still passes).
@@ -220,11 +241,10 @@ def build_pydantic_agent(
             SubAgents(agents=delegates, include_self=True, agent_folders=None),
             # The model's task list, one per run; its changes are events the chat and stream-json show.
             *([Planning()] if settings.tools.planning else []),
-            *skills,
+            *options.skills,
             *mcp_servers,
-            limits,
-            CutOffCalls(),
-            *(plugins.capabilities if plugins is not None else []),
+            *guards(),
+            *(options.plugins.capabilities if options.plugins is not None else []),
             # Approvals: the run's `ask` answers while the run waits; with nobody to ask, calls are denied with a
             # reason instead of ending the run with DeferredToolRequests output.
             approvals,

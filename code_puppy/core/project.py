@@ -22,7 +22,7 @@ from code_puppy.checkpoints.capability import Checkpoints
 from code_puppy.checkpoints.rewind import Rewinder, finish_interrupted_rewind, interrupted_line, open_shadow
 from code_puppy.checkpoints.shadow import ShadowRepo
 from code_puppy.config import Settings, load_settings
-from code_puppy.core.builder import build_pydantic_agent, capability, without_secrets
+from code_puppy.core.builder import AgentOptions, build_pydantic_agent, capability, without_secrets
 from code_puppy.cost.spending import Budgets, Spending, configured_prices, unpriced_model_message
 from code_puppy.definitions.agent_scope import AgentScope
 from code_puppy.definitions.file_commands import FileCommand
@@ -240,17 +240,19 @@ class Project:
         self.skill_names = skill_names(skills)
         self._agent = build_pydantic_agent(
             self.settings,
-            project_root=self.root,
-            model=self.model(),
-            permission_mode=self.options.permission_mode,
-            allow=self.options.allow,
-            plugins=self.plugins,
-            sandbox=self.sandbox,
-            spending=self.spending,
-            checkpoints=self.shadow,
-            agents=self.agent_definitions.items,
-            agent_models=agent_models,
-            skills=skills,
+            AgentOptions(
+                project_root=self.root,
+                model=self.model(),
+                permission_mode=self.options.permission_mode,
+                allow=self.options.allow,
+                plugins=self.plugins,
+                sandbox=self.sandbox,
+                spending=self.spending,
+                checkpoints=self.shadow,
+                agents=self.agent_definitions.items,
+                agent_models=agent_models,
+                skills=skills,
+            ),
         )
         if self.active_agent is not None:
             self.use_agent(self.active_agent)

@@ -1,9 +1,9 @@
 """Ready-made history processors and a condition, usable from config and from Python (README "History processors").
 
 From config: `[history] processors = [{ path = "code_puppy.history:keep_recent_turns", args = { n = 4 } }]`; from
-Python: `build_pydantic_agent(settings, ..., history_processors=[keep_recent_turns(4)])`. Each factory checks its
-arguments strictly (`n = "4"` is refused, not coerced) and returns a context-style processor that keeps, drops or
-replaces whole groups only, so its output passes the same validation as any user processor's.
+Python: `build_pydantic_agent(settings, AgentOptions(..., history_processors=[keep_recent_turns(4)]))`. Each factory
+checks its arguments strictly (`n = "4"` is refused, not coerced) and returns a context-style processor that keeps,
+drops or replaces whole groups only, so its output passes the same validation as any user processor's.
 """
 
 from __future__ import annotations

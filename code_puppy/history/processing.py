@@ -1,7 +1,7 @@
 """User history processors and their condition: what they receive, and how they are resolved and told apart.
 
 A processor is configured as an import path (`[history] processors = ["pkg.mod:fn"]`, resolved on `sys.path`) or
-passed as a callable to `build_pydantic_agent(history_processors=[...])`. It is resolved and classified once, at
+passed as a callable in `AgentOptions(history_processors=[...])`. It is resolved and classified once, at
 start-up, by the annotations of its required positional parameters:
 
 | signature | kind | called with |

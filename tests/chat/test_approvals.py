@@ -13,7 +13,7 @@ from rich.console import Console
 
 from code_puppy.chat.approvals import Answer, Approver, proposed_diff
 from code_puppy.config import McpServerConfig, Settings
-from code_puppy.core.builder import build_pydantic_agent, capability
+from code_puppy.core.builder import AgentOptions, build_pydantic_agent, capability
 from code_puppy.core.turn import run_turn
 from code_puppy.headless.sinks import TextSink
 from code_puppy.permissions.policy import PermissionPolicy
@@ -49,7 +49,7 @@ async def test_always_allows_the_same_command_for_the_rest_of_the_session(projec
     async def ask(ctx: Any, requests: Any, token: str) -> Any:
         return await Approver(policy[0], project.resolve(), confirm, lambda: shown)(ctx, requests, token)
 
-    agent = build_pydantic_agent(Settings(), model=script.model, project_root=project)
+    agent = build_pydantic_agent(Settings(), AgentOptions(model=script.model, project_root=project))
     policy.append(the_policy(agent))
     outcome = await run_turn(agent, RunDeps(session, ask=ask), "go", TextSink(io.StringIO(), io.StringIO()))
     assert outcome.error is None
@@ -105,7 +105,7 @@ async def test_always_for_edits_never_covers_a_path_that_configures_an_agent(pro
     async def ask(ctx: Any, requests: Any, token: str) -> Any:
         return await Approver(policy[0], project.resolve(), confirm, set)(ctx, requests, token)
 
-    agent = build_pydantic_agent(Settings(), model=script.model, project_root=project)
+    agent = build_pydantic_agent(Settings(), AgentOptions(model=script.model, project_root=project))
     policy.append(the_policy(agent))
     outcome = await run_turn(agent, RunDeps(session, ask=ask), "go", TextSink(io.StringIO(), io.StringIO()))
     assert outcome.error is None
@@ -163,7 +163,7 @@ async def test_a_multi_edit_asks_with_the_diff_the_tool_then_makes(project: Path
         return "yes"
 
     script = scripted([ToolCallPart("edit_file", {"path": "app.py", "replacements": edits}, tool_call_id="e")], "done")
-    agent = build_pydantic_agent(Settings(), model=script.model, project_root=project)
+    agent = build_pydantic_agent(Settings(), AgentOptions(model=script.model, project_root=project))
     policy = the_policy(agent)
 
     async def ask(ctx: Any, requests: Any, token: str) -> Any:
@@ -194,7 +194,9 @@ async def test_an_mcp_call_is_asked_about_with_its_arguments_spelled_out(project
 
     arguments = {"text": "abc\u202e\u200bfed\x9b\x1b[2K"}
     script = scripted([ToolCallPart("echo_echo", arguments, tool_call_id="e")], "done")
-    agent = build_pydantic_agent(Settings(mcp_servers={"echo": echo}), model=script.model, project_root=project)
+    agent = build_pydantic_agent(
+        Settings(mcp_servers={"echo": echo}), AgentOptions(model=script.model, project_root=project)
+    )
     policy = the_policy(agent)
 
     async def ask(ctx: Any, requests: Any, token: str) -> Any:

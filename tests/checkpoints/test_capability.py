@@ -13,7 +13,7 @@ from pydantic_ai.models.function import AgentInfo
 from code_puppy.checkpoints.capability import Checkpoints
 from code_puppy.checkpoints.shadow import ShadowRepo
 from code_puppy.config import Settings
-from code_puppy.core.builder import build_pydantic_agent
+from code_puppy.core.builder import AgentOptions, build_pydantic_agent
 from code_puppy.core.turn import run_turn
 from code_puppy.run.deps import RunDeps
 from code_puppy.sessions.checkpoints import CheckpointLog
@@ -50,7 +50,8 @@ async def test_the_turn_holds_the_agents_changes_and_never_the_users_between_cal
         "done",
     )
     agent = build_pydantic_agent(
-        Settings(), model=script.model, project_root=project, permission_mode="yolo", checkpoints=shadow
+        Settings(),
+        AgentOptions(model=script.model, project_root=project, permission_mode="yolo", checkpoints=shadow),
     )
     session = await Session.start(store, project, model="test")
 
@@ -79,7 +80,8 @@ async def test_a_turn_that_changes_nothing_makes_no_checkpoint(
         "nothing changed",
     )
     agent = build_pydantic_agent(
-        Settings(), model=script.model, project_root=project, permission_mode="yolo", checkpoints=shadow
+        Settings(),
+        AgentOptions(model=script.model, project_root=project, permission_mode="yolo", checkpoints=shadow),
     )
     session = await Session.start(store, project, model="test")
 
@@ -118,7 +120,8 @@ async def test_the_calls_of_one_response_share_a_snapshot_before_and_the_next_re
         "done",
     )
     agent = build_pydantic_agent(
-        Settings(), model=script.model, project_root=project, permission_mode="yolo", checkpoints=shadow
+        Settings(),
+        AgentOptions(model=script.model, project_root=project, permission_mode="yolo", checkpoints=shadow),
     )
     session = await Session.start(store, project, model="test")
 
@@ -252,7 +255,8 @@ async def test_an_editors_write_is_checkpointed_from_the_disk_it_saved_to(
         "done",
     )
     agent = build_pydantic_agent(
-        Settings(), model=script.model, project_root=project, permission_mode="yolo", checkpoints=shadow
+        Settings(),
+        AgentOptions(model=script.model, project_root=project, permission_mode="yolo", checkpoints=shadow),
     )
     session = await Session.start(store, project, model="test")
     editor = SavingEditor({(project / "a.txt").resolve(): "a0 unsaved\n"})
@@ -301,7 +305,8 @@ async def test_between_shell_calls_the_users_edit_is_seen_and_without_one_the_la
         done,
     )
     agent = build_pydantic_agent(
-        Settings(), model=script.model, project_root=project, permission_mode="yolo", checkpoints=shadow
+        Settings(),
+        AgentOptions(model=script.model, project_root=project, permission_mode="yolo", checkpoints=shadow),
     )
     session = await Session.start(store, project, model="test")
     async with agent:

@@ -16,7 +16,7 @@ from pydantic_ai.providers.openai import OpenAIProvider
 from pydantic_ai.usage import RequestUsage
 
 from code_puppy.config import BudgetConfig, HistoryConfig, ModelEndpoint, Settings
-from code_puppy.core.builder import build_pydantic_agent
+from code_puppy.core.builder import AgentOptions, build_pydantic_agent
 from code_puppy.core.turn import run_turn
 from code_puppy.cost.spending import BudgetReached, Budgets, CostMeter, Spending, configured_prices, dollars
 from code_puppy.history.compaction import compact_history
@@ -64,7 +64,7 @@ async def test_an_automatic_compaction_summary_is_counted(project: Path, store: 
     model = script.model
     spending = spending_for(model.model_name, store)
     settings = Settings(history=HistoryConfig(compaction="summarize"))
-    agent = build_pydantic_agent(settings, model=model, project_root=project, spending=spending)
+    agent = build_pydantic_agent(settings, AgentOptions(model=model, project_root=project, spending=spending))
     sink = Sink()
     outcome = await run_turn(agent, RunDeps(session), "new question", sink)  # type: ignore[arg-type]
     assert outcome.error is None and script.summaries == 1
@@ -100,7 +100,7 @@ async def test_a_spent_turn_budget_stops_before_the_next_request(project: Path, 
     script = Model([read("r1"), read("r2"), "never"])
     model = script.model
     spending = spending_for(model.model_name, store, per_turn_usd=1e-9)
-    agent = build_pydantic_agent(Settings(), model=model, project_root=project, spending=spending)
+    agent = build_pydantic_agent(Settings(), AgentOptions(model=model, project_root=project, spending=spending))
     outcome = await run_turn(agent, RunDeps(session), "read", Sink())  # type: ignore[arg-type]
     assert isinstance(outcome.error, BudgetReached)
     assert str(outcome.error).startswith("budget $0.000000001 reached ([budget] per_turn_usd): $0.")
@@ -117,7 +117,7 @@ async def test_a_compaction_summary_that_spends_the_budget_stops_the_request_it_
     model = script.model
     spending = spending_for(model.model_name, store, per_turn_usd=1e-9)
     settings = Settings(history=HistoryConfig(compaction="summarize"))
-    agent = build_pydantic_agent(settings, model=model, project_root=project, spending=spending)
+    agent = build_pydantic_agent(settings, AgentOptions(model=model, project_root=project, spending=spending))
     sink = Sink()
     outcome = await run_turn(agent, RunDeps(session), "new question", sink)  # type: ignore[arg-type]
     assert isinstance(outcome.error, BudgetReached)
@@ -387,7 +387,7 @@ async def test_a_follow_up_run_of_the_turn_is_a_continuation(project: Path, stor
     session = await Session.start(store, project, model="test")
     script = Model(["first answer", "second answer"])
     spending = spending_for(script.model.model_name, store)
-    agent = build_pydantic_agent(Settings(), model=script.model, project_root=project, spending=spending)
+    agent = build_pydantic_agent(Settings(), AgentOptions(model=script.model, project_root=project, spending=spending))
     follow_ups = ["and then?"]
 
     async def follow_up(result: object) -> str | None:

@@ -11,7 +11,7 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCall
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
 
 from code_puppy.config import Settings
-from code_puppy.core.builder import build_pydantic_agent, capability
+from code_puppy.core.builder import AgentOptions, build_pydantic_agent, capability
 from code_puppy.definitions.agent_scope import AgentScope
 from code_puppy.definitions.file_commands import BUILT_IN_COMMANDS, load_commands
 from code_puppy.definitions.files import (
@@ -121,7 +121,7 @@ async def test_an_agent_in_charge_refuses_a_compound_command_outside_its_pattern
         results.extend(str(part.content) for part in messages[-1].parts if isinstance(part, ToolReturnPart))
         return ModelResponse(parts=[TextPart("ok")])
 
-    agent = build_pydantic_agent(Settings(), project_root=tmp_path, permission_mode="yolo")
+    agent = build_pydantic_agent(Settings(), AgentOptions(project_root=tmp_path, permission_mode="yolo"))
     scope = capability(agent, AgentScope)
     assert scope is not None
     grant, _ = parse_tools("Read, Bash(git:*)")

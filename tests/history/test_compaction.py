@@ -21,7 +21,7 @@ from pydantic_ai.profiles import ModelProfile
 from pydantic_ai_harness.compaction import SlidingWindowCompaction, SummarizingCompaction, TieredCompaction
 
 from code_puppy.config import HistoryConfig, Settings
-from code_puppy.core.builder import build_pydantic_agent
+from code_puppy.core.builder import AgentOptions, build_pydantic_agent
 from code_puppy.history import HistoryProcessorContext
 from code_puppy.history.compaction import CompactionReport, PersistentCompaction, compact_history, compaction_strategy
 from code_puppy.history.groups import SYSTEM_PROMPT, orphan_results, partition, unanswered_calls
@@ -100,7 +100,7 @@ async def test_an_automatic_compaction_persists_and_is_not_repeated(
     old_head = (await store.read_record(session.id)).head_id  # type: ignore[union-attr]
     script = Model([read("r1"), "done", "done again"])
     settings = Settings(history=HistoryConfig(compaction="summarize"))
-    agent = build_pydantic_agent(settings, model=script.model, project_root=project)
+    agent = build_pydantic_agent(settings, AgentOptions(model=script.model, project_root=project))
     result = await agent.run("new question", message_history=session.messages, deps=RunDeps(session))
     assert script.summaries == 1
     first, second = script.seen
@@ -136,7 +136,9 @@ async def test_processors_run_before_compaction_and_see_its_result_later(project
     session = Session.in_memory()
     script = Model([read("r1"), "done"])
     settings = Settings(history=HistoryConfig(compaction="summarize"))
-    agent = build_pydantic_agent(settings, model=script.model, project_root=project, history_processors=[drop_oldest])
+    agent = build_pydantic_agent(
+        settings, AgentOptions(model=script.model, project_root=project, history_processors=[drop_oldest])
+    )
     history = long_history()
     await agent.run("new question", message_history=history, deps=RunDeps(session))
     # request 1: the processor saw the whole history; compaction summarized what the processor left
@@ -194,7 +196,7 @@ def test_compaction_kinds() -> None:
 async def test_compaction_off_leaves_a_long_history_alone(project: Path) -> None:
     script = Model(["done"])
     settings = Settings(history=HistoryConfig(compaction="off"))
-    agent = build_pydantic_agent(settings, model=script.model, project_root=project)
+    agent = build_pydantic_agent(settings, AgentOptions(model=script.model, project_root=project))
     await agent.run("new question", message_history=long_history())
     assert script.summaries == 0 and len(script.seen[0]) == len(long_history()) + 1
 
@@ -202,7 +204,7 @@ async def test_compaction_off_leaves_a_long_history_alone(project: Path) -> None
 async def test_tiered_compaction_clears_old_tool_results_first(project: Path) -> None:
     script = Model(["done"], context_window=4_000)
     session = Session.in_memory()
-    agent = build_pydantic_agent(Settings(), model=script.model, project_root=project)
+    agent = build_pydantic_agent(Settings(), AgentOptions(model=script.model, project_root=project))
     await agent.run("new question", message_history=long_history(), deps=RunDeps(session))
     for sent in (script.seen[0], session.messages):
         returns = [str(p.content) for m in sent for p in m.parts if p.part_kind == "tool-return"]
@@ -216,7 +218,7 @@ async def test_the_default_tiered_compaction_persists_across_runs(
     session = await Session.start(store, project, model="test")
     await session.set_message_history(long_history())
     script = Model([read("r1"), "done", "second turn done"])
-    agent = build_pydantic_agent(Settings(), model=script.model, project_root=project)
+    agent = build_pydantic_agent(Settings(), AgentOptions(model=script.model, project_root=project))
     await agent.run("new question", message_history=session.messages, deps=RunDeps(session))
     after_first = session.messages
     summaries_after_first = script.summaries
@@ -238,7 +240,7 @@ async def test_a_compaction_inside_a_delegated_run_leaves_the_session_revision_a
     reads = [[ToolCallPart("read_file", {"path": "big.txt"}, tool_call_id=f"n{i}")] for i in range(6)]
     delegate = ToolCallPart("delegate_task", {"agent_name": "self", "task": "read big.txt six times"}, "d1")
     script = Model([[delegate], *reads, "nested done", "outer done"], context_window=800)
-    agent = build_pydantic_agent(Settings(), model=script.model, project_root=project)
+    agent = build_pydantic_agent(Settings(), AgentOptions(model=script.model, project_root=project))
     result = await agent.run("delegate it", message_history=session.messages, deps=RunDeps(session))
     assert result.output == "outer done"
     nested_last = script.seen[-2]

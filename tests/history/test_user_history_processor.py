@@ -28,7 +28,7 @@ from pydantic_ai.messages import (
 )
 
 from code_puppy.config import ConfigError, HistoryConfig, Settings
-from code_puppy.core.builder import build_pydantic_agent
+from code_puppy.core.builder import AgentOptions, build_pydantic_agent
 from code_puppy.history import HistoryProcessingError, HistoryProcessingValidationError, HistoryProcessorContext
 from code_puppy.history.processing import (
     HistoryProcessorState,
@@ -73,10 +73,12 @@ def agent_with(
 ) -> SessionAgent:
     agent = build_pydantic_agent(
         Settings(),
-        model=script.model,
-        project_root=project,
-        history_processors=processors,
-        history_processor_condition=condition,
+        AgentOptions(
+            model=script.model,
+            project_root=project,
+            history_processors=processors,
+            history_processor_condition=condition,
+        ),
     )
     return SessionAgent(agent, session)
 

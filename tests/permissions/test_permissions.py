@@ -12,7 +12,7 @@ from pydantic_ai.models import Model
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, RunContext, ToolDenied
 
 from code_puppy.config import PermissionMode, Settings
-from code_puppy.core.builder import build_pydantic_agent, capability
+from code_puppy.core.builder import AgentOptions, build_pydantic_agent, capability
 from code_puppy.permissions.policy import PermissionPolicy, allowed_by_list, mcp_allowed
 from code_puppy.run.deps import RunDeps
 from code_puppy.sessions.session import Session
@@ -257,7 +257,9 @@ async def test_the_model_is_told_its_permission_mode(tmp_path: Path, mode: str) 
 
 
 def agent_for(project: Path, model: Model, mode: PermissionMode, **kwargs: Any) -> Agent[None, str]:
-    return build_pydantic_agent(Settings(), model=model, project_root=project, permission_mode=mode, **kwargs)
+    return build_pydantic_agent(
+        Settings(), AgentOptions(model=model, project_root=project, permission_mode=mode, **kwargs)
+    )
 
 
 async def test_headless_ask_denies_edits_and_the_model_is_told_why(project: Path) -> None:
@@ -347,7 +349,9 @@ async def test_shell_environment_has_no_secrets(project: Path, monkeypatch: pyte
         },
     )
     script = scripted([ToolCallPart("shell", {"command": "env > env.txt"}, tool_call_id="s")], "ok")
-    agent = build_pydantic_agent(settings, model=script.model, project_root=project, permission_mode="yolo")
+    agent = build_pydantic_agent(
+        settings, AgentOptions(model=script.model, project_root=project, permission_mode="yolo")
+    )
     await agent.run("dump env")
     env = (project / "env.txt").read_text()
     assert "HARMLESS=visible" in env

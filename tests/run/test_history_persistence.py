@@ -15,7 +15,7 @@ from pydantic_ai.models.test import TestModel
 from pydantic_ai.usage import RunUsage
 
 from code_puppy.config import Settings
-from code_puppy.core.builder import build_pydantic_agent, capability
+from code_puppy.core.builder import AgentOptions, build_pydantic_agent, capability
 from code_puppy.run.deps import RunDeps
 from code_puppy.run.history_persistence import HistoryPersistence, persist_checkpoint, persist_result_history
 from code_puppy.sessions.session import Session
@@ -120,7 +120,7 @@ async def test_persist_result_history_with_a_message_less_result() -> None:
 async def test_real_run_with_a_tool_cycle_lands_in_sqlite(project: Path, store: SqliteConversationStore) -> None:
     session = await Session.start(store, project, model="test")
     script = scripted([ToolCallPart("read_file", {"path": "README.md"}, tool_call_id="r1")], "It is a demo.")
-    agent = build_pydantic_agent(Settings(), model=script.model, project_root=project)
+    agent = build_pydantic_agent(Settings(), AgentOptions(model=script.model, project_root=project))
     result = await agent.run("what is it?", deps=RunDeps(session))
     loaded = await store.load(session.id)
     assert loaded is not None and loaded.messages == result.all_messages()
@@ -135,7 +135,7 @@ async def test_follow_up_run_is_seeded_with_exactly_the_persisted_history(
 ) -> None:
     session = await Session.start(store, project, model="test")
     script = scripted("first answer", "second answer")
-    agent = build_pydantic_agent(Settings(), model=script.model, project_root=project)
+    agent = build_pydantic_agent(Settings(), AgentOptions(model=script.model, project_root=project))
     first = await agent.run("one", deps=RunDeps(session))
     await persist_result_history(session, first)
     resumed = await Session.resume(store, store.sessions.find(session.id)[0], model="test")
@@ -146,7 +146,7 @@ async def test_follow_up_run_is_seeded_with_exactly_the_persisted_history(
 
 async def test_build_pydantic_agent_carries_history_persistence(project: Path) -> None:
     session = Session.in_memory()
-    agent = build_pydantic_agent(Settings(), model=TestModel(call_tools=[]), project_root=project)
+    agent = build_pydantic_agent(Settings(), AgentOptions(model=TestModel(call_tools=[]), project_root=project))
     assert capability(agent, HistoryPersistence) is not None
     result = await agent.run("hi", deps=RunDeps(session))  # no write-back call: the capability alone persists it
     assert session.messages == result.all_messages()
@@ -156,7 +156,7 @@ async def test_delegated_sub_agent_runs_never_write_the_main_history(project: Pa
     writes = RecordingHistory()
     delegate = ToolCallPart("delegate_task", {"agent_name": "self", "task": "count files"}, tool_call_id="d1")
     script = scripted([delegate], "sub-agent says 3", "main answer")
-    agent = build_pydantic_agent(Settings(), model=script.model, project_root=project)
+    agent = build_pydantic_agent(Settings(), AgentOptions(model=script.model, project_root=project))
     result = await agent.run("delegate something", deps=RunDeps(writes))  # type: ignore[arg-type]
     assert len(script.seen) == 3  # main request, the delegate's own request, main final request
     assert writes.writes == [result.all_messages()]
@@ -227,7 +227,7 @@ async def test_checkpoint_of_a_run_that_recorded_nothing_keeps_the_prompt(
 
 async def test_run_usage_counts_once_however_often_it_is_written(project: Path, store: SqliteConversationStore) -> None:
     session = await Session.start(store, project, model="test")
-    agent = build_pydantic_agent(Settings(), model=TestModel(call_tools=[]), project_root=project)
+    agent = build_pydantic_agent(Settings(), AgentOptions(model=TestModel(call_tools=[]), project_root=project))
     result = await agent.run("hi", deps=RunDeps(session))
     await persist_result_history(session, result)
     await persist_result_history(session, result)

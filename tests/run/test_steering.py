@@ -19,7 +19,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
 from code_puppy.config import Settings
-from code_puppy.core.builder import build_pydantic_agent
+from code_puppy.core.builder import AgentOptions, build_pydantic_agent
 from code_puppy.core.turn import run_turn, stream_run
 from code_puppy.headless.sinks import TextSink
 from code_puppy.run.deps import RunDeps
@@ -125,7 +125,9 @@ async def test_a_steer_after_the_run_ended_is_held_for_the_owner(project: Path) 
         seen.append(user_texts(messages))
         yield f"answer {len(seen)}"
 
-    agent = build_pydantic_agent(Settings(), model=FunctionModel(stream_function=stream), project_root=project)
+    agent = build_pydantic_agent(
+        Settings(), AgentOptions(model=FunctionModel(stream_function=stream), project_root=project)
+    )
     sink = TextSink(io.StringIO(), io.StringIO())
     outcome = await run_turn(agent, RunDeps(session, steering=inbox), "first", sink)
     assert outcome.error is None
@@ -157,7 +159,9 @@ async def test_text_held_when_a_run_ends_runs_as_a_follow_up(project: Path) -> N
             inbox.steer("arrived as it ended")
         yield f"answer {len(seen)}"
 
-    agent = build_pydantic_agent(Settings(), model=FunctionModel(stream_function=stream), project_root=project)
+    agent = build_pydantic_agent(
+        Settings(), AgentOptions(model=FunctionModel(stream_function=stream), project_root=project)
+    )
     announced = Recorder()
     sink = TextSink(io.StringIO(), io.StringIO())
     outcome = await run_turn(

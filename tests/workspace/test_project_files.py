@@ -25,7 +25,7 @@ from pydantic_ai.messages import AgentStreamEvent, ToolCallPart
 from pydantic_ai_harness.filesystem import FileChangeRequestEvent, FileSystem
 
 from code_puppy.config import Settings
-from code_puppy.core.builder import MAX_READ_CHARS, build_pydantic_agent
+from code_puppy.core.builder import MAX_READ_CHARS, AgentOptions, build_pydantic_agent
 from code_puppy.run.deps import RunDeps
 from code_puppy.sessions.session import Session
 from code_puppy.workspace.project_files import READ_CHUNK_BYTES, ProjectFileSystem
@@ -510,7 +510,9 @@ class Editor:
 
 async def edit_through(project: Path, editor: Editor, *calls: ToolCallPart) -> list[tuple[str, str, str]]:
     script = scripted(list(calls), "done")
-    agent = build_pydantic_agent(Settings(), model=script.model, project_root=project, permission_mode="yolo")
+    agent = build_pydantic_agent(
+        Settings(), AgentOptions(model=script.model, project_root=project, permission_mode="yolo")
+    )
     async with agent:
         result = await agent.run("edit", deps=RunDeps(Session.in_memory(), files=editor))
     return tool_returns(result.all_messages())

@@ -18,7 +18,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 
 from code_puppy.config import Settings
-from code_puppy.core.builder import build_pydantic_agent
+from code_puppy.core.builder import AgentOptions, build_pydantic_agent
 from tests.conftest import run_cli
 from tests.fake_llm import FakeLLMServer, call, text, tool_calls
 
@@ -74,7 +74,8 @@ async def test_a_finished_commands_directory_goes_at_run_end_a_running_ones_stay
             yield "ok"
 
     agent = build_pydantic_agent(
-        Settings(), model=FunctionModel(stream_function=stream), project_root=project, permission_mode="yolo"
+        Settings(),
+        AgentOptions(model=FunctionModel(stream_function=stream), project_root=project, permission_mode="yolo"),
     )
     result = await agent.run("run them")
     finished, running = shell_results(result.all_messages())
@@ -104,7 +105,8 @@ async def test_a_run_that_does_not_succeed_removes_its_directories_too(
         yield "never"
 
     agent = build_pydantic_agent(
-        Settings(), model=FunctionModel(stream_function=stream), project_root=project, permission_mode="yolo"
+        Settings(),
+        AgentOptions(model=FunctionModel(stream_function=stream), project_root=project, permission_mode="yolo"),
     )
     run = asyncio.create_task(agent.run("run them"))
     await second_request.wait()
