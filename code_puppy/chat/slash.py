@@ -260,11 +260,8 @@ class Builtins:
         return f"compacted {report.messages_before} → {report.messages_after} messages; the old history stays stored"
 
     async def mcp(self, args: str) -> str:
-        from code_puppy.core.builder import capability
-        from code_puppy.mcp.servers import McpServers
-
         runtime = await self._chat.ready()
-        servers = capability(runtime.agent, McpServers)
+        servers = runtime.project.live.mcp_servers
         toolset = servers.toolset if servers is not None else None
         if toolset is None:
             return "no MCP servers enabled (add [mcp_servers.NAME] to config.toml; `code-puppy mcp list` checks them)"

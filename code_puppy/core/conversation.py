@@ -126,7 +126,7 @@ class Conversation:
 
         return await run_turn(
             self.project.agent,
-            RunDeps(self.session, steering=self.inbox, ask=ask, files=files),
+            RunDeps(self.session, steering=self.inbox, ask=ask, files=files, warn=sink.warning),
             prompt,
             sink,
             model=model or self.model,

@@ -10,9 +10,10 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic_ai import Agent
 from pydantic_ai.capabilities import AbstractCapability
@@ -42,6 +43,36 @@ from code_puppy.sandbox.sandboxed_shell import SandboxedShell
 from code_puppy.sessions.search import start_indexer
 from code_puppy.sessions.session import Session, open_session
 from code_puppy.sessions.store import build_serializers, open_store
+
+if TYPE_CHECKING:
+    from code_puppy.mcp.servers import McpServers
+
+
+@dataclass(frozen=True)
+class LiveCapabilities:
+    """The capabilities of the built agent that the front ends steer while it lives, taken from it once when it is
+    built: the policy (`/permissions` switches its mode, approvals remember scopes on it), the scope (the file-defined
+    agent in charge, a file command's narrowing), the checkpoints (what a turn changed), the shell (its commands end
+    with the project) and the MCP servers (`/mcp`)."""
+
+    policy: PermissionPolicy
+    scope: AgentScope
+    shell: SandboxedShell
+    checkpoints: Checkpoints | None
+    mcp_servers: McpServers | None
+
+    @classmethod
+    def of(cls, agent: Agent[RunDeps, str]) -> LiveCapabilities:
+        policy, scope, shell = (
+            capability(agent, PermissionPolicy),
+            capability(agent, AgentScope),
+            capability(agent, SandboxedShell),
+        )
+        assert policy is not None and scope is not None and shell is not None  # build_pydantic_agent always has them
+        # The builder imports the MCP code only when servers are configured: until then, there is no McpServers.
+        mcp = sys.modules.get("code_puppy.mcp.servers")
+        servers = capability(agent, mcp.McpServers) if mcp is not None else None
+        return cls(policy, scope, shell, capability(agent, Checkpoints), servers)
 
 
 class Project:
@@ -101,6 +132,7 @@ class Project:
                 self.root, max_file_mb=self.settings.checkpoints.max_file_mb
             )
         self._agent: Agent[RunDeps, str] | None = None
+        self._live: LiveCapabilities | None = None
         self._stopped = False
         self._indexer: threading.Event | None = None
         self.skill_names: set[str] = set()
@@ -112,11 +144,14 @@ class Project:
         return self._agent
 
     @property
+    def live(self) -> LiveCapabilities:
+        assert self._live is not None, "start() builds the agent"
+        return self._live
+
+    @property
     def policy(self) -> PermissionPolicy:
         """The live permission policy: `/permissions` switches its mode, approvals remember scopes on it."""
-        policy = capability(self.agent, PermissionPolicy)
-        assert policy is not None  # build_pydantic_agent always has one
-        return policy
+        return self.live.policy
 
     def find_agent(self, name: str) -> AgentDefinition:
         """The file-defined agent `name`.
@@ -139,17 +174,14 @@ class Project:
         """Put `definition` (None: code-puppy itself) in charge of the following runs: its instructions, its tools
         and, unless `-m` chose one, its model."""
         self.active_agent = definition
-        scope = capability(self.agent, AgentScope)
-        assert scope is not None  # build_pydantic_agent always has one
-        scope.definition = definition
+        self.live.scope.definition = definition
         if self.options.model is None:
             self.model_name = self.agent_model_name(definition)
 
     def narrow_to(self, command: FileCommand | None) -> None:
         """Narrow the following runs to `command`'s `allowed-tools` (a file command's turn); None: not any more."""
-        scope = capability(self.agent, AgentScope)
-        assert scope is not None  # build_pydantic_agent always has one
-        scope.command_grant = command.grant if command is not None and command.grant.tools is not None else None
+        grant = command.grant if command is not None and command.grant.tools is not None else None
+        self.live.scope.command_grant = grant
 
     def _model_problem(self, written: str) -> str | None:
         try:
@@ -254,11 +286,12 @@ class Project:
                 skills=skills,
             ),
         )
+        self._live = LiveCapabilities.of(self._agent)
         if self.active_agent is not None:
             self.use_agent(self.active_agent)
         self.plugins.agent_command = self.agent_command
-        if (checkpoints := capability(self._agent, Checkpoints)) is not None:
-            self.plugins.tracked = checkpoints.tracked
+        if self._live.checkpoints is not None:
+            self.plugins.tracked = self._live.checkpoints.tracked
         # Built while the first model request is out, rather than when its answer is first journaled. Not a daemon:
         # an exit waits for it (a tenth of a second at most) instead of tearing the interpreter down under it.
         threading.Thread(target=build_serializers, name="code-puppy serializers").start()
@@ -280,8 +313,8 @@ class Project:
                 await self.plugins.shutdown()
             finally:
                 # Nothing the agent's commands started outlives the chat or the headless invocation.
-                if (shell := capability(self._agent, SandboxedShell)) is not None:
-                    shell.end_commands()
+                if self._live is not None:
+                    self._live.shell.end_commands()
                 self.sandbox.close()
 
     async def close(self) -> None:

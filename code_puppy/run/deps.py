@@ -55,6 +55,8 @@ class RunDeps:
     """Answers approvals while the run waits; None: nobody can, so what would ask is denied with a reason."""
     files: EditorFiles | None = None
     """The editor the file tools read and write through; None: the disk."""
+    warn: Callable[[str], None] | None = None
+    """Tells the user something now, in one line (the turn's `EventSink.warning`); None: a line on stderr."""
 
 
 def deps_of(ctx: RunContext[Any]) -> RunDeps | None:

@@ -39,6 +39,7 @@ class TurnJournal(AbstractCapability[Any]):
     _written: list[ModelMessage] = field(default_factory=list[ModelMessage], init=False, repr=False)
     """The run's messages already journaled, by identity."""
     _failed: bool = field(default=False, init=False, repr=False)
+    _warn: Callable[[str], None] | None = field(default=None, init=False, repr=False)
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
@@ -51,6 +52,7 @@ class TurnJournal(AbstractCapability[Any]):
         deps = deps_of(ctx)
         if not in_main_run() or deps is None or (journal := deps.session.journal) is None:
             return
+        self._warn = deps.warn
         prompt = ctx.prompt if isinstance(ctx.prompt, str) else None
         try:
             journal_id, current = deps.session.begin_run(journal, ctx.run_id, prompt)
@@ -107,4 +109,8 @@ class TurnJournal(AbstractCapability[Any]):
     def _report(self, exc: sqlite3.Error) -> None:
         if not self._failed:
             self._failed = True
-            print(f"code-puppy: could not journal this turn ({exc}); it is saved when it ends", file=sys.stderr)
+            line = f"could not journal this turn ({exc}); it is saved when it ends"
+            if self._warn is not None:
+                self._warn(line)
+            else:
+                print(f"code-puppy: {line}", file=sys.stderr)

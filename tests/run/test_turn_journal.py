@@ -214,6 +214,22 @@ async def test_a_journal_that_cannot_be_written_is_said_once_and_the_run_goes_on
     assert shown(session.messages)[-1] == "text:done"
 
 
+async def test_a_journal_that_cannot_be_written_is_told_to_the_turns_sink_when_there_is_one(
+    store: SqliteConversationStore, session: Session, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """In the chat a line on stderr would land in the middle of the screen: the turn's sink says it instead."""
+    with store.database.write() as db:
+        db.execute("CREATE TRIGGER refuse BEFORE INSERT ON journal_entries BEGIN SELECT RAISE(ABORT, 'full'); END")
+    model = scripted([ToolCallPart("echo", {"text": "a"}, tool_call_id="c1")], "done")
+    warnings: list[str] = []
+
+    deps = RunDeps(session, warn=warnings.append)
+    result = await agent(model.model).run("second", message_history=session.messages, deps=deps)
+
+    assert result.output == "done" and capsys.readouterr().err == ""
+    assert warnings == ["could not journal this turn (full); it is saved when it ends"]
+
+
 async def test_a_run_without_a_stored_session_journals_nothing(capsys: pytest.CaptureFixture[str]) -> None:
     model = scripted([ToolCallPart("echo", {"text": "a"}, tool_call_id="c1")], "done")
     result = await agent(model.model).run("hi", deps=RunDeps(Session.in_memory()))
