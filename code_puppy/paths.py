@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -66,18 +66,33 @@ def find_project_root(start: Path) -> Path:
 
 
 def write_json(path: Path, data: Any) -> None:
-    """Replace `path` with `data` as JSON atomically (a crash leaves the old or the new file, never half of one),
-    private to the user (0600, its folder created 0700)."""
+    """Replace `path` with `data` as JSON atomically, private to the user (0600, its folder created 0700)."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    descriptor, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)  # created 0600
+    write_atomically(path, json.dumps(data, indent=1) + "\n", private=True)
+
+
+def write_atomically(path: Path, text: str, *, private: bool = False) -> None:
+    """Replace `path` with `text` atomically: a crash leaves the old or the new file, never half of one. The file is
+    made 0600 when `private`, else as a plain write makes it (0666 less the umask).
+
+    Raises:
+        OSError: The folder is missing or not writable, or the disk is full; nothing is left behind.
+    """
+    while True:
+        temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600 if private else 0o666)
+        except FileExistsError:
+            continue
+        break
     try:
         with os.fdopen(descriptor, "w", encoding="utf-8") as file:
-            file.write(json.dumps(data, indent=1) + "\n")
+            file.write(text)
             file.flush()
             os.fsync(file.fileno())
         os.replace(temporary, path)
     except BaseException:
-        Path(temporary).unlink(missing_ok=True)
+        temporary.unlink(missing_ok=True)
         raise
     if hasattr(os, "O_DIRECTORY"):  # the rename itself survives a power cut only once the directory is synced
         directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)

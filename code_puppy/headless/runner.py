@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import signal
 import sys
 import time
@@ -28,6 +27,7 @@ from code_puppy.errors import one_line
 from code_puppy.headless.sinks import SINKS
 from code_puppy.mentions import mention_attachments
 from code_puppy.options import RunOptions
+from code_puppy.paths import write_atomically
 from code_puppy.run.steering import SteeringInbox
 from code_puppy.sessions.costs import CostTotals
 
@@ -101,25 +101,13 @@ class Output:
         self.sink.finish(ended)
         if self.usage_file is not None:
             try:
-                _write_atomically(self.usage_file, json.dumps(asdict(ended)) + "\n")
+                write_atomically(self.usage_file, json.dumps(asdict(ended)) + "\n")
             except OSError as exc:
                 self.usage_file_error = f"--usage-file: cannot write {self.usage_file}: {exc.strerror or exc}"
                 print(f"code-puppy: {self.usage_file_error}", file=sys.stderr)
 
     def fail(self, message: str) -> None:
         self.finish("error", message=message)
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with temporary.open("w", encoding="utf-8") as file:
-            file.write(text)
-            file.flush()
-            os.fsync(file.fileno())
-        temporary.replace(path)
-    finally:
-        temporary.unlink(missing_ok=True)
 
 
 async def _headless(options: RunOptions, headless: HeadlessOptions, output: Output) -> int:
