@@ -215,7 +215,7 @@ def show_session(store: SqliteConversationStore, id_or_prefix: str, out: TextIO,
         print(line, file=shown)
     if groups:
         from code_puppy.history.preview import preview_processing
-        from code_puppy.history.processing import Revision
+        from code_puppy.history.revision import Revision
 
         revision = Revision(info.cache_epoch, info.history_version)
         preview = preview_processing(

@@ -29,6 +29,7 @@ from pydantic_ai_harness.compaction import (
 )
 
 from code_puppy.config import CompactionKind
+from code_puppy.history.revision import rewrote_history
 from code_puppy.run.deps import deps_of, in_main_run
 from code_puppy.run.history_persistence import persist_compacted_history
 from code_puppy.sessions.session import Session
@@ -89,8 +90,7 @@ class PersistentCompaction(WrapperCapability[Any]):
             # it), so the stored history does not branch a second time when the next run starts from it.
             ctx.messages[:] = repair_messages(after, repair_last_response=False)
             if (deps := deps_of(ctx)) is not None and in_main_run():
-                deps.session.cache_epoch += 1
-                deps.session.history_version += 1
+                rewrote_history(deps.session)
         return request_context
 
 
@@ -137,7 +137,6 @@ async def compact_history(
     compacted = repair_messages(compacted, repair_last_response=False)  # as the next run sends it: no second branch
     changed = compacted != messages
     if changed:
-        session.cache_epoch += 1
-        session.history_version += 1
+        rewrote_history(session)
         await persist_compacted_history(session, compacted, usage=usage)
     return CompactionReport(len(messages), len(compacted), changed, usage)

@@ -23,12 +23,12 @@ from code_puppy.history.errors import HistoryProcessingError
 from code_puppy.history.groups import stored_groups
 from code_puppy.history.processing import (
     HistoryProcessorContext,
-    Revision,
     call_processor,
     evaluate_condition,
     processor_context,
     resolve_history_processing,
 )
+from code_puppy.history.revision import Revision
 from code_puppy.history.tokens import serialize
 from code_puppy.history.validation import validate_output
 from code_puppy.models import model_resolver

@@ -35,7 +35,7 @@ import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal
 
 from pydantic import ValidationError
 from pydantic_ai import RunContext
@@ -47,6 +47,7 @@ from code_puppy.config import ConfigError, HistoryConfig, ProcessorSpec
 from code_puppy.errors import one_line
 from code_puppy.history.errors import HistoryProcessingError
 from code_puppy.history.groups import HistoryGroup, keep_recent, partition
+from code_puppy.history.revision import HistoryRevision
 from code_puppy.history.tokens import estimate_request_tokens
 
 ProcessorKind = Literal["messages", "run_context", "context"]
@@ -55,24 +56,6 @@ PROCESSOR_FAILURES = (Exception, SystemExit, KeyboardInterrupt)
 """What a processor or condition raising fails with, as a `HistoryProcessingError` naming it: its `sys.exit()` or
 `KeyboardInterrupt` too, which would otherwise end the run as a limit (exit 3) or a Ctrl-C (130). No front end lets
 a real Ctrl-C reach one: headless and the ACP server turn SIGINT into a cancellation, the chat reads it as a key."""
-
-
-@runtime_checkable
-class HistoryRevision(Protocol):
-    """The counters a session keeps about its history, advanced by accepted rewrites and stored with it."""
-
-    cache_epoch: int
-    """Rewrites of already-sent history (processor edits, compactions): each can cost the provider's prompt cache."""
-    history_version: int
-    """Revisions of the history processors see: one per model request, and one per accepted rewrite."""
-
-
-@dataclass
-class Revision:
-    """`HistoryRevision` counters of one run, for runs without a session to keep them."""
-
-    cache_epoch: int = 0
-    history_version: int = 0
 
 
 @dataclass(frozen=True)

@@ -24,13 +24,12 @@ from code_puppy.history.processing import (
     PROCESSOR_FAILURES,
     HistoryProcessor,
     HistoryProcessorState,
-    HistoryRevision,
     ProcessorCondition,
-    Revision,
     call_processor,
     evaluate_condition,
     processor_context,
 )
+from code_puppy.history.revision import HistoryRevision, Revision, rewrote_history
 from code_puppy.history.tokens import estimate_history_tokens, estimate_request_tokens, serialize
 from code_puppy.history.validation import validate_output
 from code_puppy.run.deps import deps_of, in_main_run
@@ -127,8 +126,7 @@ class UserHistoryProcessor(AbstractCapability[Any]):
         if edited:
             request_context = replace(request_context, messages=list(messages))
             ctx.messages[:] = messages
-            revision.cache_epoch += 1
-            revision.history_version += 1
+            rewrote_history(revision)
         return request_context
 
     def _state(

@@ -22,8 +22,9 @@ from code_puppy.history import (
     summarize_older_turns,
     when_over,
 )
-from code_puppy.history.processing import HistoryProcessorContext, HistoryProcessorState, Revision
+from code_puppy.history.processing import HistoryProcessorContext, HistoryProcessorState
 from code_puppy.history.processing import processor_context as make_context
+from code_puppy.history.revision import Revision
 from code_puppy.history.summary import SUMMARY_ACK
 from code_puppy.history.tokens import serialize
 from code_puppy.history.validation import validate_output
