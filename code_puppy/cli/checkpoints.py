@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
@@ -128,6 +127,8 @@ async def _rewind_in(
                 session, turns=turns, only=only, force=force, dry_run=dry_run
             )
     if output_format == "json":
+        import json
+
         json.dump(result.to_json(dry_run=dry_run), out, indent=2)
         out.write("\n")
     elif result.nothing:
@@ -152,6 +153,8 @@ def list_checkpoints(root: Path, out: TextIO, *, session_id: str | None, output_
         info = _session(store, root, session_id)
         found = list(reversed(CheckpointLog(store.database).of_session(info.id)))
     if output_format == "json":
+        import json
+
         json.dump({"session_id": info.id, "checkpoints": [item.to_json() for item in found]}, out, indent=2)
         out.write("\n")
         return 0

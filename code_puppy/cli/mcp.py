@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -52,6 +51,8 @@ EXIT_FAILED = 1
 
 def list_servers(project_root: Path) -> int:
     """One line per configured server: name, transport, number of tools offered, status."""
+    import asyncio
+
     from code_puppy.config import load_settings
     from code_puppy.sandbox import ProjectSandbox
 
@@ -108,6 +109,8 @@ async def _rows(servers: list[McpServer]) -> list[tuple[str, str, str, str]]:
 
 def show_tools(project_root: Path, name: str) -> int:
     """Server NAME's tools under the names the model sees, with their permission names and descriptions."""
+    import asyncio
+
     from code_puppy.config import ConfigError, load_settings
     from code_puppy.mcp.server import McpServer, expand_env
     from code_puppy.sandbox import ProjectSandbox
