@@ -3,6 +3,7 @@ importing pydantic: the chat needs them before its prompt shows, and `code_puppy
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -94,7 +95,9 @@ def write_atomically(path: Path, text: str, *, private: bool = False) -> None:
     except BaseException:
         temporary.unlink(missing_ok=True)
         raise
-    if hasattr(os, "O_DIRECTORY"):  # the rename itself survives a power cut only once the directory is synced
+    # The rename itself survives a power cut only once the folder is synced; a folder this process may write but not
+    # read (rare) keeps the file written, with the durability the filesystem gives it.
+    with contextlib.suppress(OSError):
         directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
         try:
             os.fsync(directory)

@@ -7,7 +7,8 @@ from pydantic_ai import ToolDefinition
 from pydantic_ai_harness.filesystem import READ_ONLY_TOOL_NAMES
 
 FILE_TOOLS = ("read_file", "write_file", "edit_file", "create_directory", "list_files", "grep")
-"""The harness file tools the agent offers."""
+"""The harness file tools the agent offers (`create_directory` too: a model that cannot make a folder writes a
+placeholder file into it instead)."""
 FILE_EDITORS = frozenset({"write_file", "edit_file"})
 """File tools that change the one file their `path` names."""
 EDITOR_TOOLS = ("read_file", "write_file", "edit_file")
@@ -22,8 +23,10 @@ PLAN_TOOL_NAMES = frozenset(
     {"write_plan", "read_plan", "add_task", "update_task_status", "update_task_statuses", "remove_task"}
 )
 """The harness `Planning` tools: they keep the run's task list and touch nothing else."""
+LOAD_SKILL_TOOL = "load_capability"
+"""The harness `Skills` tool that loads a skill's instructions: offered whenever there are skills."""
 ALWAYS_ALLOWED_TOOL_NAMES = frozenset(
-    {*READ_ONLY_TOOLS, *PLAN_TOOL_NAMES, "stop_command", "delegate_task", "load_capability"}
+    {*READ_ONLY_TOOLS, *PLAN_TOOL_NAMES, "stop_command", "delegate_task", LOAD_SKILL_TOOL}
 )
 """Tools that run without asking: they change nothing by themselves (a delegate's own calls pass through this policy
 too, `stop_command` only stops what the run itself started, `load_capability` loads a skill's instructions, the plan

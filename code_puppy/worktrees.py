@@ -210,7 +210,7 @@ def _running_sessions(path: Path) -> list[str]:
     """The sessions a live code-puppy process runs in `path`."""
     from code_puppy.paths import sessions_db
 
-    if not (sessions_db()).exists():
+    if not sessions_db().exists():
         return []
     from code_puppy.sessions.runs import RunRegistry
     from code_puppy.sessions.store import open_store

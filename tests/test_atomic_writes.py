@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from code_puppy.paths import write_atomically, write_json
+from tests.unprivileged import unprivileged
 
 
 def mode(path: Path) -> int:
@@ -36,3 +39,29 @@ def test_a_write_that_fails_keeps_the_old_file_and_leaves_nothing_behind(tmp_pat
     assert target.read_text() == "old\n" and sorted(path.name for path in tmp_path.iterdir()) == ["usage.json"]
     with pytest.raises(FileNotFoundError):
         write_atomically(tmp_path / "missing" / "usage.json", "x")
+
+
+def test_a_folder_that_can_be_written_but_not_read_still_takes_the_file() -> None:
+    """Syncing the folder needs to open it for reading; the file is written whether or not that works. Root reads
+    any folder, so this runs as an unprivileged user."""
+    runner = unprivileged()
+    with runner.workdir() as home:
+        folder = home / "drop"
+        folder.mkdir()
+        os.chown(folder, runner.uid, runner.gid)
+        folder.chmod(0o300)  # write and search, no read
+        written = subprocess.run(
+            [*runner.prefix, sys.executable, "-c", WRITE, str(folder / "usage.json")],
+            cwd=home,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        folder.chmod(0o700)
+        assert (written.returncode, written.stderr) == (0, "")
+        assert (folder / "usage.json").read_text() == "{}\n"
+
+
+WRITE = "import sys; from pathlib import Path; from code_puppy.paths import write_atomically; " + (
+    "write_atomically(Path(sys.argv[1]), '{}\\n')"
+)

@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 import pydantic_ai
-from pydantic_ai import Agent, RunContext
+from pydantic_ai import RunContext
 from pydantic_ai.messages import ModelRequest, UserPromptPart
 from pydantic_ai.models import Model
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults
@@ -21,7 +21,6 @@ from code_puppy.history.tokens import estimate_request_tokens
 from code_puppy.options import RunOptions
 from code_puppy.permissions.policy import PermissionPolicy
 from code_puppy.plugins import RegisterCommand
-from code_puppy.run.deps import RunDeps
 from code_puppy.sessions.costs import CostTotals
 from code_puppy.sessions.session import Session
 from code_puppy.sessions.store import SqliteConversationStore
@@ -68,10 +67,6 @@ class ChatRuntime(Conversation):
     @property
     def store(self) -> SqliteConversationStore:
         return self.project.store
-
-    @property
-    def agent(self) -> Agent[RunDeps, str]:
-        return self.project.agent
 
     @property
     def policy(self) -> PermissionPolicy:
@@ -133,7 +128,7 @@ class ChatRuntime(Conversation):
     async def rewind(
         self, *, turns: int = 1, to_turn: int | None = None, only: Only | None = None, force: bool = False
     ) -> RewindResult:
-        """Rewind this chat's session (`core.rewind.Rewinder.rewind`)."""
+        """Rewind this chat's session (`checkpoints.rewind.Rewinder.rewind`)."""
         return await self.project.rewinder().rewind(self.session, turns=turns, to_turn=to_turn, only=only, force=force)
 
     def context_used(self) -> str:

@@ -7,7 +7,6 @@ import math
 import os
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -135,13 +134,6 @@ def with_store(action: Callable[[SqliteConversationStore], object], *, readonly:
         return code if isinstance(code, int) else None
 
     sys.exit(guarded(run))
-
-
-def project_root() -> Path:
-    """The project the current directory belongs to."""
-    from code_puppy.paths import find_project_root
-
-    return find_project_root(Path.cwd())
 
 
 def session_output() -> ModuleType:

@@ -32,7 +32,7 @@ def sessions_list(*, all_projects: bool, archived: bool) -> None:
     from code_puppy.paths import find_project_root, sessions_db
 
     project = None if all_projects else find_project_root(Path.cwd())
-    if not (sessions_db()).exists():
+    if not sessions_db().exists():
         click.echo(f"no sessions{f' in {project}' if project else ''}")
         return
     with_store(lambda store: _listing()(store, project, sys.stdout, archived=archived), readonly=True)
@@ -82,7 +82,7 @@ def sessions_search(*, query: str, project: Path | None, all_projects: bool, out
     if all_projects and project is not None:
         fail("use either --project or --all, not both")
     root = None if all_projects else find_project_root((project or Path.cwd()).resolve())
-    if not (sessions_db()).exists():
+    if not sessions_db().exists():
         click.echo("[]" if output_format == "json" else "", nl=output_format == "json")
         click.echo("no session matches (there are no sessions yet)", err=True)
         sys.exit(1)
@@ -159,7 +159,7 @@ def sessions_import(*, paths: tuple[Path, ...], dry_run: bool, output_format: st
             as_json=output_format == "json",
         )
 
-    if dry_run and not (sessions_db()).exists():
+    if dry_run and not sessions_db().exists():
         sys.exit(guarded(lambda: action(None)))
 
     def run() -> int:

@@ -30,7 +30,7 @@ def usage(*, since: str | None, project: Path | None, as_json: bool) -> None:
 
     moment = _since(since) if since is not None else None
     root = find_project_root(project.resolve()) if project is not None else None
-    if not (sessions_db()).exists():
+    if not sessions_db().exists():
         click.echo('{"days": [], "total": null}' if as_json else "no model requests recorded")
         return
     with_store(

@@ -101,7 +101,7 @@ def _latest_sessions(paths: list[Path]) -> dict[Path, str]:
     """The id of each path's latest session, for those that have one."""
     from code_puppy.paths import sessions_db
 
-    if not paths or not (sessions_db()).exists():
+    if not paths or not sessions_db().exists():
         return {}
     from code_puppy.sessions.store import open_store
 

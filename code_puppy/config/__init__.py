@@ -8,6 +8,7 @@ only a few preference keys apply before the user trusts their content (`code_pup
 
 from code_puppy.config.loading import PROJECT_KEYS_WITHOUT_TRUST, PROJECT_MCP_FILES, load_settings
 from code_puppy.config.settings import (
+    HISTORY_PRESETS,
     AllowEntry,
     BudgetConfig,
     CheckpointsConfig,
@@ -33,6 +34,7 @@ from code_puppy.options import PermissionMode
 from code_puppy.paths import config_dir, data_dir, find_project_root
 
 __all__ = [
+    "HISTORY_PRESETS",
     "PROJECT_KEYS_WITHOUT_TRUST",
     "PROJECT_MCP_FILES",
     "AllowEntry",

@@ -22,9 +22,9 @@ from code_puppy.options import PermissionMode
 from code_puppy.permissions.policy import PermissionPolicy, allowed_by_list, mcp_allowed
 from code_puppy.run.deps import deps_of
 from code_puppy.run.instructions import build_instructions
-from code_puppy.tools import ALWAYS_ALLOWED_TOOL_NAMES, MCP_PERMISSION_KEY, SHELL_TOOL_NAMES
+from code_puppy.tools import ALWAYS_ALLOWED_TOOL_NAMES, LOAD_SKILL_TOOL, MCP_PERMISSION_KEY, SHELL_TOOL_NAMES
 
-ALWAYS_OFFERED = frozenset({"load_capability"})
+ALWAYS_OFFERED = frozenset({LOAD_SKILL_TOOL})
 """Tools every scope keeps: loading a skill changes nothing by itself."""
 SHELL_COMPANIONS = frozenset({*SHELL_TOOL_NAMES, "check_command", "stop_command"})
 """Tools that come with `shell`: checking on and stopping what it started."""

@@ -29,11 +29,10 @@ Scope = Literal["project", "user"]
 ModelCheck = Callable[[str], "str | None"]
 """Why a definition's `model` cannot be used, or None when it can."""
 T = TypeVar("T")
-"""From strictest to freest: a definition may only move the mode left."""
 PROJECT_LAYOUTS = (".code-puppy", ".agents", ".claude")
 """Project folders, highest precedence first."""
 
-FILE_TOOLS: dict[str, tuple[str, ...]] = {
+CLAUDE_TOOLS: dict[str, tuple[str, ...]] = {
     "read": ("read_file",),
     "write": ("write_file", "create_directory"),
     "edit": ("edit_file",),
@@ -51,7 +50,8 @@ FILE_TOOLS: dict[str, tuple[str, ...]] = {
 OWN_TOOLS = frozenset(
     {"read_file", "write_file", "edit_file", "create_directory", "list_files", "grep", "shell", "delegate_task"}
 )
-"""code-puppy's own tool names, accepted as they are."""
+"""code-puppy's own tool names, accepted as they are. Spelled out rather than read from `code_puppy.tools`, which
+imports pydantic-ai: the chat reads file commands before that is loaded (a test keeps the two in step)."""
 UNAVAILABLE_TOOLS = frozenset({"webfetch", "websearch", "todoread", "bashoutput", "killshell", "skill"})
 """Claude Code tools code-puppy has no counterpart for (or always offers), dropped without a note."""
 _BASH_PATTERN = re.compile(r"^bash\((.*)\)$", re.IGNORECASE | re.DOTALL)
@@ -226,8 +226,8 @@ def parse_tools(raw: str | list[str] | None, *, allow_mcp: bool = True) -> tuple
         if match := _BASH_PATTERN.match(name):
             tools.add("shell")
             patterns += _shell_patterns(match[1].strip())
-        elif key in FILE_TOOLS:
-            tools.update(FILE_TOOLS[key])
+        elif key in CLAUDE_TOOLS:
+            tools.update(CLAUDE_TOOLS[key])
             whole_shell = whole_shell or key == "bash"
         elif name in OWN_TOOLS:
             tools.add(name)

@@ -12,9 +12,6 @@ from pydantic_ai_harness.skills import Skills
 
 from code_puppy.definitions.files import Loaded, Problem, folders, skill_files
 
-LOAD_SKILL_TOOL = "load_capability"
-"""The tool pydantic-ai offers for loading a deferred capability, which is what a skill is."""
-
 
 def skill_capabilities(project_root: Path) -> Loaded[AbstractCapability[Any]]:
     """One harness `Skills` per skill that validates, the first of each name (project first, `.code-puppy/` first).

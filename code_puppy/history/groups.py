@@ -68,7 +68,7 @@ class HistoryGroup:
     """Why the group must be kept exactly (`CURRENT_REQUEST`, `UNFINISHED`, `SYSTEM_PROMPT`, ...), in that order."""
     origins: tuple[HistoryOrigin, ...]
     estimated_tokens: int
-    """The group's share of `estimated_tokens` (token_estimate.py)."""
+    """The group's share of `estimated_tokens` (`tokens.py`)."""
 
     @property
     def protected(self) -> bool:

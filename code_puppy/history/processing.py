@@ -87,7 +87,7 @@ class HistoryProcessorContext(HistoryProcessorState):
     messages: tuple[ModelMessage, ...]
     """Deep copies: changing them changes nothing; return the history you want instead."""
     groups: tuple[HistoryGroup, ...]
-    """The atomic groups of `messages` (history_groups.py), in order; the last holds the current request."""
+    """The atomic groups of `messages` (`groups.py`), in order; the last holds the current request."""
     run_context: RunContext[Any] = field(repr=False, compare=False)
     """The run's context, whose `messages` are the same copies."""
     summary_model: Model = field(repr=False, compare=False)

@@ -43,7 +43,7 @@ class UserHistoryProcessor(AbstractCapability[Any]):
     """Before every model request (each step of a tool loop too), runs the user's history processors, in order.
 
     When the condition holds (or there is none), each processor gets a deep copy of the history as its kind asks
-    and its output is validated against its own input (rules V1-V12, history_validation.py). An accepted edit
+    and its output is validated against its own input (rules V1-V12, `validation.py`). An accepted edit
     becomes both this request's messages and the run's history, so `HistoryPersistence` stores it (the store
     branches and keeps the old history) and later requests, turns and resumes see it. A semantic no-op keeps the
     original message objects. An invalid edit, a crash or a bad condition raises `HistoryProcessingError` before

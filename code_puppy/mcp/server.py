@@ -1,5 +1,5 @@
 """One MCP server: its configuration with `${VAR}` expanded, its process and connection, and its tools kept apart
-from its crashes (mcp_servers.py puts the servers together)."""
+from its crashes (`servers.py` puts the servers together)."""
 
 from __future__ import annotations
 

@@ -15,6 +15,8 @@ from code_puppy.core.builder import AgentOptions, build_pydantic_agent, capabili
 from code_puppy.definitions.agent_scope import AgentScope
 from code_puppy.definitions.file_commands import BUILT_IN_COMMANDS, load_commands
 from code_puppy.definitions.files import (
+    CLAUDE_TOOLS,
+    OWN_TOOLS,
     AgentDefinition,
     FrontmatterError,
     ToolGrant,
@@ -27,6 +29,7 @@ from code_puppy.models import definition_model_name
 from code_puppy.permissions.policy import PermissionPolicy
 from code_puppy.run.deps import RunDeps
 from code_puppy.sessions.session import Session
+from code_puppy.tools import FILE_TOOLS, PLAN_TOOL_NAMES
 
 
 def test_claude_code_tools_map_to_ours() -> None:
@@ -42,6 +45,13 @@ def test_claude_code_tools_map_to_ours() -> None:
         ["Frobnicate"],
     )
     assert parse_tools(None) == (ToolGrant(), [])
+
+
+def test_the_tool_names_definitions_accept_are_the_agents_own() -> None:
+    """`definitions/files.py` spells them out to stay light; here they are held to `code_puppy.tools`."""
+    assert {*FILE_TOOLS, "shell", "delegate_task"} == OWN_TOOLS
+    assert set(CLAUDE_TOOLS["todowrite"]) == PLAN_TOOL_NAMES
+    assert {name for names in CLAUDE_TOOLS.values() for name in names} <= OWN_TOOLS | PLAN_TOOL_NAMES
 
 
 def test_frontmatter_reads_claude_code_descriptions_and_reports_where_it_breaks() -> None:
