@@ -123,8 +123,10 @@ def start_cli(*args: str, cwd: Path, env: Mapping[str, str] | None = None) -> su
     )
 
 
-def wait_for(condition: Callable[[], object], *, timeout: float = 20, what: str = "the condition") -> None:
-    """Poll `condition` until it is true; fail the test after `timeout` seconds."""
+def wait_for(condition: Callable[[], object], *, timeout: float = 60, what: str = "the condition") -> None:
+    """Poll `condition` until it is true; fail the test after `timeout` seconds. A wait, not a speed check: it returns
+    as soon as the condition holds, and its default leaves room for a child process that starts slowly on a loaded
+    2-core machine (20 s was once not enough there for a start, a tool call and a second request)."""
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
