@@ -225,10 +225,9 @@ class AcpRuntime:
         if mode is None:
             raise RequestError(-32602, f"unknown mode {mode_id!r}; one of {', '.join(MODES)}")
         try:
-            live.project.require_sandbox(mode)
+            live.project.switch_mode(mode)
         except ConfigError as exc:
             raise config_failure(exc) from None
-        live.project.policy.mode = mode
         return SetSessionModeResponse()
 
     async def set_config_option(

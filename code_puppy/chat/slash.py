@@ -205,10 +205,9 @@ class Builtins:
 
             mode = cast(PermissionMode, args)  # checked against the literal above
             try:
-                runtime.project.require_sandbox(mode)
+                runtime.project.switch_mode(mode)
             except ConfigError as exc:
                 return str(exc)
-            policy.mode = mode
         allowed = ", ".join(sorted(policy.session_allowed)) or "nothing yet"
         return f"permission mode: {policy.mode} ({' | '.join(modes)}); allowed for this session: {allowed}"
 

@@ -206,6 +206,15 @@ class Project:
                 f"permission mode {mode} needs the sandbox, and {exc}; {instead}, or see `code-puppy sandbox check`"
             ) from None
 
+    def switch_mode(self, mode: PermissionMode) -> None:
+        """Go on in permission mode `mode` (`/permissions`, an editor's mode), the sandbox checked first.
+
+        Raises:
+            ConfigError: `mode` needs the sandbox and there is none here, in one line.
+        """
+        self.require_sandbox(mode)
+        self.policy.mode = mode
+
     def agent_command(self, command: str) -> tuple[str, dict[str, str]]:
         """How a command plugins run for the agent runs (`SessionView.run_agent_command`): as the `shell` tool's."""
         if self.policy.sandboxes(command):
