@@ -7,9 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 
 from code_puppy import __version__
+from code_puppy.cli.root import SUBCOMMANDS, cli
 from tests.fake_llm import FakeLLMServer, text
 
 HEAVY = (
@@ -47,6 +49,16 @@ def test_flag_imports_nothing_heavy(flag: str) -> None:
     assert "click" in modules  # the measurement itself works
     assert sorted(m for m in modules if m.split(".")[0] in HEAVY or m in HEAVY) == []
     assert sorted(m for m in modules if m in SLOW_STDLIB) == []
+
+
+def test_version_loads_no_subcommand_and_help_lists_each_by_its_name() -> None:
+    loaded = sorted(module for module in imported_modules("--version") if module.startswith("code_puppy.cli."))
+    assert loaded == ["code_puppy.cli.common", "code_puppy.cli.root"]
+    context = click.Context(cli)
+    assert cli.list_commands(context) == sorted(SUBCOMMANDS)
+    for name in SUBCOMMANDS:
+        command = cli.get_command(context, name)
+        assert command is not None and command.name == name
 
 
 def test_version_prints_the_package_version() -> None:

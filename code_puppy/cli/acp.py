@@ -8,14 +8,13 @@ from typing import TYPE_CHECKING
 import click
 
 from code_puppy.cli.common import NAME, debug_requested, ensure_own_scripts_on_path, guarded, leave
-from code_puppy.cli.root import cli
 from code_puppy.options import PERMISSION_MODES
 
 if TYPE_CHECKING:
     pass
 
 
-@cli.command("acp")
+@click.command("acp")
 @click.option(
     "-m", "--model", type=NAME, metavar="MODEL", help="The sessions' default model (a model string or a [models] name)."
 )

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, TextIO
 import click
 
 from code_puppy.cli.common import NAME, guarded
-from code_puppy.cli.root import cli
 
 if TYPE_CHECKING:
     from code_puppy.checkpoints.rewind import Only
@@ -18,7 +17,7 @@ if TYPE_CHECKING:
     from code_puppy.sessions.store import SqliteConversationStore
 
 
-@cli.command("rewind")
+@click.command("rewind")
 @click.option(
     "--session", "session_id", type=NAME, metavar="ID", help="A session id or prefix (default: the latest here)."
 )
@@ -58,7 +57,7 @@ def rewind(
     sys.exit(guarded(run))
 
 
-@cli.command("checkpoints")
+@click.command("checkpoints")
 @click.option(
     "--session", "session_id", type=NAME, metavar="ID", help="A session id or prefix (default: the latest here)."
 )

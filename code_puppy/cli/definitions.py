@@ -6,14 +6,15 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+import click
+
 from code_puppy.cli.common import guarded
-from code_puppy.cli.root import cli
 
 if TYPE_CHECKING:
     from code_puppy.definitions.files import Loaded
 
 
-@cli.group("agents")
+@click.group("agents")
 def agents_group() -> None:
     """Agents defined in files: .code-puppy/agents, .agents/agents, .claude/agents (project and user)."""
 
@@ -30,7 +31,7 @@ def agents_list() -> None:
     sys.exit(guarded(run))
 
 
-@cli.group("skills")
+@click.group("skills")
 def skills_group() -> None:
     """Agent Skills: .code-puppy/skills, .agents/skills, .claude/skills (project and user)."""
 

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, NoReturn
 import click
 
 from code_puppy.cli.common import NAME, guarded
-from code_puppy.cli.root import cli
 
 if TYPE_CHECKING:
     from pydantic_ai import RunContext
@@ -20,7 +19,7 @@ if TYPE_CHECKING:
     from code_puppy.sandbox import ProjectSandbox
 
 
-@cli.group()
+@click.group()
 def mcp() -> None:
     """Inspect the configured MCP servers."""
 

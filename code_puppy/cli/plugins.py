@@ -7,14 +7,15 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn, TextIO
 
+import click
+
 from code_puppy.cli.common import debug_requested, guarded
-from code_puppy.cli.root import cli
 
 if TYPE_CHECKING:
     from code_puppy.plugins.host import Status
 
 
-@cli.group("plugins")
+@click.group("plugins")
 def plugins_group() -> None:
     """List plugins; trust this project's own plugins."""
 
@@ -37,7 +38,7 @@ def plugins_trust() -> None:
     _trust()
 
 
-@cli.command("trust")
+@click.command("trust")
 def trust() -> None:
     """Trust this project's config files and plugins as they are now (SHA-256 recorded; a change needs trust again)."""
     _trust()

@@ -3,6 +3,7 @@ after parsing, never for --help."""
 
 from __future__ import annotations
 
+import importlib
 import io
 import os
 import stat
@@ -88,7 +89,41 @@ def _stream_json_prompt(prompt: str | None) -> str:
     return text
 
 
-@click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+SUBCOMMANDS = {
+    "acp": "code_puppy.cli.acp:acp_command",
+    "agents": "code_puppy.cli.definitions:agents_group",
+    "checkpoints": "code_puppy.cli.checkpoints:checkpoints",
+    "mcp": "code_puppy.cli.mcp:mcp",
+    "plugins": "code_puppy.cli.plugins:plugins_group",
+    "rewind": "code_puppy.cli.checkpoints:rewind",
+    "sandbox": "code_puppy.cli.sandbox:sandbox",
+    "sessions": "code_puppy.cli.sessions:sessions",
+    "skills": "code_puppy.cli.definitions:skills_group",
+    "steer": "code_puppy.cli.steer:steer",
+    "trust": "code_puppy.cli.plugins:trust",
+    "usage": "code_puppy.cli.usage:usage",
+    "worktrees": "code_puppy.cli.worktrees:worktrees_group",
+}
+"""Each subcommand, by the `module:name` of its click command: a module is imported when its command runs or when
+`--help` lists it, never for `--version` or the chat."""
+
+
+class _Subcommands(click.Group):
+    """The root group, whose subcommands load on first use (`SUBCOMMANDS`)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *SUBCOMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in SUBCOMMANDS:
+            return super().get_command(ctx, cmd_name)
+        module, name = SUBCOMMANDS[cmd_name].split(":")
+        command = getattr(importlib.import_module(module), name)
+        assert isinstance(command, click.Command)
+        return command
+
+
+@click.group(cls=_Subcommands, invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("-p", "--prompt", metavar="PROMPT", help="Run once headless with PROMPT ('-' reads it from stdin).")
 @click.option(
     "-m", "--model", type=NAME, metavar="MODEL", help="A model string (openai:gpt-5.1) or a name from [models]."

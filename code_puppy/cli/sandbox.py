@@ -8,10 +8,9 @@ from pathlib import Path
 import click
 
 from code_puppy.cli.common import guarded
-from code_puppy.cli.root import cli
 
 
-@cli.group()
+@click.group()
 def sandbox() -> None:
     """The OS sandbox that confines commands run for the agent (bubblewrap on Linux)."""
 

@@ -12,13 +12,12 @@ from typing import TYPE_CHECKING
 import click
 
 from code_puppy.cli.common import NAME, fail, guarded, session_output, with_store
-from code_puppy.cli.root import cli
 
 if TYPE_CHECKING:
     from code_puppy.sessions.store import SqliteConversationStore
 
 
-@cli.group()
+@click.group()
 def sessions() -> None:
     """List, show, export and delete stored sessions; check and repair the database."""
 

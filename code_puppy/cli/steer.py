@@ -9,13 +9,12 @@ from typing import TYPE_CHECKING
 import click
 
 from code_puppy.cli.common import NAME, fail, guarded
-from code_puppy.cli.root import cli
 
 if TYPE_CHECKING:
     pass
 
 
-@cli.command()
+@click.command()
 @click.option(
     "--session",
     "session_id",

@@ -9,13 +9,12 @@ from typing import TYPE_CHECKING
 import click
 
 from code_puppy.cli.common import fail, session_output, with_store
-from code_puppy.cli.root import cli
 
 if TYPE_CHECKING:
     from datetime import datetime
 
 
-@cli.command("usage")
+@click.command("usage")
 @click.option("--since", metavar="AGE|DATE", help="Only requests since then: 24h, 7d, 2w, or a date (2026-11-01).")
 @click.option(
     "--project",

@@ -10,13 +10,12 @@ from typing import TYPE_CHECKING
 import click
 
 from code_puppy.cli.common import NAME, fail, guarded
-from code_puppy.cli.root import cli
 
 if TYPE_CHECKING:
     pass
 
 
-@cli.group("worktrees")
+@click.group("worktrees")
 def worktrees_group() -> None:
     """The git worktrees `code-puppy -w NAME` runs agents in (.code-puppy/worktrees/NAME, branch code-puppy/NAME)."""
 
