@@ -196,9 +196,12 @@ async def test_a_history_rewritten_mid_run_is_journaled_whole(
     assert journaled.at(2) == (True, rewritten)  # before the third request: the history as rewritten, whole
 
 
+@pytest.mark.parametrize("sink", [False, True], ids=["stderr", "the turn's sink"])
 async def test_a_journal_that_cannot_be_written_is_said_once_and_the_run_goes_on(
-    store: SqliteConversationStore, session: Session, capsys: pytest.CaptureFixture[str]
+    store: SqliteConversationStore, session: Session, capsys: pytest.CaptureFixture[str], sink: bool
 ) -> None:
+    """Said on stderr, or by the turn's sink when it has one (in the chat a line on stderr would land in the middle of
+    the screen)."""
     with store.database.write() as db:  # every step refused, as a full disk would
         db.execute("CREATE TRIGGER refuse BEFORE INSERT ON journal_entries BEGIN SELECT RAISE(ABORT, 'full'); END")
     model = scripted(
@@ -206,28 +209,15 @@ async def test_a_journal_that_cannot_be_written_is_said_once_and_the_run_goes_on
         [ToolCallPart("echo", {"text": "b"}, tool_call_id="c2")],
         "done",
     )
-
-    result = await agent(model.model).run("second", message_history=session.messages, deps=RunDeps(session))
-
-    assert result.output == "done"
-    assert capsys.readouterr().err == ("code-puppy: could not journal this turn (full); it is saved when it ends\n")
-    assert shown(session.messages)[-1] == "text:done"
-
-
-async def test_a_journal_that_cannot_be_written_is_told_to_the_turns_sink_when_there_is_one(
-    store: SqliteConversationStore, session: Session, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """In the chat a line on stderr would land in the middle of the screen: the turn's sink says it instead."""
-    with store.database.write() as db:
-        db.execute("CREATE TRIGGER refuse BEFORE INSERT ON journal_entries BEGIN SELECT RAISE(ABORT, 'full'); END")
-    model = scripted([ToolCallPart("echo", {"text": "a"}, tool_call_id="c1")], "done")
     warnings: list[str] = []
 
-    deps = RunDeps(session, warn=warnings.append)
+    deps = RunDeps(session, warn=warnings.append if sink else None)
     result = await agent(model.model).run("second", message_history=session.messages, deps=deps)
 
-    assert result.output == "done" and capsys.readouterr().err == ""
-    assert warnings == ["could not journal this turn (full); it is saved when it ends"]
+    assert result.output == "done"
+    line = "could not journal this turn (full); it is saved when it ends"
+    assert (capsys.readouterr().err, warnings) == (("", [line]) if sink else (f"code-puppy: {line}\n", []))
+    assert shown(session.messages)[-1] == "text:done"
 
 
 async def test_a_run_without_a_stored_session_journals_nothing(capsys: pytest.CaptureFixture[str]) -> None:
