@@ -5,7 +5,7 @@ from __future__ import annotations
 import fnmatch
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -27,6 +27,7 @@ from code_puppy.definitions.agent_scope import AgentScope
 from code_puppy.definitions.files import AgentDefinition
 from code_puppy.history.compaction import PersistentCompaction, compaction_strategy
 from code_puppy.options import PermissionMode
+from code_puppy.permissions.claude_rules import ClaudeRules
 from code_puppy.permissions.policy import PermissionPolicy
 from code_puppy.plugins.host import PluginHost
 from code_puppy.run.cut_off_calls import CutOffCalls
@@ -77,6 +78,8 @@ class AgentOptions:
     """Replaces `[permissions] mode` (the command line's `--permission-mode`, `--yolo`)."""
     allow: tuple[str, ...] = ()
     """Allow-list entries added to `[permissions] allow` (the command line's `--allow`)."""
+    claude_rules: ClaudeRules = field(default_factory=ClaudeRules)
+    """The permission rules of Claude Code's settings files (`.claude/settings.json`, the user's)."""
     shell_env: Mapping[str, str] | None = None
     """The environment the shell tool starts commands in (default: this process's); secrets are stripped either way
     (`without_secrets`)."""
@@ -151,7 +154,8 @@ def build_pydantic_agent(settings: Settings, options: AgentOptions) -> Agent[Run
     policy = PermissionPolicy(
         root,
         mode=options.permission_mode or settings.permissions.mode,
-        allow=(*settings.permissions.patterns, *options.allow),
+        allow=(*settings.permissions.patterns, *options.allow, *options.claude_rules.allow_list),
+        rules=options.claude_rules,
         pre_tool_call=options.plugins.pre_tool_call if options.plugins is not None else None,
         sandbox_modes=settings.sandbox.modes,
         unsandboxed=settings.permissions.unsandboxed,

@@ -32,6 +32,8 @@ from code_puppy.definitions.skill_library import skill_capabilities, skill_names
 from code_puppy.errors import ConfigError
 from code_puppy.models import choose_model_name, definition_model_name, resolve_model
 from code_puppy.options import PermissionMode, RunOptions
+from code_puppy.permissions.claude_rules import ClaudePermissions, claude_permissions
+from code_puppy.permissions.claude_settings import claude_settings_files
 from code_puppy.permissions.policy import PermissionPolicy
 from code_puppy.plugins import RegisterCommand
 from code_puppy.plugins.discovery import load_plugins
@@ -89,6 +91,13 @@ class Project:
         self.root = options.project_root
         settings = load_settings(self.root)
         self.settings: Settings = settings.model_copy(update={"mcp_servers": {}}) if options.no_mcp else settings
+        self.claude = read_claude_permissions(self.root)
+        """The permission rules of Claude Code's settings files, and their default mode."""
+        self.mode: PermissionMode = options.permission_mode or settings.permissions.mode
+        """The permission mode the project starts in: the command line's, else config.toml's, else a Claude Code
+        settings file's `defaultMode`, else ask."""
+        if options.permission_mode is None and settings.source_of("permissions", "mode") is None:
+            self.mode = self.claude.default_mode or self.mode
         self.model_name = choose_model_name(self.settings, options.model)
         self._models: dict[str, Model] = {self.model_name: resolve_model(self.settings, self.model_name)}
         self.user_model_name = self.model_name
@@ -109,7 +118,7 @@ class Project:
             else load_plugins(self.settings, self.root, debug=options.debug)
         )
         self.sandbox = ProjectSandbox(self.settings.sandbox, self.root)
-        self.require_sandbox(options.permission_mode or self.settings.permissions.mode)  # before anything runs
+        self.require_sandbox(self.mode)  # before anything runs
         self.store = open_store()
         self.spending = Spending(
             budgets=Budgets.of(self.settings.budget, options.max_budget_usd),
@@ -284,8 +293,9 @@ class Project:
             AgentOptions(
                 project_root=self.root,
                 model=self.model(),
-                permission_mode=self.options.permission_mode,
+                permission_mode=self.mode,
                 allow=self.options.allow,
+                claude_rules=self.claude.rules,
                 plugins=self.plugins,
                 sandbox=self.sandbox,
                 spending=self.spending,
@@ -349,6 +359,18 @@ class Project:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
     ) -> None:
         await self.close()
+
+
+def read_claude_permissions(root: Path) -> ClaudePermissions:
+    """The permissions of Claude Code's settings files for this project, with one line on stderr for each file that
+    cannot be read and each thing in them that does not apply."""
+    files, warnings = claude_settings_files(root)
+    permissions = claude_permissions(files, root.resolve())
+    for warning in warnings:
+        print(f"code-puppy: warning: {warning}", file=sys.stderr, flush=True)
+    for note in permissions.notes:
+        print(f"code-puppy: note: {note}", file=sys.stderr, flush=True)
+    return permissions
 
 
 def report(loaded: Loaded[Any]) -> None:

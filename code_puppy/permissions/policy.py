@@ -17,6 +17,7 @@ from pydantic_ai.tools import ToolDenied
 
 from code_puppy.options import PermissionMode
 from code_puppy.paths import AGENT_CONFIG_DIRS, AGENT_CONFIG_FILES, GIT_CONFIG, WORKTREES_DIR, config_dir, in_worktrees
+from code_puppy.permissions.claude_rules import ClaudeRules
 from code_puppy.run.deps import deps_of
 from code_puppy.tools import (
     ALWAYS_ALLOWED_TOOL_NAMES,
@@ -74,6 +75,9 @@ class PermissionPolicy(AbstractCapability[Any]):
     allow: Sequence[str] = ()
     """Shell commands that run without asking (every segment of a compound command must match), and MCP tools
     named `mcp__SERVER__TOOL` or `mcp__SERVER` (all of a server's tools)."""
+    rules: ClaudeRules = field(default_factory=ClaudeRules)
+    """Claude Code's permission rules (`.claude/settings.json`): deny and ask rules come before the mode, in every
+    mode; allow rules for commands and MCP tools are in `allow`, the file tools' ones let a call that would ask run."""
     session_allowed: set[str] = field(default_factory=set[str])
     """Approval scopes the user allowed "always for this session"."""
     pre_tool_call: PreToolCall | None = None
@@ -168,7 +172,30 @@ class PermissionPolicy(AbstractCapability[Any]):
 
         `mcp_permission` marks an MCP tool (`mcp__SERVER__TOOL`): never read-only, so it runs only in yolo mode or
         when the allow-list names it, asks in ask mode and is denied in accept-edits mode.
+
+        Claude Code's rules (`rules`) come first: a deny rule denies, in every mode; an ask rule asks, unless the mode
+        denies the call anyway; a file tool's allow rule lets a call run that would only have asked.
         """
+        decision, reason = self._decide_by_mode(tool_name, args, mcp_permission)
+        verdict = self.rules.verdict(tool_name, args, mcp_permission)
+        what = f"`{tool_name}` on {_call_subject(args)}" if _call_subject(args) else f"`{tool_name}`"
+        if verdict is not None and verdict[0] == "deny":
+            rule = verdict[1]
+            return "deny", f"{what} is denied by the permission rule `{rule.text}` in {rule.source}. Do not retry it."
+        if decision == "deny":
+            return decision, reason
+        if verdict is not None:
+            rule = verdict[1]
+            return "ask", (
+                f"{what} needs the user's approval (the permission rule `{rule.text}` in {rule.source} asks for it), "
+                "and this run is non-interactive, so it was denied. Do not retry it; say what you would have done."
+            )
+        if decision == "ask" and not reason and self.rules.allows(tool_name, args) is not None:
+            return "allow", ""
+        return decision, reason
+
+    def _decide_by_mode(self, tool_name: str, args: dict[str, Any], mcp_permission: str | None) -> tuple[Decision, str]:
+        """`decide` without Claude Code's rules: the mode, the project's bounds and code-puppy's own allow-list."""
         if mcp_permission is not None:
             return self._decide_mcp(tool_name, mcp_permission)
         if tool_name in ALWAYS_ALLOWED_TOOL_NAMES:
@@ -321,6 +348,12 @@ class PermissionPolicy(AbstractCapability[Any]):
     def _in_worktrees(self, path: str) -> bool:
         """Whether `path` lies in one of the project's worktrees: other agents' checkouts, not part of this project."""
         return in_worktrees(self.project_root, (self.project_root / Path(path).expanduser()).resolve())
+
+
+def _call_subject(args: dict[str, Any]) -> str:
+    """What a call acts on, for a rule's reason: its command or its path."""
+    subject = args.get("command", args.get("path"))
+    return f"`{subject}`" if isinstance(subject, str) else ""
 
 
 def _interactive(ctx: RunContext[Any]) -> bool:
