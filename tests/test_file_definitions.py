@@ -298,6 +298,9 @@ def test_claude_hooks_changed_or_added_after_trust_do_not_run_and_say_so(
     completed = run_cli("-p", "write", "--permission-mode", "yolo", cwd=claude_project)
     assert (completed.returncode, (claude_project / "notes.txt").read_text()) == (0, "hi")
     assert [line for line in completed.stderr.splitlines() if line.startswith("code-puppy: note")] == [
+        # Its permissions too (tests/permissions/test_claude_settings.py): what widens waits for trust.
+        "code-puppy: note: .claude/settings.json: its permissions.allow and defaultMode do not apply: "
+        ".claude/settings.json changed since you trusted this project (`code-puppy trust`); its deny and ask rules do",
         "code-puppy: note: .claude/settings.json: its hooks do not run: .claude/settings.json changed since you "
         "trusted this project (`code-puppy trust`)",
         "code-puppy: note: .claude/settings.local.json: its hooks do not run: .claude/settings.local.json appeared "
