@@ -148,10 +148,11 @@ class PermissionPolicy(AbstractCapability[Any]):
         if decision == "allow":
             return args
         if decision == "ask" and _interactive(ctx):
-            scope = self.scope(call.tool_name, args)
+            scope = self.scope(call.tool_name, args, mcp_permission)
             if scope in self.session_allowed:
                 return args
-            raise ApprovalRequired(metadata={"scope": scope, "summary": self.summary(call.tool_name, args)})
+            summary = self.summary(call.tool_name, args, mcp_permission)
+            raise ApprovalRequired(metadata={"scope": scope, "summary": summary})
         if decision == "ask" and not reason:
             reason = (
                 f"`{call.tool_name}` needs the user's approval in '{self.mode}' mode and this run is non-interactive, "
@@ -282,17 +283,23 @@ class PermissionPolicy(AbstractCapability[Any]):
         """Whether the current mode runs shell commands in the sandbox at all."""
         return self.mode == "auto" or (self.mode not in ("yolo", "read-only") and self.mode in self.sandbox_modes)
 
-    def scope(self, tool_name: str, args: dict[str, Any]) -> str:
+    def scope(self, tool_name: str, args: dict[str, Any], mcp_permission: str | None = None) -> str:
         """What "always allow for this session" covers: one exact command, one tool for edits, or one agent config
-        path for that tool (never covered by the tool's own scope)."""
+        path for that tool (never covered by the tool's own scope); a call a Claude Code ask rule asks about, only
+        that call (never covered by another scope)."""
+        if (verdict := self.rules.verdict(tool_name, args, mcp_permission)) is not None:
+            return f"rule:{verdict[1].text}:{tool_name}:{_call_subject(args)}"
         if tool_name in SHELL_TOOL_NAMES:
             return f"shell:{' '.join(str(args.get('command', '')).split())}"
         if tool_name in EDIT_TOOL_NAMES and (config := self.agent_config(args.get("path"))):
             return f"config:{tool_name}:{config}"
         return f"tool:{tool_name}"
 
-    def summary(self, tool_name: str, args: dict[str, Any]) -> str:
+    def summary(self, tool_name: str, args: dict[str, Any], mcp_permission: str | None = None) -> str:
         """One line naming what the call would do, for the approval prompt."""
+        if (verdict := self.rules.verdict(tool_name, args, mcp_permission)) is not None:
+            what = f"{tool_name} {_call_subject(args)}".strip()
+            return f"{what} (the permission rule `{verdict[1].text}` in {verdict[1].source} asks for it)"
         if tool_name in SHELL_TOOL_NAMES:
             return f"run `{args.get('command')}`"
         if tool_name in EDIT_TOOL_NAMES and self.agent_config(args.get("path")):

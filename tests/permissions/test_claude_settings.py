@@ -9,14 +9,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic_ai.messages import ToolCallPart
+from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, RunContext
 
+from code_puppy.config import Settings
+from code_puppy.core.builder import AgentOptions, build_pydantic_agent, capability
 from code_puppy.options import PermissionMode
 from code_puppy.permissions.claude_rules import ClaudePermissions, claude_permissions
 from code_puppy.permissions.claude_settings import claude_settings_files
 from code_puppy.permissions.policy import Decision, PermissionPolicy
+from code_puppy.run.deps import RunDeps
+from code_puppy.sessions.session import Session
 from code_puppy.trust import trust_project
 from tests.conftest import run_cli
 from tests.fake_llm import FakeLLMServer, call, text, tool_calls
+from tests.scripted_model import scripted, tool_returns
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "claude_settings"
 SETTINGS = {
@@ -346,3 +353,41 @@ def test_a_trusted_default_mode_is_the_runs_mode_unless_the_user_chose_one(
     instructions = [json.dumps(request.body) for request in server.requests]
     assert ["Permission mode: accept-edits" in body for body in instructions] == [True, False]
     assert ["Permission mode: read-only" in body for body in instructions] == [False, True]
+
+
+async def test_an_ask_rule_asks_even_after_always_for_the_tool_and_the_prompt_names_it(trusted: Path) -> None:
+    (trusted / "pyproject.toml").write_text("[project]\n")
+    (trusted / "app.py").write_text("x = 1\n")
+    (trusted / ".env").write_text("API_KEY=hunter2\n")
+    questions: list[str] = []
+
+    async def answer(ctx: RunContext[Any], requests: DeferredToolRequests, token: str) -> DeferredToolResults:
+        questions.extend(str(requests.metadata[call.tool_call_id]["summary"]) for call in requests.approvals)
+        return requests.build_results(approvals={call.tool_call_id: True for call in requests.approvals})
+
+    edit = {"old_text": "1", "new_text": "2"}
+    script = scripted(
+        [
+            ToolCallPart("edit_file", {"path": "app.py", **edit}, tool_call_id="a"),
+            ToolCallPart("write_file", {"path": "pyproject.toml", "content": "[tool]\n"}, tool_call_id="b"),
+            ToolCallPart("read_file", {"path": ".env"}, tool_call_id="c"),
+        ],
+        "done",
+    )
+    rules = read(trusted).rules
+    agent = build_pydantic_agent(
+        Settings(), AgentOptions(model=script.model, project_root=trusted, permission_mode="ask", claude_rules=rules)
+    )
+    gate = capability(agent, PermissionPolicy)
+    assert gate is not None
+    gate.session_allowed.update({"tool:edit_file", "tool:write_file"})  # the user said "always" to edits before
+    result = await agent.run("change things", deps=RunDeps(Session.in_memory(), ask=answer))
+    assert questions == [
+        "write_file `pyproject.toml` (the permission rule `Edit(pyproject.toml)` in .claude/settings.json asks for it)"
+    ]
+    assert [(name, outcome) for name, outcome, _ in tool_returns(result.all_messages())] == [
+        ("edit_file", "success"),
+        ("read_file", "denied"),
+        ("write_file", "success"),  # approved calls run after the step's others
+    ]
+    assert ((trusted / "app.py").read_text(), (trusted / "pyproject.toml").read_text()) == ("x = 2\n", "[tool]\n")
