@@ -137,6 +137,14 @@ class ClaudeRules:
                     return cast(Literal["deny", "ask"], decision), rule
         return None
 
+    def denies_outright(self, tool_name: str, mcp_permission: str | None) -> bool:
+        """Whether a deny rule without a specifier (`Bash`, `Edit`, `mcp__SERVER`) covers every call of the tool."""
+        return any(
+            rule.specifier is None or rule.specifier.strip() in ("*", "**")
+            for rule in self.deny
+            if rule.covers(tool_name, {}, mcp_permission)
+        )
+
     def allows(self, tool_name: str, args: Mapping[str, Any]) -> Rule | None:
         """The allow rule (a file tool's, or a bare tool name's) that lets the call run without asking; commands and
         MCP tools go by `allow_list` instead."""

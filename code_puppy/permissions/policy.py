@@ -122,6 +122,8 @@ class PermissionPolicy(AbstractCapability[Any]):
         )
 
     async def prepare_tools(self, ctx: RunContext[Any], tool_defs: list[ToolDefinition]) -> list[ToolDefinition]:
+        # A tool a bare deny rule names (`Bash`, `mcp__prod`) is never offered: every call of it would be denied.
+        tool_defs = [td for td in tool_defs if not self.rules.denies_outright(td.name, _mcp_permission(td))]
         if self.mode != "read-only":
             return tool_defs
         return [

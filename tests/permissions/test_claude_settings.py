@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic_ai.messages import ToolCallPart
+from pydantic_ai.messages import ModelMessage, ToolCallPart
+from pydantic_ai.models.function import AgentInfo
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, RunContext
 
 from code_puppy.config import Settings
@@ -325,7 +326,11 @@ def test_a_headless_run_denies_reading_env_and_tells_the_model(
 ) -> None:
     (trusted / ".env").write_text("API_KEY=hunter2\n")
     server.script(
-        tool_calls(call("read_file", {"path": ".env"}), call("read_file", {"path": "README.md"})),
+        tool_calls(
+            call("read_file", {"path": ".env"}),
+            call("read_file", {"path": "README.md"}),
+            call("shell", {"command": "git commit -m wip"}),
+        ),
         text("I may not read .env."),
     )
     completed = run_cli("-p", "print the API key", "--output-format", "json", cwd=trusted)
@@ -336,6 +341,11 @@ def test_a_headless_run_denies_reading_env_and_tells_the_model(
         "Do not retry it."
     )
     assert "# demo project" in told[1]
+    assert told[2] == (
+        "`shell` on `git commit -m wip` needs the user's approval (the permission rule `Bash(git commit *)` in "
+        ".claude/settings.json asks for it), and this run is non-interactive, so it was denied. Do not retry it; "
+        "say what you would have done."
+    )
     assert "hunter2" not in json.dumps(server.requests[1].body)
     assert [line for line in completed.stderr.splitlines() if line.startswith("code-puppy: note")] == [
         "code-puppy: note: .claude/settings.json: rules code-puppy has no tool for, not applied: WebFetch"
@@ -391,3 +401,20 @@ async def test_an_ask_rule_asks_even_after_always_for_the_tool_and_the_prompt_na
         ("write_file", "success"),  # approved calls run after the step's others
     ]
     assert ((trusted / "app.py").read_text(), (trusted / "pyproject.toml").read_text()) == ("x = 2\n", "[tool]\n")
+
+
+async def test_a_tool_a_bare_deny_rule_names_is_not_offered(code_puppy_home: Path, project: Path) -> None:
+    write(project / ".claude" / "settings.json", {"permissions": {"deny": ["Bash", "Edit(secrets/**)"]}})
+    offered: list[str] = []
+
+    def look(messages: list[ModelMessage], info: AgentInfo) -> str:
+        offered.extend(tool.name for tool in info.function_tools)
+        return "done"
+
+    script = scripted(look)
+    agent = build_pydantic_agent(
+        Settings(), AgentOptions(model=script.model, project_root=project, claude_rules=read(project).rules)
+    )
+    await agent.run("hi", deps=RunDeps(Session.in_memory()))
+    assert "shell" not in offered
+    assert {"read_file", "write_file", "edit_file", "create_directory"} <= set(offered)
