@@ -24,6 +24,7 @@ from code_puppy.config import Settings
 from code_puppy.cost.spending import CostMeter, Spending, configured_prices
 from code_puppy.definitions.agent_scope import AgentScope, ScopedPlanning, ScopedSubAgents
 from code_puppy.definitions.files import AgentDefinition
+from code_puppy.definitions.skill_library import skill_folders
 from code_puppy.history.compaction import PersistentCompaction, compaction_strategy
 from code_puppy.options import PermissionMode
 from code_puppy.permissions.policy import PermissionPolicy
@@ -165,7 +166,14 @@ def build_pydantic_agent(settings: Settings, options: AgentOptions) -> Agent[Run
         # Inside the policy (only the calls it let through are wrapped, after it decided on the command as
         # written) and the plugins' hooks (their post_tool_call sees the command as written too).
         SandboxedShell(policy, sandbox),
-        ProjectFileSystem(root_dir=root, content_hashes=False, max_read_chars=MAX_READ_CHARS, tools=FILE_TOOLS),
+        ProjectFileSystem(
+            root_dir=root,
+            content_hashes=False,
+            max_read_chars=MAX_READ_CHARS,
+            tools=FILE_TOOLS,
+            # The skills' folders are readable wherever they are: a skill's references and scripts live there.
+            read_roots=skill_folders(options.skills),
+        ),
         Shell(
             cwd=root,
             denied_commands=[],
