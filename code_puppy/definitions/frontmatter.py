@@ -70,7 +70,7 @@ def _yaml_fields(block: str) -> dict[str, str | list[str]] | None:
 def _scalar(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
-    return value if isinstance(value, str) else str(value)
+    return value.strip() if isinstance(value, str) else str(value)
 
 
 _BLOCK_SCALAR = re.compile(r"^([|>])[-+]?[1-9]?$")
@@ -132,15 +132,15 @@ def _block_text(style: str, raw_lines: list[str]) -> str:
     lines = [line[indent:].rstrip() for line in raw_lines]
     if style == "|":
         return "\n".join(lines).strip()
-    paragraphs: list[str] = []
+    text = ""
     for line in lines:
         if not line:
-            paragraphs.append("")
-        elif paragraphs and paragraphs[-1]:
-            paragraphs[-1] += " " + line
+            text += "\n"
+        elif text and not text.endswith("\n"):
+            text += " " + line
         else:
-            paragraphs.append(line)
-    return "\n".join(paragraphs).strip()
+            text += line
+    return text.strip()
 
 
 def _unquote(value: str) -> str:
