@@ -139,3 +139,25 @@ def test_skills_refused_for_their_names_say_why_in_a_sentence(collections: Path,
         f"code-puppy: warning: {skills / 'renamed' / 'SKILL.md'}: its name 'old-name' differs from its folder's "
         "'renamed' (a skill is named by its folder); skipped",
     ]
+
+
+def test_a_model_whose_credential_is_missing_is_listed_offline_and_runs_on_the_sessions(
+    server: FakeLLMServer, project: Path
+) -> None:
+    agents = project / ".claude" / "agents"
+    agents.mkdir(parents=True)
+    (agents / "gpt.md").write_text("---\nname: gpt\ndescription: Runs on OpenAI\nmodel: openai:gpt-5.1\n---\nHi.\n")
+    listed = run_cli("agents", "list", cwd=project)  # the tests' environment holds no OPENAI_API_KEY
+    assert (listed.returncode, listed.stderr) == (0, "")
+    assert listed.stdout == (
+        "gpt  (project: .claude/agents/gpt.md)\n  Runs on OpenAI\n  model: openai:gpt-5.1 → openai:gpt-5.1 · tools: "
+        "all tools\n"
+    )
+    server.script(text("Done."))
+    completed = run_cli("-p", "go", "--agent", "gpt", cwd=project)
+    assert completed.returncode == 0, completed.stderr
+    assert server.requests[0].body["model"] == "fake-model"
+    assert completed.stderr.splitlines()[0] == (
+        "code-puppy: note: agent 'gpt': model 'openai:gpt-5.1': model 'openai:gpt-5.1' needs credentials: set "
+        "OPENAI_API_KEY; it runs on the session's model (fake)"
+    )
