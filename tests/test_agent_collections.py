@@ -66,6 +66,11 @@ def test_agents_in_sub_folders_are_listed_by_their_names(server: FakeLLMServer, 
 
 
 def test_tools_empty_is_no_tools_and_no_promise_of_any(server: FakeLLMServer, collections: Path) -> None:
+    server.script(text("As code-puppy."))
+    assert run_cli("-p", "hello", cwd=collections).returncode == 0
+    everything = system(server.requests[0].body)  # code-puppy itself is told about what it has
+    assert "`delegate_task`" in everything and "write_plan" in everything and "shell" in everything
+    server.requests.clear()
     server.script(text("Thought about it."))
     completed = run_cli("-p", "think", "--agent", "thinker", cwd=collections)
     assert completed.returncode == 0, completed.stderr
