@@ -102,17 +102,40 @@ CLAUDE_MODEL_ALIASES = {
 def definition_model_name(settings: Settings, written: str | None, current: str) -> str:
     """The model a file-defined agent or command runs on, named as `-m` names one.
 
-    Unset or `inherit`: the current model. `sonnet`, `opus`, `haiku`: a `[models]` entry of that name when there is
-    one, else Claude's model of that family when the current model is Anthropic's, else the current model (a Claude
-    Code file then still works on the model the user chose). Anything else is resolved like `-m`.
+    Unset or `inherit`: the current model. `sonnet`, `opus`, `haiku` and a Claude model id (`claude-opus-4-1`): a
+    `[models]` entry of that name when there is one, else that Claude model when the current model is Anthropic's,
+    else the current model (a Claude Code file then still works on the model the user chose). Anything else is
+    resolved like `-m`.
     """
     if written is None or written == "inherit":
         return current
-    if written in settings.models or written not in CLAUDE_MODEL_ALIASES:
+    claude = written in CLAUDE_MODEL_ALIASES or (written.startswith("claude-") and ":" not in written)
+    if written in settings.models or not claude:
         return written
     endpoint = settings.models.get(current)
     anthropic = current.startswith("anthropic:") or (endpoint is not None and endpoint.provider == "anthropic")
-    return CLAUDE_MODEL_ALIASES[written] if anthropic else current
+    if not anthropic:
+        return current
+    return CLAUDE_MODEL_ALIASES.get(written, f"anthropic:{written}")
+
+
+def model_name_problem(settings: Settings, name: str) -> str | None:
+    """Why `name` names no model (no `[models]` entry and no known `PROVIDER:MODEL`), or None when it names one;
+    checked offline, without credentials (`agents list`)."""
+    if name in settings.models:
+        return None
+    provider, sep, model_name = name.partition(":")
+    if not sep or not model_name:
+        return f"unknown model '{name}'"
+    from pydantic_ai.providers import infer_provider_class
+
+    try:
+        infer_provider_class(_ALIASES.get(provider, provider))
+    except ValueError:
+        return f"unknown provider '{provider}' in '{name}'"
+    except ImportError:
+        return None  # a provider whose extra is missing: a run says which one
+    return None
 
 
 def model_resolver(settings: Settings) -> Callable[[str], Model]:

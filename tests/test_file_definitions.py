@@ -50,12 +50,16 @@ def warnings(stderr: str) -> list[str]:
 BAD_FILES = [
     "code-puppy: warning: .claude/agents/broken.md: broken frontmatter: the frontmatter's `---` block is not closed; "
     "skipped",
-    "code-puppy: warning: .claude/agents/lost.md: model 'gpt-nonexistent': unknown model 'gpt-nonexistent': use "
-    "PROVIDER:MODEL (e.g. openai:gpt-5.1) or a name from [models] (fake); skipped",
     "code-puppy: warning: .claude/agents/tester.md: unknown tool 'Frobnicate' dropped",
     "code-puppy: warning: .claude/skills/broken-skill/SKILL.md: Invalid YAML frontmatter: while parsing a flow "
     "sequence; skipped",
 ]
+
+
+LOST_MODEL = (
+    "code-puppy: note: agent 'lost': model 'gpt-nonexistent': unknown model 'gpt-nonexistent': use PROVIDER:MODEL "
+    "(e.g. openai:gpt-5.1) or a name from [models] (fake); it runs on the session's model (fake)"
+)
 
 
 def test_a_file_command_expands_its_arguments(server: FakeLLMServer, claude_project: Path) -> None:
@@ -64,6 +68,8 @@ def test_a_file_command_expands_its_arguments(server: FakeLLMServer, claude_proj
     assert (completed.returncode, completed.stdout) == (0, "Hello, world!\n")
     assert user(server.requests[0].body) == ["Say hello to world"]
     assert warnings(completed.stderr) == BAD_FILES  # each bad file one line; the run went on
+    # Issue 25: an agent whose model is unknown loads on the session's model, as Claude Code loads it, and says so.
+    assert LOST_MODEL in completed.stderr.splitlines()
 
 
 def test_positional_arguments_and_allowed_tools_of_a_nested_command(
@@ -158,7 +164,7 @@ def test_an_unknown_agent_is_one_line(server: FakeLLMServer, claude_project: Pat
     completed = run_cli("-p", "review", "--agent", "nobody", cwd=claude_project)
     assert completed.returncode == 2
     assert completed.stderr.splitlines()[-1] == (
-        "code-puppy: error: unknown agent 'nobody' (agents: reviewer, tester; see `code-puppy agents list`)"
+        "code-puppy: error: unknown agent 'nobody' (agents: lost, reviewer, tester; see `code-puppy agents list`)"
     )
     assert server.requests == []
 
@@ -196,6 +202,11 @@ def test_agents_list(server: FakeLLMServer, claude_project: Path) -> None:
     completed = run_cli("agents", "list", cwd=claude_project)
     assert completed.returncode == 0
     assert completed.stdout == (
+        # An offline listing: the agent whose model is unknown is listed on the model it falls back to.
+        "lost  (project: .claude/agents/lost.md)\n"
+        "  Names a model nobody knows\n"
+        "  model: gpt-nonexistent → fake (unknown model 'gpt-nonexistent': runs on the session's model) · tools: all "
+        "tools\n"
         "reviewer  (project: .claude/agents/reviewer.md)\n"
         "  Expert code reviewer. Use proactively after code changes: checks quality, security and tests.\n"
         "  model: sonnet → fake · tools: grep, list_files, read_file, shell(git, git *)\n"
@@ -203,7 +214,7 @@ def test_agents_list(server: FakeLLMServer, claude_project: Path) -> None:
         "  Runs the tests and reports failures\n"
         "  model: haiku → fake · tools: read_file, shell · at most yolo\n"
     )
-    assert warnings(completed.stderr) == BAD_FILES[:3]
+    assert warnings(completed.stderr) == BAD_FILES[:2]
 
 
 def test_skills_list(claude_project: Path, code_puppy_home: Path) -> None:
@@ -301,6 +312,7 @@ def test_claude_hooks_changed_or_added_after_trust_do_not_run_and_say_so(
         # Its permissions too (tests/permissions/test_claude_settings.py): what widens waits for trust.
         "code-puppy: note: .claude/settings.json: its permissions.allow and defaultMode do not apply: "
         ".claude/settings.json changed since you trusted this project (`code-puppy trust`); its deny and ask rules do",
+        LOST_MODEL,
         "code-puppy: note: .claude/settings.json: its hooks do not run: .claude/settings.json changed since you "
         "trusted this project (`code-puppy trust`)",
         "code-puppy: note: .claude/settings.local.json: its hooks do not run: .claude/settings.local.json appeared "

@@ -49,12 +49,12 @@ def skills_list() -> None:
 
 
 def list_agents(project_root: Path, out: TextIO, err: TextIO) -> None:
-    """One block per agent: name, description, model (and the one it runs on), tools, mode, file. Models are checked
-    as a run checks them, against the model the user chose."""
+    """One block per agent: name, description, model (and the one it runs on), tools, mode, file. An offline listing:
+    no credential is needed, and an agent whose model cannot be used is listed on the model it falls back to."""
     from code_puppy.config import load_settings
     from code_puppy.definitions.files import load_agents
     from code_puppy.errors import ConfigError
-    from code_puppy.models import choose_model_name, definition_model_name, resolve_model
+    from code_puppy.models import choose_model_name, definition_model_name, model_name_problem
 
     settings = load_settings(project_root)
     try:
@@ -63,16 +63,14 @@ def list_agents(project_root: Path, out: TextIO, err: TextIO) -> None:
         current = None  # nothing to resolve against: models are shown as written
 
     def runs_on(written: str | None) -> str:
-        return definition_model_name(settings, written, current) if current is not None else (written or "inherit")
+        if current is None:
+            return written or "inherit"
+        name = definition_model_name(settings, written, current)
+        if (why := model_name_problem(settings, name)) is not None:
+            return f"{current} ({why}: runs on the session's model)"
+        return name
 
-    def problem(written: str) -> str | None:
-        try:
-            resolve_model(settings, runs_on(written))
-        except ConfigError as exc:
-            return f"model '{written}': {exc}"
-        return None
-
-    loaded = load_agents(project_root, model_known=problem if current is not None else None)
+    loaded = load_agents(project_root)
     _report(loaded, err)
     if not loaded.items:
         out.write("no agents (add .code-puppy/agents/NAME.md or .claude/agents/NAME.md)\n")

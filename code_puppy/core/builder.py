@@ -13,18 +13,18 @@ from pydantic_ai import Agent
 from pydantic_ai.capabilities import AbstractCapability, LocalWorkspace, RequestInput
 from pydantic_ai.models import Model
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, RunContext, ToolDenied
-from pydantic_ai_harness.planning import Planning
 from pydantic_ai_harness.repo_context import RepoContext
 from pydantic_ai_harness.shell import LLM_API_KEY_ENV_PATTERNS, MAX_FOREGROUND_WAIT, Shell
-from pydantic_ai_harness.subagents import SubAgent, SubAgents
+from pydantic_ai_harness.subagents import SubAgent
 from pydantic_ai_harness.tool_output_limits import Band, ToolOutputLimits, Truncate
 
 from code_puppy.checkpoints.capability import Checkpoints
 from code_puppy.checkpoints.shadow import ShadowRepo
 from code_puppy.config import Settings
 from code_puppy.cost.spending import CostMeter, Spending, configured_prices
-from code_puppy.definitions.agent_scope import AgentScope
+from code_puppy.definitions.agent_scope import AgentScope, ScopedPlanning, ScopedSubAgents
 from code_puppy.definitions.files import AgentDefinition
+from code_puppy.definitions.skill_library import skill_folders
 from code_puppy.history.compaction import PersistentCompaction, compaction_strategy
 from code_puppy.options import PermissionMode
 from code_puppy.permissions.claude_rules import ClaudeRules
@@ -170,7 +170,14 @@ def build_pydantic_agent(settings: Settings, options: AgentOptions) -> Agent[Run
         # Inside the policy (only the calls it let through are wrapped, after it decided on the command as
         # written) and the plugins' hooks (their post_tool_call sees the command as written too).
         SandboxedShell(policy, sandbox),
-        ProjectFileSystem(root_dir=root, content_hashes=False, max_read_chars=MAX_READ_CHARS, tools=FILE_TOOLS),
+        ProjectFileSystem(
+            root_dir=root,
+            content_hashes=False,
+            max_read_chars=MAX_READ_CHARS,
+            tools=FILE_TOOLS,
+            # The skills' folders are readable wherever they are: a skill's references and scripts live there.
+            read_roots=skill_folders(options.skills),
+        ),
         Shell(
             cwd=root,
             denied_commands=[],
@@ -242,9 +249,10 @@ def build_pydantic_agent(settings: Settings, options: AgentOptions) -> Agent[Run
                 filenames=("AGENTS.md", "CLAUDE.md", ".code-puppy/instructions.md"),
                 expose_inventory_tool=False,
             ),
-            SubAgents(agents=delegates, include_self=True, agent_folders=None),
+            # Their instructions name `delegate_task` and the plan tools only while the scope in charge offers them.
+            ScopedSubAgents(agents=delegates, include_self=True, agent_folders=None, scope=scope),
             # The model's task list, one per run; its changes are events the chat and stream-json show.
-            *([Planning()] if settings.tools.planning else []),
+            *([ScopedPlanning(scope=scope)] if settings.tools.planning else []),
             *options.skills,
             *mcp_servers,
             *guards(),

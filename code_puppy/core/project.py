@@ -103,8 +103,16 @@ class Project:
         self.user_model_name = self.model_name
         """The model the user chose (`-m`, config), which `inherit` and a switch back to code-puppy go back to."""
         # Prompts, so they load whether the project is trusted or not: they can only narrow the user's mode.
-        self.agent_definitions = load_agents(self.root, model_known=self._model_problem)
+        self.agent_definitions = load_agents(self.root)
         """The file-defined agents (`.code-puppy/agents`, `.agents/agents`, `.claude/agents`, the user's)."""
+        self._on_session_model: set[str] = set()
+        """Agents whose `model` cannot be used here: they run on the user's model, as Claude Code runs them."""
+        for definition in self.agent_definitions.items:
+            if definition.model is not None and (why := self._model_problem(definition.model)) is not None:
+                self._on_session_model.add(definition.name)
+                self.agent_definitions.notes.append(
+                    f"agent '{definition.name}': {why}; it runs on the session's model ({self.user_model_name})"
+                )
         report(self.agent_definitions)
         self.active_agent: AgentDefinition | None = None
         """The file-defined agent in charge (`--agent`, `/agent`), or None for code-puppy itself."""
@@ -176,8 +184,9 @@ class Project:
 
     def agent_model_name(self, definition: AgentDefinition | None) -> str:
         """The model `definition` runs on (the user's for code-puppy itself), named as `-m` names one."""
-        written = definition.model if definition is not None else None
-        return definition_model_name(self.settings, written, self.user_model_name)
+        if definition is None or definition.name in self._on_session_model:
+            return self.user_model_name
+        return definition_model_name(self.settings, definition.model, self.user_model_name)
 
     def use_agent(self, definition: AgentDefinition | None) -> None:
         """Put `definition` (None: code-puppy itself) in charge of the following runs: its instructions, its tools

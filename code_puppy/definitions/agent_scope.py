@@ -16,6 +16,8 @@ from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.exceptions import ApprovalRequired, SkipToolExecution
 from pydantic_ai.messages import ToolCallPart
 from pydantic_ai.tools import ToolDenied
+from pydantic_ai_harness.planning import Planning
+from pydantic_ai_harness.subagents import SubAgents
 
 from code_puppy.definitions.files import AgentDefinition, ToolGrant, stricter_mode
 from code_puppy.options import PermissionMode
@@ -28,6 +30,7 @@ ALWAYS_OFFERED = frozenset({LOAD_SKILL_TOOL})
 """Tools every scope keeps: loading a skill changes nothing by itself."""
 SHELL_COMPANIONS = frozenset({*SHELL_TOOL_NAMES, "check_command", "stop_command"})
 """Tools that come with `shell`: checking on and stopping what it started."""
+DELEGATE_TOOL = "delegate_task"
 
 
 @dataclass
@@ -57,8 +60,10 @@ class AgentScope(AbstractCapability[Any]):
     def _instructions(self, ctx: RunContext[Any]) -> str:
         definition = self.definition
         if definition is None:
-            return build_instructions(self.project_root)
-        return build_instructions(self.project_root, persona=definition.instructions, name=definition.name)
+            return build_instructions(self.project_root, offered=self.offers_tool)
+        return build_instructions(
+            self.project_root, persona=definition.instructions, name=definition.name, offered=self.offers_tool
+        )
 
     @property
     def mode(self) -> PermissionMode:
@@ -70,6 +75,10 @@ class AgentScope(AbstractCapability[Any]):
     def _grants(self) -> list[ToolGrant]:
         grants = [self.definition.grant] if self.definition is not None else []
         return [*grants, *([self.command_grant] if self.command_grant is not None else [])]
+
+    def offers_tool(self, name: str) -> bool:
+        """Whether the model sees the built-in tool `name` (the instructions mention only those)."""
+        return self.offers(ToolDefinition(name=name))
 
     def offers(self, tool_def: ToolDefinition) -> bool:
         """Whether every grant in force lets the model see `tool_def`."""
@@ -118,11 +127,41 @@ class AgentScope(AbstractCapability[Any]):
 
 
 def _granted(grant: ToolGrant, tool_def: ToolDefinition) -> bool:
-    if grant.tools is None:
-        return True
     mcp = (tool_def.metadata or {}).get(MCP_PERMISSION_KEY)
     if isinstance(mcp, str):
-        return mcp_allowed(mcp, sorted(grant.tools))
-    if tool_def.name in SHELL_COMPANIONS:
-        return "shell" in grant.tools
-    return tool_def.name in grant.tools
+        if grant.denied and mcp_allowed(mcp, sorted(grant.denied)):
+            return False
+        return grant.tools is None or mcp_allowed(mcp, sorted(grant.tools))
+    name = "shell" if tool_def.name in SHELL_COMPANIONS else tool_def.name
+    return name not in grant.denied and (grant.tools is None or name in grant.tools)
+
+
+@dataclass
+class ScopedSubAgents(SubAgents[Any]):
+    """The harness `SubAgents`, whose instructions (the `delegate_task` listing) reach the model only while the scope
+    in charge offers `delegate_task`: an agent or command without it is not told to delegate."""
+
+    scope: AgentScope | None = None
+
+    def get_instructions(self) -> Any:
+        return _while_offered(super().get_instructions(), self.scope, DELEGATE_TOOL)
+
+
+@dataclass
+class ScopedPlanning(Planning[Any]):
+    """The harness `Planning`, whose guidance reaches the model only while the scope in charge offers `write_plan`."""
+
+    scope: AgentScope | None = None
+
+    def get_instructions(self) -> Any:
+        return _while_offered(super().get_instructions(), self.scope, "write_plan")
+
+
+def _while_offered(instructions: Any, scope: AgentScope | None, tool: str) -> Any:
+    if instructions is None or scope is None:
+        return instructions
+
+    def offered(ctx: RunContext[Any]) -> Any:
+        return instructions if scope.offers_tool(tool) else None
+
+    return offered

@@ -1,33 +1,31 @@
 """Agents, commands and skills defined in files, in the formats other coding agents already use (issue 15).
 
 Read from the project and the user's folders, `.code-puppy/` first, then `.agents/`, then `.claude/` (Claude Code's
-layout): `agents/*.md` (a sub-agent: frontmatter `name`, `description`, `model`, `tools`/`allowed-tools`,
-`permission_mode`; the body is its instructions), `commands/**/*.md` (a slash command: `review.md` is `/review`,
-`frontend/review.md` is `/frontend:review`) and `skills/NAME/SKILL.md` (Agent Skills). The user's folders are
-`agents/`, `commands/` and `skills/` in code-puppy's config directory, and, unless `CODE_PUPPY_HOME` relocates
-everything, `~/.agents/`, `~/.claude/` and Codex's `~/.codex/prompts` and `~/.codex/skills`.
+layout): `agents/**/*.md` (a sub-agent, in any sub-folder, named by its frontmatter `name`: `description`, `model`,
+`tools`/`allowed-tools`, `disallowedTools`, `permission_mode`; the body is its instructions), `commands/**/*.md` (a
+slash command: `review.md` is `/review`, `frontend/review.md` is `/frontend:review`) and `skills/NAME/SKILL.md` (Agent
+Skills). The user's folders are `agents/`, `commands/` and `skills/` in code-puppy's config directory, and, unless
+`CODE_PUPPY_HOME` relocates everything, `~/.agents/`, `~/.claude/` and Codex's `~/.codex/prompts` and `~/.codex/skills`.
 
-Nothing here imports pydantic-ai: the chat lists commands before its heavy imports finish. Frontmatter is read by a
-small reader for the shapes these files use (`key: value`, block and inline lists, indented continuation lines),
-which also takes the unquoted colons real Claude Code descriptions are full of. A file it cannot read is one
-`Problem` naming it, and the rest still load.
+Nothing here imports pydantic-ai: the chat lists commands before its heavy imports finish. Frontmatter is read as YAML,
+leniently where YAML refuses (`frontmatter.py`). A file that cannot be read is one `Problem` naming it, and the rest
+still load.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Generic, Literal, TypeVar
 
+from code_puppy.definitions.frontmatter import FrontmatterError, split_frontmatter
 from code_puppy.options import BY_REACH
 from code_puppy.paths import code_puppy_home, config_dir
 
 Scope = Literal["project", "user"]
-ModelCheck = Callable[[str], "str | None"]
-"""Why a definition's `model` cannot be used, or None when it can."""
 T = TypeVar("T")
 PROJECT_LAYOUTS = (".code-puppy", ".agents", ".claude")
 """Project folders, highest precedence first."""
@@ -54,12 +52,10 @@ OWN_TOOLS = frozenset(
 imports pydantic-ai: the chat reads file commands before that is loaded (a test keeps the two in step)."""
 UNAVAILABLE_TOOLS = frozenset({"webfetch", "websearch", "todoread", "bashoutput", "killshell", "skill"})
 """Claude Code tools code-puppy has no counterpart for (or always offers), dropped without a note."""
+NOT_DENIED = frozenset({"multiedit", "notebookedit", "notebookread", "enterplanmode", "exitplanmode"})
+"""Claude Code tools a `disallowedTools` list may name that take nothing from code-puppy: it has no notebook or plan
+mode tools, and its `edit_file` is Claude Code's `Edit` (denying `MultiEdit` alone leaves single edits)."""
 _BASH_PATTERN = re.compile(r"^bash\((.*)\)$", re.IGNORECASE | re.DOTALL)
-_KEY = re.compile(r"^([A-Za-z0-9_][A-Za-z0-9_.-]*)\s*:(.*)$")
-
-
-class FrontmatterError(ValueError):
-    """Frontmatter that cannot be read; the message says where."""
 
 
 @dataclass(frozen=True)
@@ -81,10 +77,20 @@ class ToolGrant:
     """code-puppy tool names; MCP tools are named `mcp__SERVER__TOOL` (or `mcp__SERVER` for all of one server)."""
     shell_patterns: tuple[str, ...] | None = None
     """With `shell` granted through `Bash(...)` only: the allow-list patterns every command must match."""
+    denied: frozenset[str] = frozenset()
+    """`disallowedTools`: never offered, whatever `tools` grants (MCP names as in `tools`)."""
+
+    def without(self, denied: frozenset[str]) -> ToolGrant:
+        """This grant with `denied` taken away."""
+        if not denied:
+            return self
+        tools = None if self.tools is None else self.tools - denied
+        patterns = self.shell_patterns if tools is None or "shell" in tools else None
+        return ToolGrant(tools, patterns, self.denied | denied)
 
     def describe(self) -> str:
         if self.tools is None:
-            return "all tools"
+            return f"all tools except {', '.join(sorted(self.denied))}" if self.denied else "all tools"
         names = sorted(self.tools)
         if self.shell_patterns is not None and "shell" in self.tools:
             names[names.index("shell")] = f"shell({', '.join(self.shell_patterns)})"
@@ -166,51 +172,6 @@ def read_frontmatter(
     return None
 
 
-def split_frontmatter(text: str, *, required: bool = False) -> tuple[dict[str, str | list[str]], str]:
-    """The frontmatter's keys and the body after it.
-
-    Raises:
-        FrontmatterError: An unclosed block, a line that is not `key: value`, or (when `required`) none at all.
-    """
-    lines = text.lstrip("\ufeff").splitlines()
-    if not lines or lines[0].strip() != "---":
-        if required:
-            raise FrontmatterError("no frontmatter (a `---` block with at least `description:`)")
-        return {}, text.strip()
-    closing = next((index for index in range(1, len(lines)) if lines[index].strip() == "---"), None)
-    if closing is None:
-        raise FrontmatterError("the frontmatter's `---` block is not closed")
-    fields: dict[str, str | list[str]] = {}
-    current: str | None = None
-    for number, raw in enumerate(lines[1:closing], start=2):
-        if not raw.strip() or raw.lstrip().startswith("#"):
-            continue
-        stripped = raw.strip()
-        if current is not None and raw[0] in " \t":
-            value = fields[current]
-            if stripped.startswith("- ") and isinstance(value, list):
-                value.append(_unquote(stripped[2:].strip()))
-            elif isinstance(value, str):
-                fields[current] = f"{value} {stripped}".strip() if value not in ("|", ">") else stripped
-            elif not value:
-                fields[current] = stripped
-            else:
-                raise FrontmatterError(f"line {number}: cannot read `{stripped[:40]}`")
-            continue
-        match = _KEY.match(raw)
-        if match is None:
-            raise FrontmatterError(f"line {number}: expected `key: value`, found `{stripped[:40]}`")
-        key, value = match[1], match[2].strip()
-        current = key
-        if not value:
-            fields[key] = []
-        elif value.startswith("[") and value.endswith("]"):
-            fields[key] = [_unquote(item.strip()) for item in value[1:-1].split(",") if item.strip()]
-        else:
-            fields[key] = _unquote(value)
-    return fields, "\n".join(lines[closing + 1 :]).strip()
-
-
 def parse_tools(raw: str | list[str] | None, *, allow_mcp: bool = True) -> tuple[ToolGrant, list[str]]:
     """A `tools`/`allowed-tools` value as a grant, and the names it did not know (None/empty: all tools)."""
     if raw is None or raw == [] or raw == "*":
@@ -272,14 +233,18 @@ def _shell_patterns(spec: str) -> list[str]:
     return patterns
 
 
-def load_agents(project_root: Path, *, model_known: ModelCheck | None = None) -> Loaded[AgentDefinition]:
+def load_agents(project_root: Path) -> Loaded[AgentDefinition]:
     """Every agent definition, one per name: the project's over the user's, `.code-puppy/` over `.agents/` over
-    `.claude/`; each shadowed one is a note. `model_known` says why a `model` cannot be used (None when it can)."""
+    `.claude/`, and within one folder a file nearer the top over one deeper in its sub-folders (Claude Code reads them
+    all; the folder is not part of the name); each shadowed one is a note. Markdown files without frontmatter (a
+    collection's README) are not agents: one note per folder names them. Models are not checked here: the run falls
+    back to the session's model for one it cannot use, and says so (`Project`)."""
     loaded: Loaded[AgentDefinition] = Loaded()
     chosen: dict[str, AgentDefinition] = {}
     for folder, scope in folders(project_root, "agents"):
-        for path in _markdown_files(folder, recursive=False):
-            definition = _read_agent(path, scope, loaded.problems, model_known)
+        not_agents: list[Path] = []
+        for path in _markdown_files(folder, recursive=True):
+            definition = _read_agent(path, scope, loaded.problems, not_agents)
             if definition is None:
                 continue
             if (winner := chosen.get(definition.name)) is not None:
@@ -288,16 +253,28 @@ def load_agents(project_root: Path, *, model_known: ModelCheck | None = None) ->
                 )
                 continue
             chosen[definition.name] = definition
+        if not_agents:
+            names = [path.relative_to(folder).as_posix() for path in not_agents]
+            shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+            loaded.notes.append(f"{_display(folder)}: {shown} without frontmatter, not read as agents")
     loaded.items = list(chosen.values())
     return loaded
 
 
-def _read_agent(
-    path: Path, scope: Scope, problems: list[Problem], model_known: ModelCheck | None
-) -> AgentDefinition | None:
-    if (read := read_frontmatter(path, problems, required=True)) is None:
+def _read_agent(path: Path, scope: Scope, problems: list[Problem], not_agents: list[Path]) -> AgentDefinition | None:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        problems.append(Problem(path, f"cannot be read ({exc.__class__.__name__}); skipped"))
         return None
-    fields, body = read
+    if not text.lstrip("\ufeff").startswith("---"):
+        not_agents.append(path)
+        return None
+    try:
+        fields, body = split_frontmatter(text, required=True)
+    except FrontmatterError as exc:
+        problems.append(Problem(path, f"broken frontmatter: {exc}; skipped"))
+        return None
     name = _text(fields.get("name")) or path.stem
     description = _text(fields.get("description"))
     if not description:
@@ -306,14 +283,6 @@ def _read_agent(
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.:-]*", name) or name == "self":
         problems.append(Problem(path, f"'{name}' cannot be an agent's name (letters, digits, - _ . :); skipped"))
         return None
-    model = _text(fields.get("model")) or None
-    if model is not None and model_known is not None and (why := model_known(model)) is not None:
-        problems.append(Problem(path, f"{why}; skipped"))
-        return None
-    raw_tools = fields.get("tools", fields.get("allowed-tools"))
-    grant, unknown = parse_tools(raw_tools)
-    for name_unknown in unknown:
-        problems.append(Problem(path, f"unknown tool '{name_unknown}' dropped"))
     mode = _text(fields.get("permission_mode", fields.get("permissionMode"))) or None
     if mode is not None and mode not in BY_REACH:
         modes = ", ".join(BY_REACH)
@@ -325,10 +294,29 @@ def _read_agent(
         instructions=body,
         path=path,
         scope=scope,
-        model=model,
-        grant=grant,
+        model=_text(fields.get("model")) or None,
+        grant=_agent_grant(path, fields, problems),
         permission_mode=mode,
     )
+
+
+def _agent_grant(path: Path, fields: dict[str, str | list[str]], problems: list[Problem]) -> ToolGrant:
+    """`tools` (absent: all tools; `[]`: none at all) less `disallowedTools`; each unknown name one problem."""
+    raw_tools = fields.get("tools", fields.get("allowed-tools"))
+    grant, unknown = (ToolGrant(frozenset()), []) if raw_tools == [] else parse_tools(raw_tools)
+    for name in unknown:
+        problems.append(Problem(path, f"unknown tool '{name}' dropped"))
+    raw_denied = fields.get("disallowedTools", fields.get("disallowed-tools"))
+    if raw_denied is None or raw_denied == []:
+        return grant
+    items = raw_denied if isinstance(raw_denied, list) else _split_tools(raw_denied)
+    denied, unknown = parse_tools([item for item in items if item.strip().casefold() not in NOT_DENIED])
+    for name in unknown:
+        problems.append(Problem(path, f"unknown tool '{name}' in disallowedTools ignored"))
+    if denied.shell_patterns is not None:
+        patterns = ", ".join(denied.shell_patterns)
+        problems.append(Problem(path, f"disallowedTools names commands ({patterns}): the whole shell is taken away"))
+    return grant.without(denied.tools or frozenset())
 
 
 def load_skill_infos(project_root: Path) -> Loaded[SkillInfo]:
@@ -368,21 +356,17 @@ def stricter_mode(user: str, definition: str | None) -> str:
 
 
 def _markdown_files(folder: Path, *, recursive: bool) -> list[Path]:
+    """The markdown files in `folder` (and its sub-folders when `recursive`): shallower first, then by path."""
     if not folder.is_dir():
         return []
-    return sorted(folder.rglob("*.md") if recursive else folder.glob("*.md"))
+    found = folder.rglob("*.md") if recursive else folder.glob("*.md")
+    return sorted((path for path in found if path.is_file()), key=lambda path: (len(path.parts), path.parts))
 
 
 def _text(value: str | list[str] | None) -> str:
     if value is None:
         return ""
     return value if isinstance(value, str) else " ".join(value)
-
-
-def _unquote(value: str) -> str:
-    if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
-        return value[1:-1].replace("\\n", "\n") if value[0] == '"' else value[1:-1]
-    return value
 
 
 def _display(path: Path) -> str:

@@ -27,6 +27,10 @@ harness reads and writes through `open_read`/`open_write`, which are synchronous
 checks, the permission policy around the call, and checkpoints, which snapshot the disk after the call, that is after
 the editor answered the write (ACP's `fs/write_text_file` writes the file).
 
+Skills: `read_file` also reads inside `read_roots` (the loaded skills' folders, named absolute or `~/…`), so a
+user-level skill's `references/` and scripts can be read; only there outside the project, and only read (the
+write tools still refuse every path outside the project, and the policy denies them first).
+
 `ProjectFileSystemToolset._read_file`, `_create_directory`, `_resolve_path` and `call_tool` are the places that use
 private members of the harness toolset (its read and create entry points, path resolution, header and budget): the
 harness offers no public hook for reading or for making a folder.
@@ -81,11 +85,14 @@ class ProjectFileSystem(FileSystem[Any]):
     and building it (a JSON schema per tool, reading docstrings from source) costs ~50 ms that pydantic-ai would
     otherwise pay again on every run."""
 
+    read_roots: tuple[Path, ...] = ()
+    """Folders outside the project `read_file` may read too (the skills' folders); nothing there is written."""
     _toolset: Any = field(default=None, init=False, repr=False, compare=False)
 
     def get_toolset(self) -> Any:
         if self._toolset is None:
             toolset = ProjectFileSystemToolset(
+                read_roots=self.read_roots,
                 root_dir=Path(self.root_dir),
                 allowed_patterns=self.allowed_patterns,
                 denied_patterns=self.denied_patterns,
@@ -125,10 +132,22 @@ class ProjectFileSystemToolset(FileSystemToolset[Any]):
     """The harness file toolset: `write_file` and `edit_file` replace files atomically, `read_file` streams; the
     three go through the run's editor when it has one; every open goes through folder descriptors."""
 
-    def __init__(self, **options: Any) -> None:
+    def __init__(self, *, read_roots: tuple[Path, ...] = (), **options: Any) -> None:
         super().__init__(**options)
+        self._read_roots = tuple(Path(os.path.realpath(root)) for root in read_roots)
         for tool in self.tools.values():
             tool.args_validator = _refuse_nul_paths
+
+    def _outside_read(self, path: str) -> tuple[Path, Path] | None:
+        """`path` resolved, with the read root it lies in, when it lies outside the project in one of the folders
+        `read_file` may read there (a skill's, named `~/…` or absolute); else None, and the harness decides."""
+        if not self._read_roots:
+            return None
+        real = Path(os.path.realpath(self._cwd / path))
+        if real.is_relative_to(self._real_root):
+            return None
+        root = next((root for root in self._read_roots if real.is_relative_to(root)), None)
+        return None if root is None else (real, root)
 
     async def call_tool(
         self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
@@ -174,20 +193,21 @@ class ProjectFileSystemToolset(FileSystemToolset[Any]):
             return io.BytesIO(call.buffers[resolved])
         return self._read_disk(resolved)
 
-    def _read_disk(self, resolved: Path) -> BinaryIO:
-        """The file on disk, whatever the editor holds."""
-        folder = self._open_folder(resolved.parent)
+    def _read_disk(self, resolved: Path, root: Path | None = None) -> BinaryIO:
+        """The file on disk, whatever the editor holds (`root`: the read root it lies in, outside the project)."""
+        folder = self._open_folder(resolved.parent, root=root)
         try:
             return os.fdopen(os.open(resolved.name, os.O_RDONLY | FILE_FLAGS, dir_fd=folder), "rb")
         finally:
             os.close(folder)
 
-    def _open_folder(self, folder: Path, *, create: bool = False) -> int:
-        """A descriptor of `folder` (resolved and checked), reached from the root one folder at a time without
-        following a link, making the missing ones on the way when `create` is set."""
-        descriptor = os.open(self._real_root, FOLDER_FLAGS)
+    def _open_folder(self, folder: Path, *, create: bool = False, root: Path | None = None) -> int:
+        """A descriptor of `folder` (resolved and checked), reached from the root (the project's, or `root`) one folder
+        at a time without following a link, making the missing ones on the way when `create` is set."""
+        start = self._real_root if root is None else root
+        descriptor = os.open(start, FOLDER_FLAGS)
         try:
-            for name in folder.relative_to(self._real_root).parts:
+            for name in folder.relative_to(start).parts:
                 if create:
                     with contextlib.suppress(FileExistsError):
                         os.mkdir(name, dir_fd=descriptor)
@@ -272,15 +292,19 @@ class ProjectFileSystemToolset(FileSystemToolset[Any]):
     async def _read_file(
         self, ctx: RunContext[Any] | None, path: str, *, offset: int = 0, limit: int | None = None
     ) -> str:
+        if path.startswith("~/"):
+            path = str(Path(path).expanduser())  # as the skills' folders are named to the model
+        outside = self._outside_read(path)
         try:
-            resolved = self._safe_resolve(path)
+            resolved = self._safe_resolve(path) if outside is None else outside[0]
             if not resolved.is_file():
                 if resolved.is_dir():
                     raise FileNotFoundError(f"'{path}' is a directory, not a file.")
                 raise FileNotFoundError(f"File not found: {path}")
             if offset < 0 or (limit is not None and limit < 0):
                 raise ValueError("offset and limit must not be negative.")
-            with self.open_read(resolved) as source:
+            opened = self.open_read(resolved) if outside is None else self._read_disk(resolved, outside[1])
+            with opened as source:
                 scan = _scan(source, offset, self._max_read_lines if limit is None else limit, self._max_read_chars)
             if scan.binary:
                 result = f"[Binary file: {scan.size} bytes. Use a binary-aware tool to inspect.]"
@@ -290,7 +314,12 @@ class ProjectFileSystemToolset(FileSystemToolset[Any]):
         except (OSError, ValueError) as error:
             raise _retry(error, path) from error
         if ctx is not None:
-            await ctx.emit(FileReadEvent(**self._event_location(resolved), content_hash=scan.content_hash))
+            if outside is None:
+                await ctx.emit(FileReadEvent(**self._event_location(resolved), content_hash=scan.content_hash))
+            else:
+                await ctx.emit(
+                    FileReadEvent(path=str(resolved), root_dir=str(outside[1]), content_hash=scan.content_hash)
+                )
         return result
 
 

@@ -70,7 +70,7 @@ def test_agent_lists_and_switches(server: FakeLLMServer, chat: PtyChat) -> None:
     assert tools(body) == ["load_capability", *READ_TOOLS_AND_GIT]
     assert "senior code reviewer" in system(body)
     chat.type("/agent nobody\r")
-    chat.wait_for("unknown agent 'nobody' (agents: reviewer, tester;")
+    chat.wait_for("unknown agent 'nobody' (agents: lost, reviewer, tester;")  # lost runs on the session's model
 
 
 def test_skills_lists_what_the_model_can_load(chat: PtyChat) -> None:
