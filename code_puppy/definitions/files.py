@@ -186,7 +186,13 @@ def split_frontmatter(text: str, *, required: bool = False) -> tuple[dict[str, s
         if not raw.strip() or raw.lstrip().startswith("#"):
             continue
         stripped = raw.strip()
-        if current is not None and raw[0] in " \t":
+        value = fields[current] if current is not None else None
+        if current is not None and isinstance(value, str) and value.startswith("[") and not value.endswith("]"):
+            # A flow list over several lines: its lines, `]` too, may start anywhere.
+            joined = f"{value} {stripped}"
+            fields[current] = _flow_items(joined) if joined.endswith("]") else joined
+            continue
+        if current is not None and (raw[0] in " \t" or (stripped.startswith("- ") and isinstance(value, list))):
             value = fields[current]
             if stripped.startswith("- ") and isinstance(value, list):
                 value.append(_unquote(stripped[2:].strip()))
@@ -205,7 +211,7 @@ def split_frontmatter(text: str, *, required: bool = False) -> tuple[dict[str, s
         if not value:
             fields[key] = []
         elif value.startswith("[") and value.endswith("]"):
-            fields[key] = [_unquote(item.strip()) for item in value[1:-1].split(",") if item.strip()]
+            fields[key] = _flow_items(value)
         else:
             fields[key] = _unquote(value)
     return fields, "\n".join(lines[closing + 1 :]).strip()
@@ -241,18 +247,27 @@ def parse_tools(raw: str | list[str] | None, *, allow_mcp: bool = True) -> tuple
 
 
 def _split_tools(raw: str) -> list[str]:
-    """`Read, Grep, Bash(git diff:*, git log:*)`: commas inside parentheses belong to the pattern."""
+    """`Read, Grep, Bash(git diff:*, git log:*)`: commas inside parentheses or quotes belong to the item."""
     items: list[str] = []
     depth = 0
+    quote = ""
     current = ""
     for character in raw:
-        if character == "," and depth == 0:
+        if character == "," and depth == 0 and not quote:
             items.append(current)
             current = ""
             continue
-        depth += (character == "(") - (character == ")")
+        if character in "\"'" and quote in ("", character):
+            quote = "" if quote else character
+        elif not quote:
+            depth += (character == "(") - (character == ")")
         current += character
     return [item.strip() for item in [*items, current] if item.strip()]
+
+
+def _flow_items(value: str) -> list[str]:
+    """A flow list, `["Read", "Bash(git add:*, git status:*)"]`, as its items."""
+    return [_unquote(item) for item in _split_tools(value.strip()[1:-1])]
 
 
 def _shell_patterns(spec: str) -> list[str]:
