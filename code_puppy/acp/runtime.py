@@ -262,16 +262,16 @@ class AcpRuntime:
             command, arguments = found
             text = command.expand(arguments)
         with contextlib.ExitStack() as narrowed:
-            try:
-                model = narrowed.enter_context(live.command(command))
-            except ConfigError as exc:
-                raise config_failure(exc) from None
+            notes: list[str] = []
+            model = narrowed.enter_context(live.command(command, warn=notes.append))
             if (refused := refused_attachment(model, attachments)) is not None:
                 raise RequestError(-32602, refused)
             files = ClientFiles.of(self.client, live.session.id, self.capabilities)
             sink = UpdateSink(
                 live.project.root, lambda update: self.client.session_update(live.session.id, update), files
             )
+            for note in notes:
+                sink.warning(note)
             live.running = asyncio.create_task(self._turn(live, Prompt(text, attachments, model, files, command), sink))
             try:
                 outcome = await asyncio.shield(live.running)

@@ -1,10 +1,12 @@
 """A file command's `` !`cmd` `` lines, run before its prompt is sent, their output in their place (Claude Code's way).
 
 Only a trusted command's (the user's own, or a project's whose file `code-puppy trust` recorded as it is): each line
-is a shell call like the model's, so it passes the plugins' `pre_tool_call`, the command's own `allowed-tools` and
-the permission policy (with that command's grant in force), asks where a call would ask and someone can answer, and
-runs in the sandbox where the shell tool would. A line that may not run is left out with a reason, and the user is
-told in one line. An untrusted project's command is sent as it is written, with a one-line note.
+is a shell call like the model's, so it passes the plugins' `pre_tool_call` and the permission policy (with the
+command's `allowed-tools` grant in force, as in Claude Code, where `Bash(git status:*)` lets `!`git status`` run),
+asks where a call would ask and someone can answer, and runs in the sandbox where the shell tool would. The lines are
+the command author's, not the model's, so the narrowing of its `allowed-tools` (what the model is offered) does not
+apply to them. A line that may not run is replaced by the reason, and the user is told in one line. An untrusted
+project's command is sent as it is written, with a one-line note.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ from pydantic_ai.tools import DeferredToolRequests, ToolApproved
 from pydantic_ai.usage import RunUsage
 
 from code_puppy.definitions.file_commands import SHELL_LINE
-from code_puppy.permissions.policy import allowed_by_list
 from code_puppy.plugins.process import run_shell
 from code_puppy.run.deps import RunDeps
 from code_puppy.sandbox import SandboxUnavailable
@@ -86,11 +87,6 @@ async def _run_line(
 async def _refusal(conversation: Conversation, command: FileCommand, line: str, ask: AskUser | None) -> str | None:
     """Why `line` may not run, or None when it may (after asking, where the policy asks and someone can answer)."""
     project = conversation.project
-    grant = command.grant
-    if grant.tools is not None and "shell" not in grant.tools:
-        return f"/{command.name}'s allowed-tools do not include Bash"
-    if grant.shell_patterns is not None and not allowed_by_list(line, grant.shell_patterns):
-        return f"it is outside /{command.name}'s allowed-tools ({', '.join(grant.shell_patterns)})"
     args: dict[str, Any] = {"command": line}
     policy = project.policy
     plugins = policy.pre_tool_call

@@ -160,7 +160,7 @@ async def _turn(conversation: Conversation, prompt: str, sink: EventSink, timeou
             command, arguments = found
             prompt = command.expand(arguments)
             attachments = mention_attachments(prompt, project.root)[0]
-        with conversation.command(command) as model:
+        with conversation.command(command, warn=sink.warning) as model:
             if command is not None:
                 prompt = await run_command_lines(conversation, command, prompt, ask=None, warn=sink.warning)
             outcome = await conversation.turn(prompt, sink, model=model, attachments=attachments, timeout=timeout)
