@@ -150,3 +150,27 @@ def test_a_dollar_amount_is_not_an_argument(server: FakeLLMServer, repository: P
         "code-puppy: note: /tech-debt runs on fake: its model cannot be used here (unknown model "
         "'claude-sonnet-4-0': use PROVIDER:MODEL (e.g. openai:gpt-5.1) or a name from [models] (fake))"
     ]
+
+
+async def test_an_editor_is_asked_about_a_line_that_needs_approval(
+    server: FakeLLMServer, project: Path, code_puppy_home: Path
+) -> None:
+    import acp
+
+    from tests.test_acp import EditorClient, acp_agent, user_messages
+
+    (code_puppy_home / "commands").mkdir()
+    (code_puppy_home / "commands" / "look.md").write_text("Files: !`ls`\nGreeting: !`echo hi`\nNow $1.")
+    server.script(text("Seen."))
+    client = EditorClient("allow-once", "reject-once")
+    async with acp_agent(project, client) as (conn, _):
+        session = await conn.new_session(cwd=str(project), mcp_servers=[])
+        answered = await conn.prompt(session_id=session.session_id, prompt=[acp.text_block("/look summarize")])
+    assert answered.stop_reason == "end_turn"
+    assert [question.title for question, _ in client.questions] == [
+        "shell wants to run `ls` for /look",
+        "shell wants to run `echo hi` for /look",
+    ]
+    assert user_messages(server.requests[0].body) == [
+        "Files: README.md\nGreeting: (`echo hi` was not run: the user did not allow it)\nNow summarize."
+    ]
