@@ -174,3 +174,12 @@ async def test_an_editor_is_asked_about_a_line_that_needs_approval(
     assert user_messages(server.requests[0].body) == [
         "Files: README.md\nGreeting: (`echo hi` was not run: the user did not allow it)\nNow summarize."
     ]
+
+
+def test_a_fenced_block_runs_as_a_script(server: FakeLLMServer, project: Path, code_puppy_home: Path) -> None:
+    (code_puppy_home / "commands").mkdir()
+    (code_puppy_home / "commands" / "env.md").write_text("Env:\n```!\necho one\necho two >&2\nexit 3\n```\nKEY=!`x`")
+    server.script(text("ok"))
+    completed = run_cli("-p", "/env", "--permission-mode", "yolo", cwd=project)
+    assert (completed.returncode, notes(completed.stderr)) == (0, [])
+    assert user(server.requests[0].body) == ["Env:\none\ntwo\n(exit 3)\nKEY=!`x`"]

@@ -60,7 +60,7 @@ async def run_command_lines(
     outputs: dict[str, str] = {}
     for line in dict.fromkeys(lines):
         outputs[line] = await _run_line(conversation, command, line, ask=ask, warn=warn)
-    return SHELL_LINE.sub(lambda match: outputs.get(match[1].strip(), match[0]), prompt)
+    return SHELL_LINE.sub(lambda match: outputs.get((match[1] or match[2]).strip(), match[0]), prompt)
 
 
 async def _run_line(

@@ -41,8 +41,9 @@ BUILT_IN_COMMANDS = (
 )
 """The chat's own commands, which a file command never shadows (headless runs know them by this list)."""
 _PLACEHOLDER = re.compile(r"\$ARGUMENTS\[(\d+)\]|\$ARGUMENTS(?!\w)|\$(\d+)(?!\w)")
-SHELL_LINE = re.compile(r"(?<![\w`])!`([^`\n]+)`")
-"""Claude Code's `` !`git status` ``: a command whose output takes its place in the prompt."""
+SHELL_LINE = re.compile(r"(?<!\S)!`([^`\n]+)`|^```!\n(.*?)\n```[ \t]*$", re.MULTILINE | re.DOTALL)
+"""Claude Code's `` !`git status` `` (at a line's start or after a space: `KEY=!`cmd`` is text) and its ```` ```! ````
+fenced block (a script): a command whose output takes its place in the prompt."""
 
 
 @dataclass(frozen=True)
@@ -101,8 +102,11 @@ class FileCommand:
         return f"{text}\n\nARGUMENTS: {arguments}" if arguments and not placeholders else text
 
     def shell_lines(self, prompt: str) -> list[str]:
-        """The `` !`cmd` `` commands in `prompt` (an `expand`ed body), in order; none for a Codex prompt."""
-        return [] if self.name.startswith("prompts:") else [match[1].strip() for match in SHELL_LINE.finditer(prompt)]
+        """The `` !`cmd` `` commands and ```` ```! ```` scripts in `prompt` (an `expand`ed body), in order; none for a
+        Codex prompt."""
+        if self.name.startswith("prompts:"):
+            return []
+        return [(match[1] or match[2]).strip() for match in SHELL_LINE.finditer(prompt)]
 
 
 def split_arguments(arguments: str) -> list[str]:

@@ -169,3 +169,10 @@ def test_a_grant_runs_its_commands_without_asking_and_only_within_the_mode(tmp_p
     ] == ["allow", "ask", "ask", "allow", "ask", "deny", "allow"]
     policy.mode = "read-only"
     assert policy.decide("shell", status)[0] == "deny"
+
+
+def test_shell_lines_start_a_line_or_follow_a_space_and_fenced_blocks_are_scripts() -> None:
+    body = "Branch: !`git branch`\n!`date`\nKEY=!`not run` and `!`not either``\n```!\necho one\necho two\n```\nEnd."
+    assert command(body).shell_lines(body) == ["git branch", "date", "echo one\necho two"]
+    codex = FileCommand("prompts:x", body, Path("x.md"), "user")
+    assert codex.shell_lines(body) == []  # Codex prompts have no shell lines
