@@ -67,7 +67,8 @@ def commit_prompt(root: Path, status: str) -> str:
 def test_a_trusted_projects_command_runs_its_lines_and_its_allowed_tools_run_headless(
     server: FakeLLMServer, repository: Path
 ) -> None:
-    assert run_cli("trust", cwd=repository).returncode == 0
+    trusted = run_cli("trust", cwd=repository)
+    assert (trusted.returncode, trusted.stdout.split(": ", 1)[1].split(";")[0]) == (0, "5 command files")
     server.script(
         tool_calls(call("shell", {"command": "git status --short"}), call("shell", {"command": "git push"})),
         text("Committed."),
