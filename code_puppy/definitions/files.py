@@ -193,7 +193,6 @@ def split_frontmatter(text: str, *, required: bool = False) -> tuple[dict[str, s
             fields[current] = _flow_items(joined) if joined.endswith("]") else joined
             continue
         if current is not None and (raw[0] in " \t" or (stripped.startswith("- ") and isinstance(value, list))):
-            value = fields[current]
             if stripped.startswith("- ") and isinstance(value, list):
                 value.append(_unquote(stripped[2:].strip()))
             elif isinstance(value, str):
@@ -253,13 +252,15 @@ def _split_tools(raw: str) -> list[str]:
     quote = ""
     current = ""
     for character in raw:
-        if character == "," and depth == 0 and not quote:
+        if quote:
+            quote = "" if character == quote else quote
+        elif character in "\"'" and not current.strip():  # an item's opening quote; `don't` is no quote
+            quote = character
+        elif character == "," and depth == 0:
             items.append(current)
             current = ""
             continue
-        if character in "\"'" and quote in ("", character):
-            quote = "" if quote else character
-        elif not quote:
+        else:
             depth += (character == "(") - (character == ")")
         current += character
     return [item.strip() for item in [*items, current] if item.strip()]

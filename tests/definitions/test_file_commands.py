@@ -101,6 +101,7 @@ def test_the_shell_lines_of_a_real_command(real_project: Path, code_puppy_home: 
         "allowed-tools:\n- Read\n- Bash(git add:*, git status:*)",
         "allowed-tools:\n  - Read\n  - Bash(git add:*, git status:*)",
         "allowed-tools: Read, Bash(git add:*, git status:*)",
+        "allowed-tools: ['Read', Bash(git add:*, git status:*)]",
     ],
 )
 def test_allowed_tools_in_every_yaml_shape(tmp_path: Path, code_puppy_home: Path, frontmatter: str) -> None:
@@ -176,3 +177,10 @@ def test_shell_lines_start_a_line_or_follow_a_space_and_fenced_blocks_are_script
     assert command(body).shell_lines(body) == ["git branch", "date", "echo one\necho two"]
     codex = FileCommand("prompts:x", body, Path("x.md"), "user")
     assert codex.shell_lines(body) == []  # Codex prompts have no shell lines
+
+
+def test_a_flow_list_keeps_quoted_commas_and_apostrophes() -> None:
+    from code_puppy.definitions.files import split_frontmatter
+
+    fields = split_frontmatter("---\nx: [don't, \"a, b\", 'c', Bash(git log --format='%h, %s':*)]\n---\n")[0]
+    assert fields == {"x": ["don't", "a, b", "c", "Bash(git log --format='%h, %s':*)"]}
