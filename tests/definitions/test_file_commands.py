@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from code_puppy.definitions.file_commands import FileCommand, load_commands
-from code_puppy.definitions.files import ToolGrant
+from code_puppy.definitions.files import ToolGrant, split_frontmatter
 from code_puppy.permissions.policy import PermissionPolicy
 from code_puppy.trust import covered_files, trust_project
 
@@ -180,7 +180,5 @@ def test_shell_lines_start_a_line_or_follow_a_space_and_fenced_blocks_are_script
 
 
 def test_a_flow_list_keeps_quoted_commas_and_apostrophes() -> None:
-    from code_puppy.definitions.files import split_frontmatter
-
     fields = split_frontmatter("---\nx: [don't, \"a, b\", 'c', Bash(git log --format='%h, %s':*)]\n---\n")[0]
     assert fields == {"x": ["don't", "a, b", "c", "Bash(git log --format='%h, %s':*)"]}
