@@ -184,3 +184,18 @@ def test_a_fenced_block_runs_as_a_script(server: FakeLLMServer, project: Path, c
     completed = run_cli("-p", "/env", "--permission-mode", "yolo", cwd=project)
     assert (completed.returncode, notes(completed.stderr)) == (0, [])
     assert user(server.requests[0].body) == ["Env:\none\ntwo\n(exit 3)\nKEY=!`x`"]
+
+
+def test_a_line_the_mode_denies_is_said_in_the_prompt_and_on_stderr(
+    server: FakeLLMServer, project: Path, code_puppy_home: Path
+) -> None:
+    (code_puppy_home / "commands").mkdir()
+    (code_puppy_home / "commands" / "version.md").write_text("Version: !`git --version`")
+    server.script(text("ok"))
+    completed = run_cli("-p", "/version", "--permission-mode", "accept-edits", cwd=project)
+    reason = "`git --version` is not on the shell allow-list, and accept-edits mode only runs allow-listed commands."
+    assert (completed.returncode, notes(completed.stderr)) == (
+        0,
+        [f"code-puppy: note: /version: `git --version` was not run: {reason}"],
+    )
+    assert user(server.requests[0].body) == [f"Version: (`git --version` was not run: {reason})"]

@@ -105,7 +105,7 @@ async def _refusal(conversation: Conversation, command: FileCommand, line: str, 
             f"it needs the user's approval in '{policy.mode}' mode and nobody can answer here "
             "(`--allow`, a `Bash(…)` entry in allowed-tools, or another mode lets it run)"
         )
-    return reason
+    return reason.removesuffix(" Do not retry it.")  # said to the user and in the prompt, not to a retrying model
 
 
 async def _approved(conversation: Conversation, command: FileCommand, line: str, ask: AskUser) -> bool:
