@@ -30,8 +30,11 @@ CHECKPOINT_IGNORE = ".code-puppy/checkpointignore"
 """More paths to leave out of checkpoints, in `.gitignore` syntax: with `*` it would switch them off."""
 COVERED_FILES = (PROJECT_CONFIG, ".mcp.json", "mcp.json", CHECKPOINT_IGNORE)
 """Project files whose content trust records (relative to the project root, `/`-separated)."""
-COVERED_GLOBS = (".claude/settings*.json",)
-"""Patterns of further covered files: other agents' settings, recorded so that a reader of them can rely on trust."""
+COMMAND_GLOBS = (".code-puppy/commands/**/*.md", ".agents/commands/**/*.md", ".claude/commands/**/*.md")
+"""A project's file commands: their `!` lines run and their `allowed-tools` grant only as trusted."""
+COVERED_GLOBS = (".claude/settings*.json", *COMMAND_GLOBS)
+"""Patterns of further covered files: other agents' settings and the project's file commands, recorded so that a
+reader of them can rely on trust."""
 PluginsTrust = Literal["trusted", "untrusted", "changed"]
 
 

@@ -25,6 +25,7 @@ from pydantic_ai.models import Model
 from code_puppy.acp.files import ClientFiles
 from code_puppy.core.events import ending
 from code_puppy.core.turn import TurnOutcome
+from code_puppy.definitions.file_commands import FileCommand
 
 FINISHED: dict[str, StopReason] = {"length": "max_tokens", "content_filter": "refusal"}
 """The stop reason of a turn whose last answer ended for a reason other than being done (pydantic-ai's
@@ -75,6 +76,8 @@ class Prompt:
     attachments: list[BinaryContent]
     model: Model
     files: ClientFiles | None
+    command: FileCommand | None = None
+    """The file command the text came from: its `!` lines run when the turn starts."""
 
 
 def stop_reason(outcome: TurnOutcome) -> StopReason:

@@ -44,6 +44,7 @@ from code_puppy.acp.live import MODES, LiveSession
 from code_puppy.acp.prompts import Prompt, prompt_parts, refused_attachment, stop_reason
 from code_puppy.acp.updates import UpdateSink, replay
 from code_puppy.config import McpServerConfig
+from code_puppy.core.command_lines import run_command_lines
 from code_puppy.core.project import Project
 from code_puppy.core.turn import TurnOutcome
 from code_puppy.errors import ConfigError, one_line
@@ -261,17 +262,17 @@ class AcpRuntime:
             command, arguments = found
             text = command.expand(arguments)
         with contextlib.ExitStack() as narrowed:
-            try:
-                model = narrowed.enter_context(live.command(command))
-            except ConfigError as exc:
-                raise config_failure(exc) from None
+            notes: list[str] = []
+            model = narrowed.enter_context(live.command(command, warn=notes.append))
             if (refused := refused_attachment(model, attachments)) is not None:
                 raise RequestError(-32602, refused)
             files = ClientFiles.of(self.client, live.session.id, self.capabilities)
             sink = UpdateSink(
                 live.project.root, lambda update: self.client.session_update(live.session.id, update), files
             )
-            live.running = asyncio.create_task(self._turn(live, Prompt(text, attachments, model, files), sink))
+            for note in notes:
+                sink.warning(note)
+            live.running = asyncio.create_task(self._turn(live, Prompt(text, attachments, model, files, command), sink))
             try:
                 outcome = await asyncio.shield(live.running)
             except asyncio.CancelledError:  # the connection is closing: the turn ends and is saved first
@@ -304,9 +305,12 @@ class AcpRuntime:
                 files=prompt.files,
             )
 
+        text = prompt.text
+        if prompt.command is not None:  # its `!` lines, asked about as the turn's calls are
+            text = await run_command_lines(live, prompt.command, text, ask=ask, warn=sink.warning)
         async with live.steerable():
             return await live.turn(
-                prompt.text,
+                text,
                 sink,
                 model=prompt.model,
                 attachments=prompt.attachments,

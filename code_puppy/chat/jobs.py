@@ -43,7 +43,11 @@ async def turn_job(
     sink = ChatSink(chat.screen, chat.live, chat.project_root)
     started = time.monotonic()
     runtime.sink = sink
-    with runtime.command(command) as model:
+    with runtime.command(command, warn=sink.warning) as model:
+        if command is not None:
+            from code_puppy.core.command_lines import run_command_lines
+
+            text = await run_command_lines(runtime, command, text, ask=runtime.ask, warn=sink.warning)
         async with runtime.steerable():
             outcome = await runtime.turn(text, sink, model=model, attachments=[*attached, *files], ask=runtime.ask)
     sink.flush_text()

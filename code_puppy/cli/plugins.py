@@ -91,7 +91,10 @@ def trust_plugins(project_root: Path, out: TextIO) -> None:
     from code_puppy.trust import project_plugins_dir, trust_project
 
     entry = trust_project(project_root)
-    files = ", ".join(entry["files"]) or "no config files"
+    commands = [name for name in entry["files"] if "/commands/" in name]
+    listed = [name for name in entry["files"] if name not in commands]
+    listed += [f"{len(commands)} command file{'s' if len(commands) != 1 else ''}"] if commands else []
+    files = ", ".join(listed) or "no config files"
     folder = project_plugins_dir(project_root)
     names = ", ".join(plugin.name for plugin in plugins_in(folder, "project")) or "none yet"
     print(

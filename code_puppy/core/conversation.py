@@ -4,11 +4,12 @@ headless run, an editor's session) keeps one, so a turn is set up, steered, narr
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator, Generator, Sequence
+from collections.abc import AsyncGenerator, Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from code_puppy.core.turn import FollowUp, TurnLimits, TurnOutcome, run_turn
+from code_puppy.errors import ConfigError, one_line
 from code_puppy.models import definition_model_name
 from code_puppy.run.deps import AskUser, EditorFiles, RunDeps
 from code_puppy.run.history_persistence import recover_interrupted_turn
@@ -74,20 +75,22 @@ class Conversation:
             yield
 
     @contextlib.contextmanager
-    def command(self, command: FileCommand | None) -> Generator[Model]:
-        """For the turn of a file command: its `allowed-tools` narrow the tools, and its `model` (unless `-m` chose
-        one) replaces this conversation's. The model the turn runs on.
-
-        Raises:
-            ConfigError: The command's model cannot be set up.
-        """
+    def command(self, command: FileCommand | None, *, warn: Callable[[str], None]) -> Generator[Model]:
+        """For the turn of a file command: its `allowed-tools` narrow the tools (and grant them, for a trusted one),
+        and its `model` (unless `-m` chose one) replaces this conversation's; a model that cannot be set up here
+        (`claude-sonnet-4-0` without Anthropic) leaves the turn on this conversation's, told through `warn`. The
+        model the turn runs on."""
         if command is None:
             yield self.model
             return
         try:
             model = self.model
             if command.model is not None and self.project.options.model is None:
-                model = self.project.model(definition_model_name(self.project.settings, command.model, self.model_name))
+                name = definition_model_name(self.project.settings, command.model, self.model_name)
+                try:
+                    model = self.project.model(name)
+                except ConfigError as exc:
+                    warn(f"/{command.name} runs on {self.model_name}: its model cannot be used here ({one_line(exc)})")
             self.project.narrow_to(command)
             yield model
         finally:

@@ -197,9 +197,16 @@ class Project:
             self.model_name = self.agent_model_name(definition)
 
     def narrow_to(self, command: FileCommand | None) -> None:
-        """Narrow the following runs to `command`'s `allowed-tools` (a file command's turn); None: not any more."""
+        """Narrow the following runs to `command`'s `allowed-tools` (a file command's turn), and, for a trusted
+        command (the user's, or a trusted project's), let those tools run without asking; None: not any more."""
         grant = command.grant if command is not None and command.grant.tools is not None else None
         self.live.scope.command_grant = grant
+        trusted = grant is not None and grant.tools is not None and command is not None and command.trusted
+        granted = grant.tools if trusted and grant is not None and grant.tools is not None else frozenset[str]()
+        self.policy.granted_tools = granted - {"shell"}
+        # A bare `Bash` grants every command, as an allow-list entry `*` covers it (never a redirection or `$(…)`).
+        patterns = grant.shell_patterns if grant is not None else None
+        self.policy.granted_commands = (patterns or ("*",)) if "shell" in granted else ()
 
     def _model_problem(self, written: str) -> str | None:
         try:

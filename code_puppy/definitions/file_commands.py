@@ -2,9 +2,16 @@
 the user's `commands/` folders and Codex's `~/.codex/prompts` (issue 15).
 
 The file's path is the command (`review.md` → `/review`, `frontend/review.md` → `/frontend:review`, Codex prompts
-→ `/prompts:NAME`); optional frontmatter gives `description`, `argument-hint`, `model` and `allowed-tools`. Running
-one sends its body with `$ARGUMENTS` and `$1`…`$9` substituted (a body without placeholders gets the arguments
-appended, as Claude Code does). Imports nothing heavy: the chat lists them while its prompt is already up.
+→ `/prompts:NAME`); optional frontmatter gives `description`, `argument-hint`, `model`, `allowed-tools` and (Claude
+Code's) `arguments`. Running one sends its body with the arguments substituted (`expand`): `$ARGUMENTS` is all of
+them, `$ARGUMENTS[N]` and `$N` one of them, 0-based in Claude Code's folders as Claude Code has them now (`$0` is the
+first), 1-based in code-puppy's and Codex's (`$1` is the first), and `$NAME` one named by `arguments`. A `$` with a
+number names the whole number (`$150` is argument 150); one naming no given argument stays as written, and a body
+with no placeholder that names a given argument gets them appended as `ARGUMENTS: …`, as Claude Code does.
+
+`` !`cmd` `` in a body is Claude Code's shell line: its output replaces it before the prompt is sent, run by the core
+(`core/command_lines.py`) only for a `trusted` command. Imports nothing heavy: the chat lists commands while its
+prompt is already up.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from code_puppy.definitions.files import (
+    FrontmatterError,
     Loaded,
     Problem,
     Scope,
@@ -23,15 +31,19 @@ from code_puppy.definitions.files import (
     codex_prompts,
     folders,
     parse_tools,
-    read_frontmatter,
+    split_frontmatter,
 )
+from code_puppy.trust import trusted_content
 
 BUILT_IN_COMMANDS = (
     *("help", "model", "new", "sessions", "resume", "usage", "budget", "permissions", "steer", "queue", "compact"),
     *("mcp", "exit", "agent", "skills", "init"),
 )
 """The chat's own commands, which a file command never shadows (headless runs know them by this list)."""
-_PLACEHOLDER = re.compile(r"\$(ARGUMENTS|[1-9])")
+_PLACEHOLDER = re.compile(r"\$ARGUMENTS\[(\d+)\]|\$ARGUMENTS(?!\w)|\$(\d+)(?!\w)")
+SHELL_LINE = re.compile(r"(?<!\S)!`([^`\n]+)`|^```!\n(.*?)\n```[ \t]*$", re.MULTILINE | re.DOTALL)
+"""Claude Code's `` !`git status` `` (at a line's start or after a space: `KEY=!`cmd`` is text) and its ```` ```! ````
+fenced block (a script): a command whose output takes its place in the prompt."""
 
 
 @dataclass(frozen=True)
@@ -47,7 +59,15 @@ class FileCommand:
     argument_hint: str = ""
     model: str | None = None
     grant: ToolGrant = field(default_factory=ToolGrant)
-    """`allowed-tools`: the tools offered while it runs (it grants nothing the mode does not allow)."""
+    """`allowed-tools`: the tools offered while it runs; a `trusted` command's also run without asking (within the
+    user's mode: never more than read-only, never an edit outside the project or of agent config)."""
+    zero_based: bool = False
+    """Whether `$0` is the first argument (Claude Code's folders) rather than `$1` (code-puppy's, Codex's)."""
+    argument_names: tuple[str, ...] = ()
+    """Claude Code's `arguments:`: `$NAME` is the argument in that position."""
+    trusted: bool = True
+    """Whether its `!` lines run and its `allowed-tools` grant: the user's own, or a project's whose content is the
+    one `code-puppy trust` recorded."""
 
     @property
     def help(self) -> str:
@@ -56,21 +76,45 @@ class FileCommand:
         return f"{hint}{self.description or 'a command from ' + self.path.name} ({self.scope})"
 
     def expand(self, arguments: str) -> str:
-        """The prompt it sends for `arguments`."""
-        try:
-            positional = shlex.split(arguments)
-        except ValueError:
-            positional = arguments.split()
-        if not _PLACEHOLDER.search(self.body):
-            return f"{self.body}\n\nARGUMENTS: {arguments}" if arguments else self.body
+        """The prompt it sends for `arguments` (`!` lines not run yet)."""
+        values = split_arguments(arguments)
+        named = "|".join(re.escape(name) for name in sorted(self.argument_names, key=len, reverse=True))
+        pattern = re.compile(f"{_PLACEHOLDER.pattern}|\\$({named})(?![\\w-])") if named else _PLACEHOLDER
+        placeholders = 0
 
         def substitute(match: re.Match[str]) -> str:
-            if match[1] == "ARGUMENTS":
+            nonlocal placeholders
+            if match[0] == "$ARGUMENTS":
+                placeholders += 1
                 return arguments
-            index = int(match[1]) - 1
-            return positional[index] if index < len(positional) else ""
+            if match[1] is not None:
+                index = int(match[1])
+            elif match[2] is not None:
+                index = int(match[2]) - (0 if self.zero_based else 1)
+            else:
+                index = self.argument_names.index(match[3])
+            if not 0 <= index < len(values):
+                return match[0]
+            placeholders += 1
+            return values[index]
 
-        return _PLACEHOLDER.sub(substitute, self.body)
+        text = pattern.sub(substitute, self.body)
+        return f"{text}\n\nARGUMENTS: {arguments}" if arguments and not placeholders else text
+
+    def shell_lines(self, prompt: str) -> list[str]:
+        """The `` !`cmd` `` commands and ```` ```! ```` scripts in `prompt` (an `expand`ed body), in order; none for a
+        Codex prompt."""
+        if self.name.startswith("prompts:"):
+            return []
+        return [(match[1] or match[2]).strip() for match in SHELL_LINE.finditer(prompt)]
+
+
+def split_arguments(arguments: str) -> list[str]:
+    """The positional arguments, split as a shell would (quotes group words), or at spaces when quotes don't close."""
+    try:
+        return shlex.split(arguments)
+    except ValueError:
+        return arguments.split()
 
 
 def load_commands(project_root: Path, *, reserved: Collection[str] = ()) -> Loaded[FileCommand]:
@@ -97,7 +141,11 @@ def load_commands(project_root: Path, *, reserved: Collection[str] = ()) -> Load
                 renamed = f"{scope}:{name}"
                 loaded.notes.append(f"/{name} is built in; {_shown(path)} is /{renamed}")
                 name = renamed
-            command = _read_command(path, name, scope, loaded.problems)
+            # Claude Code's folders (the project's `.claude/commands`, `~/.claude/commands`) count from `$0`.
+            zero_based = folder.parent.name == ".claude"
+            command = _read_command(
+                path, name, scope, loaded.problems, project_root=project_root, zero_based=zero_based
+            )
             if command is None:
                 continue
             if (winner := chosen.get(name)) is not None:
@@ -120,17 +168,28 @@ def find_command(project_root: Path, text: str) -> tuple[FileCommand, str] | Non
     return (command, arguments.strip()) if command is not None else None
 
 
-def _read_command(path: Path, name: str, scope: Scope, problems: list[Problem]) -> FileCommand | None:
-    if (read := read_frontmatter(path, problems)) is None:
+def _read_command(
+    path: Path, name: str, scope: Scope, problems: list[Problem], *, project_root: Path, zero_based: bool
+) -> FileCommand | None:
+    try:
+        content = path.read_bytes()
+        fields, body = split_frontmatter(content.decode("utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        problems.append(Problem(path, f"cannot be read ({exc.__class__.__name__}); skipped"))
         return None
-    fields, body = read
+    except FrontmatterError as exc:
+        problems.append(Problem(path, f"broken frontmatter: {exc}; skipped"))
+        return None
     grant, unknown = parse_tools(fields.get("allowed-tools"))
     for tool in unknown:
         problems.append(Problem(path, f"unknown tool '{tool}' dropped"))
     description = fields.get("description")
     hint = fields.get("argument-hint")
     model = fields.get("model")
+    names = fields.get("arguments", [])
     first_line = next((line.strip("# ").strip() for line in body.splitlines() if line.strip()), "")
+    # The bytes read are the bytes checked: the file cannot change between the check and the use.
+    trusted = scope == "user" or trusted_content(project_root, path.relative_to(project_root).as_posix(), content)
     return FileCommand(
         name=name,
         body=body,
@@ -140,6 +199,9 @@ def _read_command(path: Path, name: str, scope: Scope, problems: list[Problem]) 
         argument_hint=hint if isinstance(hint, str) else "",
         model=model if isinstance(model, str) and model != "inherit" else None,
         grant=grant,
+        zero_based=zero_based,
+        argument_names=tuple(names.split() if isinstance(names, str) else names),
+        trusted=trusted,
     )
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Generic, Literal, TypeVar
 
-from code_puppy.definitions.frontmatter import FrontmatterError, split_frontmatter
+from code_puppy.definitions.frontmatter import FrontmatterError, split_frontmatter, split_items
 from code_puppy.options import BY_REACH
 from code_puppy.paths import code_puppy_home, config_dir
 
@@ -176,7 +176,7 @@ def parse_tools(raw: str | list[str] | None, *, allow_mcp: bool = True) -> tuple
     """A `tools`/`allowed-tools` value as a grant, and the names it did not know (None/empty: all tools)."""
     if raw is None or raw == [] or raw == "*":
         return ToolGrant(), []
-    items = raw if isinstance(raw, list) else _split_tools(raw)
+    items = raw if isinstance(raw, list) else split_items(raw)
     tools: set[str] = set()
     patterns: list[str] = []
     whole_shell = False
@@ -199,21 +199,6 @@ def parse_tools(raw: str | list[str] | None, *, allow_mcp: bool = True) -> tuple
             unknown.append(name)
     shell_patterns = tuple(patterns) if patterns and not whole_shell else None
     return ToolGrant(frozenset(tools), shell_patterns), unknown
-
-
-def _split_tools(raw: str) -> list[str]:
-    """`Read, Grep, Bash(git diff:*, git log:*)`: commas inside parentheses belong to the pattern."""
-    items: list[str] = []
-    depth = 0
-    current = ""
-    for character in raw:
-        if character == "," and depth == 0:
-            items.append(current)
-            current = ""
-            continue
-        depth += (character == "(") - (character == ")")
-        current += character
-    return [item.strip() for item in [*items, current] if item.strip()]
 
 
 def _shell_patterns(spec: str) -> list[str]:
@@ -309,7 +294,7 @@ def _agent_grant(path: Path, fields: dict[str, str | list[str]], problems: list[
     raw_denied = fields.get("disallowedTools", fields.get("disallowed-tools"))
     if raw_denied is None or raw_denied == []:
         return grant
-    items = raw_denied if isinstance(raw_denied, list) else _split_tools(raw_denied)
+    items = raw_denied if isinstance(raw_denied, list) else split_items(raw_denied)
     denied, unknown = parse_tools([item for item in items if item.strip().casefold() not in NOT_DENIED])
     for name in unknown:
         problems.append(Problem(path, f"unknown tool '{name}' in disallowedTools ignored"))

@@ -95,8 +95,13 @@ def _lenient_fields(lines: list[str]) -> dict[str, str | list[str]]:
             continue
         if not stripped or raw.lstrip().startswith("#"):
             continue
+        value = fields[current] if current is not None else None
+        if current is not None and isinstance(value, str) and value.startswith("[") and not value.endswith("]"):
+            # A flow list over several lines: its lines, `]` too, may start anywhere.
+            joined = f"{value} {stripped}"
+            fields[current] = flow_items(joined) if joined.endswith("]") else joined
+            continue
         if current is not None and raw[0] in " \t":
-            value = fields[current]
             if stripped.startswith("- ") and isinstance(value, list):
                 value.append(_unquote(stripped[2:].strip()))
             elif isinstance(value, str):
@@ -117,7 +122,10 @@ def _lenient_fields(lines: list[str]) -> dict[str, str | list[str]]:
         elif not value:
             fields[key] = []
         elif value.startswith("[") and value.endswith("]"):
-            fields[key] = [_unquote(item.strip()) for item in value[1:-1].split(",") if item.strip()]
+            fields[key] = flow_items(value)
+            explicit_empty.add(key)
+        elif value.startswith("["):
+            fields[key] = value
             explicit_empty.add(key)
         else:
             fields[key] = _unquote(value)
@@ -141,6 +149,32 @@ def _block_text(style: str, raw_lines: list[str]) -> str:
         else:
             text += line
     return text.strip()
+
+
+def split_items(raw: str) -> list[str]:
+    """`Read, Grep, Bash(git diff:*, git log:*)`: commas inside parentheses or quotes belong to the item."""
+    items: list[str] = []
+    depth = 0
+    quote = ""
+    current = ""
+    for character in raw:
+        if quote:
+            quote = "" if character == quote else quote
+        elif character in "\"'" and not current.strip():  # an item's opening quote; `don't` is no quote
+            quote = character
+        elif character == "," and depth == 0:
+            items.append(current)
+            current = ""
+            continue
+        else:
+            depth += (character == "(") - (character == ")")
+        current += character
+    return [item.strip() for item in [*items, current] if item.strip()]
+
+
+def flow_items(value: str) -> list[str]:
+    """A flow list, `["Read", "Bash(git add:*, git status:*)"]`, as its items."""
+    return [_unquote(item) for item in split_items(value.strip()[1:-1])]
 
 
 def _unquote(value: str) -> str:

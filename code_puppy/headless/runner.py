@@ -17,6 +17,7 @@ from pydantic_ai.messages import TextContent
 from pydantic_ai.usage import RunUsage
 
 from code_puppy.config import ConfigError
+from code_puppy.core.command_lines import run_command_lines
 from code_puppy.core.conversation import Conversation
 from code_puppy.core.events import EXIT_CODES, EventSink, RunOutcome, Status, Usage, ending
 from code_puppy.core.project import Project
@@ -159,7 +160,9 @@ async def _turn(conversation: Conversation, prompt: str, sink: EventSink, timeou
             command, arguments = found
             prompt = command.expand(arguments)
             attachments = mention_attachments(prompt, project.root)[0]
-        with conversation.command(command) as model:
+        with conversation.command(command, warn=sink.warning) as model:
+            if command is not None:
+                prompt = await run_command_lines(conversation, command, prompt, ask=None, warn=sink.warning)
             outcome = await conversation.turn(prompt, sink, model=model, attachments=attachments, timeout=timeout)
         conversation.inbox.close()
         # The turn is over and saved: a signal while the servers stop ends the process, not the outcome.

@@ -80,6 +80,12 @@ class PermissionPolicy(AbstractCapability[Any]):
     mode; allow rules for commands and MCP tools are in `allow`, the file tools' ones let a call that would ask run."""
     session_allowed: set[str] = field(default_factory=set[str])
     """Approval scopes the user allowed "always for this session"."""
+    granted_tools: frozenset[str] = frozenset()
+    """For the turn of a trusted file command: the tools its `allowed-tools` let run without asking (code-puppy's names
+    and `mcp__…` entries); the shell only through `granted_commands`. Never more than the mode allows otherwise:
+    nothing in read-only mode, no edit outside the project, agent config still asks."""
+    granted_commands: Sequence[str] = ()
+    """For a trusted file command's turn: the allow-list patterns its `Bash(…)` entries add (`*`: a bare `Bash`)."""
     pre_tool_call: PreToolCall | None = None
     """Plugins' `pre_tool_call`, asked before the mode decision, in every mode: a returned reason blocks the call."""
     sandbox_modes: Collection[str] = ()
@@ -221,6 +227,8 @@ class PermissionPolicy(AbstractCapability[Any]):
             )
         if self.mode == "auto" and tool_name == "shell":
             return "allow", ""  # inside the sandbox
+        if tool_name in self.granted_tools and tool_name not in SHELL_TOOL_NAMES:
+            return "allow", ""
         if tool_name in SHELL_TOOL_NAMES:
             return self._decide_command(args)
         if tool_name in EDIT_TOOL_NAMES and self.mode in ("accept-edits", "auto"):
@@ -236,7 +244,7 @@ class PermissionPolicy(AbstractCapability[Any]):
         """`decide` for an MCP tool: never read-only, so it runs only in yolo mode or when the allow-list names it."""
         if self.mode == "read-only":
             return "deny", f"`{tool_name}` is not available in read-only mode."
-        if self.mode == "yolo" or mcp_allowed(mcp_permission, self.allow):
+        if self.mode == "yolo" or mcp_allowed(mcp_permission, [*self.allow, *self.granted_tools]):
             return "allow", ""
         if self.mode in ("accept-edits", "auto"):
             return "deny", (
@@ -248,7 +256,7 @@ class PermissionPolicy(AbstractCapability[Any]):
     def _decide_command(self, args: dict[str, Any]) -> tuple[Decision, str]:
         """`decide` for a tool that runs a command string, outside `auto`'s sandbox: the allow-list decides."""
         command = str(args.get("command", ""))
-        if allowed_by_list(command, self.allow):
+        if allowed_by_list(command, [*self.allow, *self.granted_commands]):
             from code_puppy.permissions.risky_options import risky_option  # only for allow-listed commands
 
             if (risk := risky_option(command, self.project_root)) is None:

@@ -98,7 +98,7 @@ def test_precedence_and_shadowing(tmp_path: Path) -> None:
 
 def test_a_command_never_shadows_a_built_in(tmp_path: Path) -> None:
     (tmp_path / ".claude" / "commands").mkdir(parents=True)
-    (tmp_path / ".claude" / "commands" / "help.md").write_text("Explain $1 then $2; all: $ARGUMENTS")
+    (tmp_path / ".claude" / "commands" / "help.md").write_text("Explain $0 then $1; all: $ARGUMENTS")
     (tmp_path / ".claude" / "commands" / "plain.md").write_text("Do the thing.")
     loaded = load_commands(tmp_path, reserved=BUILT_IN_COMMANDS)
     commands = {command.name: command for command in loaded.items}
