@@ -146,11 +146,9 @@ def test_a_dollar_amount_is_not_an_argument(server: FakeLLMServer, repository: P
     assert completed.returncode == 0, completed.stderr
     [prompt] = user(server.requests[0].body)
     assert "240 hours × $150/hour = $36,000" in prompt and prompt.count("src/app") == 1
-    # Its `model: claude-sonnet-4-0` is no model here: the turn runs on the user's, and says so.
-    assert notes(completed.stderr) == [
-        "code-puppy: note: /tech-debt runs on fake: its model cannot be used here (unknown model "
-        "'claude-sonnet-4-0': use PROVIDER:MODEL (e.g. openai:gpt-5.1) or a name from [models] (fake))"
-    ]
+    # Its `model: claude-sonnet-4-0` is a Claude Code model: on a session that is not Anthropic's the turn runs on
+    # the user's model, as a Claude Code agent's does (code_puppy.models.definition_model_name), without a note.
+    assert notes(completed.stderr) == []
 
 
 async def test_an_editor_is_asked_about_a_line_that_needs_approval(

@@ -78,7 +78,7 @@ class Conversation:
     def command(self, command: FileCommand | None, *, warn: Callable[[str], None]) -> Generator[Model]:
         """For the turn of a file command: its `allowed-tools` narrow the tools (and grant them, for a trusted one),
         and its `model` (unless `-m` chose one) replaces this conversation's; a model that cannot be set up here
-        (`claude-sonnet-4-0` without Anthropic) leaves the turn on this conversation's, told through `warn`. The
+        (an unknown name, a missing credential) leaves the turn on this conversation's, told through `warn`. The
         model the turn runs on."""
         if command is None:
             yield self.model

@@ -61,10 +61,21 @@ def _yaml_fields(block: str) -> dict[str, str | list[str]] | None:
         if value is None or isinstance(value, dict):
             continue
         if isinstance(value, list):
-            fields[str(key)] = [_scalar(item) for item in cast(list[object], value) if item is not None]
+            fields[str(key)] = _rejoined([_scalar(item) for item in cast(list[object], value) if item is not None])
         else:
             fields[str(key)] = _scalar(value)
     return fields
+
+
+def _rejoined(items: list[str]) -> list[str]:
+    """Items YAML split inside parentheses (`[Read, Bash(git add:*, git status:*)]`) joined back into one."""
+    joined: list[str] = []
+    for item in items:
+        if joined and joined[-1].count("(") > joined[-1].count(")"):
+            joined[-1] += f", {item}"
+        else:
+            joined.append(item)
+    return joined
 
 
 def _scalar(value: object) -> str:
