@@ -13,6 +13,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import CODE_PUPPY, run_cli
 from tests.fake_llm import FakeLLMServer, call, text, tool_calls
 from tests.test_acp import initialize, raw_acp, tool_messages
@@ -83,6 +85,45 @@ def test_a_prompt_read_before_stdin_closes_is_answered_cancelled(server: FakeLLM
     assert returncode == 0 and "Traceback" not in stderr
     exported = json.loads(run_cli("sessions", "export", session_id, cwd=project).stdout)
     assert "# demo project" in json.dumps(exported["messages"])
+
+
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        ({"error": {"code": -32000, "message": "no dialog\nhere \x1b[2J"}}, "an error (no dialog here \\x1b[2J)"),
+        ({"error": {"code": -32601, "message": "Method not found"}}, "an error (Method not found)"),
+        ({"result": {"outcome": {"outcome": "maybe"}}}, "no valid outcome"),
+        ({"result": None}, "no valid outcome"),
+    ],
+)
+def test_any_error_answer_to_a_permission_question_is_a_denial(
+    server: FakeLLMServer, project: Path, answer: dict[str, Any], said: str
+) -> None:
+    """Whatever error a client answers `session/request_permission` with (or an answer with no outcome), the call is
+    denied, the model is told and goes on, the prompt ends `end_turn`, and stderr says so in one line."""
+    server.script(tool_calls(call("write_file", {"path": "new.txt", "content": "hi\n"})), text("Understood."))
+    with raw_acp(project) as client:
+        new_session = {"cwd": str(project), "mcpServers": []}
+        client.send(
+            initialize(1), json.dumps({"jsonrpc": "2.0", "id": 2, "method": "session/new", "params": new_session})
+        )
+        answers = [client.answer(), client.answer()]
+        session_id = next(answer["result"]["sessionId"] for answer in answers if answer.get("id") == 2)
+        prompt = {"sessionId": session_id, "prompt": [{"type": "text", "text": "write it"}]}
+        client.send(json.dumps({"jsonrpc": "2.0", "id": 3, "method": "session/prompt", "params": prompt}))
+        questions = 0
+        while (message := client.answer()).get("id") != 3:
+            if message.get("method") == "session/request_permission":
+                questions += 1
+                client.send(json.dumps({"jsonrpc": "2.0", "id": message["id"], **answer}))
+        returncode, stderr, _ = client.close()
+    assert (questions, message) == (1, {"jsonrpc": "2.0", "id": 3, "result": {"stopReason": "end_turn"}})
+    assert not (project / "new.txt").exists()
+    assert tool_messages(server.requests[1].body) == ["The user denied this call (write file new.txt)."]
+    assert returncode == 0 and "Traceback" not in stderr
+    assert f"code-puppy acp: the client answered session/request_permission with {said}: write_file denied" in (
+        stderr.splitlines()
+    )
 
 
 def test_the_sdks_example_client_gets_a_denial_and_the_turn_ends_normally(

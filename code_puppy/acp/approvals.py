@@ -13,6 +13,7 @@ from typing import Any
 from acp import RequestError
 from acp.interfaces import Client
 from acp.schema import AllowedOutcome, PermissionOption, ToolCallUpdate
+from pydantic import ValidationError
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults
 
 from code_puppy.acp.files import ClientFiles
@@ -39,8 +40,8 @@ async def ask_client(
     """Ask the client about each call waiting for approval, as the chat asks its user: allow once, allow always
     (the call's scope, for the session), reject once; a command outside the sandbox only ever once. A client that
     answers "cancelled" cancels the turn (`cancel`); one that answers with a JSON-RPC error (the SDK's example client
-    has no permission method: -32601 "Method not found") denies the call, and the turn goes on. An edit's diff is of
-    the editor's buffer when the edit is made to it (`files`)."""
+    has no permission method: -32601 "Method not found") or with no valid outcome denies the call, and the turn goes
+    on. An edit's diff is of the editor's buffer when the edit is made to it (`files`)."""
 
     async def ask(question: Question) -> Verdict:
         call = question.call
@@ -66,11 +67,11 @@ async def ask_client(
                 tool_call=ToolCallUpdate.model_validate(spelled(asked.model_dump(by_alias=True))),
                 options=options,
             )
-        except RequestError as exc:  # the client cannot ask its user: nobody allowed the call
-            said = printable(str(exc), spelled=True).replace("\n", " ")
-            logger.warning(
-                "the client answered session/request_permission with an error (%s): %s denied", said, call.tool_name
-            )
+        except (RequestError, ValidationError) as exc:  # the client cannot ask its user: nobody allowed the call
+            # One line of stderr whatever the client's message holds.
+            error = printable(" ".join(str(exc).split()), spelled=True)
+            said = f"an error ({error})" if isinstance(exc, RequestError) else "no valid outcome"
+            logger.warning("the client answered session/request_permission with %s: %s denied", said, call.tool_name)
             return "no"
         outcome = response.outcome
         if not isinstance(outcome, AllowedOutcome):  # the client cancelled the turn while the question was open
