@@ -52,7 +52,7 @@ ECHO_SERVER = Path(__file__).parent / "mcp_servers" / "echo_server.py"
 
 class EditorClient:
     """An editor: records every update, answers permission questions from a script (an option id, "cancelled" once the
-    turn is cancelled, or "dismissed": cancelled at once)."""
+    turn is cancelled, "dismissed": cancelled at once, or "method-not-found": JSON-RPC error -32601)."""
 
     def __init__(self, *answers: str, buffers: dict[str, str] | None = None) -> None:
         self.updates: list[Any] = []
@@ -91,6 +91,8 @@ class EditorClient:
             return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
         if answer == "dismissed":  # the user closed the question: "cancelled" at once, without `session/cancel`
             return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
+        if answer == "method-not-found":  # a client without a permission method, as the SDK's example client
+            raise RequestError.method_not_found("session/request_permission")
         return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=answer))
 
     def messages(self) -> str:
@@ -396,6 +398,28 @@ async def test_a_rejected_edit_is_not_written_and_the_model_is_told(server: Fake
     assert (diff.path, diff.old_text, diff.new_text) == (str(project / "new.txt"), None, "hi\n")
     assert ("tool_call_update", "w-1", "failed") in client.shape()
     assert "denied" in tool_messages(server.requests[1].body)[0]
+
+
+async def test_a_question_answered_with_an_error_denies_the_call_and_the_turn_ends_normally(
+    server: FakeLLMServer, project: Path
+) -> None:
+    """Issue 25: a client answering `session/request_permission` with "Method not found" failed the whole prompt."""
+    server.script(tool_calls(call("write_file", {"path": "new.txt", "content": "hi\n"}, id="w-1")), text("Not done."))
+    client = EditorClient("method-not-found")
+    stderr = project.parent / "acp-stderr.log"
+    async with acp_agent(project, client, stderr=stderr) as (conn, _):
+        session = await conn.new_session(cwd=str(project), mcp_servers=[])
+        response = await conn.prompt(session_id=session.session_id, prompt=[acp.text_block("write it")])
+    assert response.stop_reason == "end_turn"
+    assert not (project / "new.txt").exists()
+    assert len(client.questions) == 1
+    assert ("tool_call_update", "w-1", "failed") in client.shape()
+    assert tool_messages(server.requests[1].body) == ["The user denied this call (write file new.txt)."]
+    assert client.messages() == "Not done."
+    assert (
+        "code-puppy acp: the client answered session/request_permission with an error (Method not found): "
+        "write_file denied"
+    ) in stderr.read_text().splitlines()
 
 
 async def test_a_permission_question_spells_out_the_control_characters_of_what_the_model_sent(

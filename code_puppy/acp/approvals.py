@@ -6,11 +6,14 @@ chat's `Approver` answers it through its prompt.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
+from acp import RequestError
 from acp.interfaces import Client
 from acp.schema import AllowedOutcome, PermissionOption, ToolCallUpdate
+from pydantic import ValidationError
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults
 
 from code_puppy.acp.files import ClientFiles
@@ -22,6 +25,7 @@ from code_puppy.workspace.proposed_edits import proposed_edit
 
 ALLOW_ONCE, ALLOW_ALWAYS, REJECT_ONCE = "allow-once", "allow-always", "reject-once"
 VERDICTS: dict[str, Verdict] = {ALLOW_ONCE: "yes", ALLOW_ALWAYS: "always", REJECT_ONCE: "no"}
+logger = logging.getLogger(__name__)
 
 
 async def ask_client(
@@ -35,8 +39,9 @@ async def ask_client(
 ) -> DeferredToolResults:
     """Ask the client about each call waiting for approval, as the chat asks its user: allow once, allow always
     (the call's scope, for the session), reject once; a command outside the sandbox only ever once. A client that
-    answers "cancelled" cancels the turn (`cancel`). An edit's diff is of the editor's buffer when the edit is made to
-    it (`files`)."""
+    answers "cancelled" cancels the turn (`cancel`); one that answers with a JSON-RPC error (the SDK's example client
+    has no permission method: -32601 "Method not found") or with no valid outcome denies the call, and the turn goes
+    on. An edit's diff is of the editor's buffer when the edit is made to it (`files`)."""
 
     async def ask(question: Question) -> Verdict:
         call = question.call
@@ -56,11 +61,18 @@ async def ask_client(
             locations=locations(project.root, args),
             raw_input=args,
         )
-        response = await client.request_permission(
-            session_id=session_id,
-            tool_call=ToolCallUpdate.model_validate(spelled(asked.model_dump(by_alias=True))),
-            options=options,
-        )
+        try:
+            response = await client.request_permission(
+                session_id=session_id,
+                tool_call=ToolCallUpdate.model_validate(spelled(asked.model_dump(by_alias=True))),
+                options=options,
+            )
+        except (RequestError, ValidationError) as exc:  # the client cannot ask its user: nobody allowed the call
+            # One line of stderr whatever the client's message holds.
+            error = printable(" ".join(str(exc).split()), spelled=True)
+            said = f"an error ({error})" if isinstance(exc, RequestError) else "no valid outcome"
+            logger.warning("the client answered session/request_permission with %s: %s denied", said, call.tool_name)
+            return "no"
         outcome = response.outcome
         if not isinstance(outcome, AllowedOutcome):  # the client cancelled the turn while the question was open
             cancel()

@@ -98,6 +98,8 @@ class AcpRuntime:
         self.options = options
         self.capabilities = capabilities
         self.sessions: dict[str, LiveSession] = {}
+        self.stopping = False
+        """Whether stdin closed: no turn starts any more, every prompt answers `cancelled`."""
 
     async def _project(
         self, cwd: str, servers: list[McpServerStdio | HttpMcpServer], commands: SessionCommands
@@ -272,10 +274,16 @@ class AcpRuntime:
             )
             for note in notes:
                 sink.warning(note)
+            if self.stopping:
+                return PromptResponse(stop_reason="cancelled")
+            handler = asyncio.current_task()
             live.running = asyncio.create_task(self._turn(live, Prompt(text, attachments, model, files, command), sink))
             try:
                 outcome = await asyncio.shield(live.running)
-            except asyncio.CancelledError:  # the connection is closing: the turn ends and is saved first
+            except asyncio.CancelledError:
+                if live.running.cancelled() and handler is not None and not handler.cancelling():
+                    return PromptResponse(stop_reason="cancelled")  # cancelled before its first step: nothing ran
+                # The connection is closing: the turn ends and is saved first.
                 live.running.cancel()
                 await asyncio.wait([live.running])
                 raise
@@ -354,6 +362,12 @@ class AcpRuntime:
             return str(exc)
         except Exception as exc:  # a plugin's command: its failure is one line, as in the chat
             return f"✗ {one_line(exc, typed=True)}"
+
+    def stop_turns(self) -> None:
+        """stdin closed: every running turn is cancelled (as by `session/cancel`), and no other starts."""
+        self.stopping = True
+        for session_id in self.sessions:
+            self.cancel(session_id)
 
     def cancel(self, session_id: str) -> None:
         """`session/cancel`: as Ctrl-C, the turn ends, what it finished is kept; text queued for it is dropped."""

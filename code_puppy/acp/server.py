@@ -86,6 +86,7 @@ class CodePuppyAgent:
         self.client_capabilities = ClientCapabilities()
         self._runtime: AcpRuntime | None = None
         self._loading: asyncio.Lock | None = None
+        self._stdin_closed = False
 
     def on_connect(self, conn: Client) -> None:
         self.client = conn
@@ -126,7 +127,16 @@ class CodePuppyAgent:
                 assert self.client is not None, "the connection calls on_connect first"
                 runtime_class = await asyncio.to_thread(_runtime_class)
                 self._runtime = runtime_class(self.client, self.options.run, self.client_capabilities)
+                if self._stdin_closed:
+                    self._runtime.stop_turns()
         return self._runtime
+
+    def stdin_closed(self) -> None:
+        """The client writes no more: running turns are cancelled (their prompts answer `cancelled`), and so is a
+        prompt read before stdin closed whose turn has not started."""
+        self._stdin_closed = True
+        if self._runtime is not None:
+            self._runtime.stop_turns()
 
     async def new_session(
         self,
@@ -272,14 +282,34 @@ class StdioTransport:
     an object, and leaves an object that is neither a request nor a response unanswered (or fails on it). Here every
     such line gets its JSON-RPC error response (`-32700` parse error, for JSON nested deeper than `MAX_DEPTH` too;
     `-32600` invalid request, with the request's `id` when it has a valid one) and the connection goes on.
+
+    When stdin closes, `stdin_closed` is called and the end of input is reported only once every request read has
+    been answered and its answer written: the SDK cancels the handlers still running when the input ends, so a request
+    read together with the end of input lost its answer.
     """
 
-    def __init__(self, reader: asyncio.StreamReader, write: Callable[[bytes], Awaitable[None]]) -> None:
+    def __init__(
+        self, reader: asyncio.StreamReader, write: Callable[[bytes], Awaitable[None]], stdin_closed: Callable[[], None]
+    ) -> None:
         self._reader = reader
         self._write = write
+        self._stdin_closed = stdin_closed
         self._lock = asyncio.Lock()
+        self._unanswered: list[str | int | None] = []
+        """The ids of the requests read and not yet answered, in the order read (a client may reuse an id)."""
+        self._all_answered = asyncio.Event()
+        self._all_answered.set()
 
     async def send(self, message: dict[str, Any]) -> None:
+        try:
+            await self._put(message)
+        finally:  # written or not (the client may be gone), the request is done with
+            if "method" not in message and message.get("id") in self._unanswered:
+                self._unanswered.remove(message["id"])
+                if not self._unanswered:
+                    self._all_answered.set()
+
+    async def _put(self, message: dict[str, Any]) -> None:
         line = json.dumps(message, ensure_ascii=False, separators=(",", ":")) + "\n"
         async with self._lock:
             await self._write(line.encode())
@@ -292,6 +322,8 @@ class StdioTransport:
                 await self._error(RequestError.invalid_request({"details": "message too long"}))
                 continue
             if not line:
+                self._stdin_closed()
+                await self._all_answered.wait()
                 return None
             if not line.strip():
                 continue
@@ -317,13 +349,16 @@ class StdioTransport:
                 answer_id = _valid_id(message.get("id")) if "method" in message else None
                 await self._error(RequestError.invalid_request({"details": problem}), answer_id)
                 continue
+            if "method" in message and "id" in message:
+                self._unanswered.append(message["id"])
+                self._all_answered.clear()
             return message
 
     async def close(self) -> None:
         pass  # stdout stays open for the process's life
 
     async def _error(self, error: RequestError, request_id: str | int | None = None) -> None:
-        await self.send({"jsonrpc": "2.0", "id": request_id, "error": error.to_error_obj()})
+        await self._put({"jsonrpc": "2.0", "id": request_id, "error": error.to_error_obj()})
 
 
 def _deeper(value: Any, limit: int) -> bool:
@@ -383,7 +418,8 @@ async def _serve(options: AcpOptions, protocol_out: int) -> None:
         loop.add_signal_handler(signum, task.cancel)
     try:
         # Unstable protocol on: session/fork, session/resume and session/close are in it (SDK 0.12).
-        await acp.run_agent(cast(acp.Agent, agent), StdioTransport(reader, write), use_unstable_protocol=True)
+        transport = StdioTransport(reader, write, agent.stdin_closed)
+        await acp.run_agent(cast(acp.Agent, agent), transport, use_unstable_protocol=True)
     except asyncio.CancelledError:
         pass  # a signal: the sessions end below as when stdin closes
     finally:
