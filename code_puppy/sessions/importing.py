@@ -2,8 +2,9 @@
 
 Each file becomes one session of the project its transcript ran in (the project root of its `cwd`, as code-puppy
 finds it, when that folder exists here; the `cwd` itself otherwise). The session's id is derived from the file's own
-session id (a UUID 5 of the format and that id), so importing a file again finds the session it made: a transcript
-that grew since (the session went on in Claude Code or Codex) adds its new messages, one that did not adds nothing.
+session id (a UUID 5 of the format and that id, which is kept as an alias), so importing a file again finds the
+session it made: a transcript that grew since (the session went on in Claude Code or Codex, or was being written)
+adds its new messages and answers the calls that were open; one that did not adds nothing.
 The session's created and updated times are those of its first and last message.
 """
 

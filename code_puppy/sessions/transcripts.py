@@ -1,21 +1,25 @@
 """Readers of other agents' session files: Claude Code transcripts and Codex CLI rollouts, as pydantic-ai messages.
 
 Both formats are JSON Lines. A reader walks the records in order and hands each side of the conversation to a
-`Builder`: what the user side sends (prompts, tool results) collects into one `ModelRequest`, what the assistant side
-sends (text, tool calls) into one `ModelResponse`, so the records a tool streams one by one become the messages a
-model exchanged. Record types a reader does not map are counted, never fatal; a line that is not a JSON object, or a
-record of a known type with the wrong shape, becomes a `FILE:LINE: …` problem and is skipped.
+`_Builder`: each model answer becomes one `ModelResponse` (Claude Code writes one record per block of an answer, with
+the answer's `message.id`), and the results of its calls one `ModelRequest` after it, in the order of the calls,
+whatever order the records come in, with what the user sent next. Record types a reader does not map are counted,
+never fatal; a line that is not a JSON object, or a record of a known type with the wrong shape, becomes a
+`FILE:LINE: …` problem and is skipped.
 
-Claude Code (`~/.claude/projects/<project>/<session>.jsonl`; checked against public descriptions of versions 1.0.3
-to 2.1.37): each record has `type`, `timestamp`, `cwd`, `sessionId`; `user` and `assistant` records carry an
-Anthropic Messages API `message` whose `content` is a string or blocks (`text`, `tool_use`, `tool_result`,
-`thinking`, `image`). Records of sub-agents (`isSidechain`) and meta records (`isMeta`) are skipped and counted.
+Claude Code (`~/.claude/projects/<project>/<session>.jsonl`; checked against real files of versions 1.0.17 to 2.1.7
+and public descriptions up to 2.1.37): each record has `type`, `timestamp`, `cwd`, `sessionId`; `user` and
+`assistant` records carry an Anthropic Messages API `message` whose `content` is a string or blocks (`text`,
+`tool_use`, `tool_result`, `thinking`, `image`). Records of sub-agents (`isSidechain`) and meta records (`isMeta`,
+except the prompt a slash command expanded to) are skipped and counted; a slash command's record is the command as
+typed, and one that ran locally (`/clear`) is left out with what it printed.
 
-Codex CLI (`~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl`; checked against public descriptions of versions 0.4x
-to 0.65): each line is `{"timestamp", "type", "payload"}`; `session_meta` gives the session `id` and `cwd`,
-`turn_context` the model, and `response_item` payloads are OpenAI Responses API items (`message`, `function_call`,
-`function_call_output`, `custom_tool_call`, `custom_tool_call_output`, `local_shell_call`, `reasoning`). `event_msg`
-lines repeat what the items hold, for the TUI, and are skipped and counted.
+Codex CLI (`~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl`; checked against real files of 0.125 and 0.128 and public
+descriptions from 0.4x): each line is `{"timestamp", "type", "payload"}`; `session_meta` gives the session `id` and
+`cwd`, `turn_context` the model, and `response_item` payloads are OpenAI Responses API items (`message`,
+`function_call`, `function_call_output`, `custom_tool_call`, `custom_tool_call_output`, `local_shell_call`,
+`reasoning`). `event_msg` lines repeat what the items hold, for the TUI, and are skipped and counted, except a
+`user_message` that no `message` item of the turn holds (newer Codex writes prompts only as events).
 """
 
 from __future__ import annotations
