@@ -273,6 +273,14 @@ class SessionCatalog:
             return exact[:1] or [_info(row[:-1]) for row in rows]
         return []
 
+    def source(self, session_id: str) -> tuple[str, str] | None:
+        """The tool an imported session came from and its id there; None for a session of code-puppy's own."""
+        with self._database.read() as db, contextlib.suppress(sqlite3.OperationalError):  # a store before m008
+            query = "SELECT tool, source_id FROM session_sources WHERE session_id = ?"
+            row = db.execute(query, (session_id,)).fetchone()
+            return None if row is None else (row[0], row[1])
+        return None
+
     def set_source(self, session_id: str, tool: str, source_id: str) -> None:
         """Record the id session `session_id` has in `tool`, the tool it was imported from."""
         with self._database.write() as db:
