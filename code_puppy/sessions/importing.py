@@ -51,7 +51,8 @@ class Outcome:
     added: int = 0
     """Messages an update added."""
     completed: int = 0
-    """Calls an update answered that were unanswered when the transcript was imported (it was being written)."""
+    """Results an update gave calls stored without one (the transcript was being written, or an older import lost
+    them)."""
 
     def as_json(self) -> dict[str, Any]:
         transcript = self.transcript
@@ -165,18 +166,21 @@ def _update(store: SqliteConversationStore, transcript: Transcript, info: Sessio
     project = Path(info.project_dir)
     session = asyncio.run(Session.resume(store, info, model=None))
     stored, read = session.messages, transcript.messages
-    if not _grown_from(stored, read):
+    if _grown_from(stored, read):
+        kept = [old if _key(old) == _key(new) else new for old, new in zip(stored, read, strict=False)]
+        added, completed = len(read) - len(stored), _unanswered(stored) - _unanswered(read[: len(stored)])
+    elif _within(stored, read):  # an older import's, which lost results: what it kept is all in the transcript
+        kept, added, completed = [], max(len(read) - len(stored), 0), _results(read) - _results(stored)
+    else:
         reason = "the transcript no longer starts with the imported messages; nothing added"
         return Outcome(transcript, "already imported", info.id, project, reason=reason)
-    kept = [old if _key(old) == _key(new) else new for old, new in zip(stored, read, strict=False)]
-    added, completed = len(read) - len(stored), _unanswered(stored) - _unanswered(read[: len(stored)])
     if not added and kept == stored:
         _set_source(store, info.id, transcript)  # a session imported before sources were recorded
         return Outcome(transcript, "already imported", info.id, project)
     if dry_run:
         return Outcome(transcript, "would update", info.id, project, added=added, completed=completed)
-    asyncio.run(session.set_message_history([*kept, *read[len(stored) :]]))
-    _set_times(store, info.id, read[len(stored) - 1 :], first=False)
+    asyncio.run(session.set_message_history([*kept, *read[len(kept) :]]))
+    _set_times(store, info.id, read[max(len(kept) - 1, 0) :], first=False)
     _set_source(store, info.id, transcript)
     return Outcome(transcript, "updated", info.id, project, added=added, completed=completed)
 
@@ -203,6 +207,25 @@ def _grown_from(stored: list[ModelMessage], read: list[ModelMessage]) -> bool:
         ):
             return False
     return True
+
+
+def _within(stored: list[ModelMessage], read: list[ModelMessage]) -> bool:
+    """Whether every part `stored` holds is in `read`, in order, but for what older imports made of a transcript and
+    a read leaves out: results saying a call was never answered, slash-command records as prompts."""
+    parts = iter(part for message in read for part in _key(message))
+    made = ("<command-", "<local-command-")
+    return all(
+        part in parts
+        for message in stored
+        for part in _key(message)
+        if part[1] != NO_RESULT and not (part[0] == "user-prompt" and str(part[1]).lstrip().startswith(made))
+    )
+
+
+def _results(messages: list[ModelMessage]) -> int:
+    return sum(1 for message in messages for part in message.parts if part.part_kind == "tool-return") - _unanswered(
+        messages
+    )
 
 
 def _unanswered(messages: list[ModelMessage]) -> int:
@@ -240,7 +263,7 @@ def _line(outcome: Outcome) -> str:
         f"{transcript.path}: {outcome.status} ({transcript.format}) as session {outcome.session_id} of "
         f"{outcome.project_dir}: {len(transcript.messages)} messages"
         + (f" ({outcome.added} new)" if outcome.added else "")
-        + (f" ({outcome.completed} calls answered since)" if outcome.completed else "")
+        + (f" ({outcome.completed} results added to calls stored without one)" if outcome.completed else "")
         + (f"; {outcome.reason}" if outcome.reason else "")
         + (f"; skipped {skipped}" if skipped else "")
         + (f"; {len(transcript.problems)} malformed line(s)" if transcript.problems else "")
