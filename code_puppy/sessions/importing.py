@@ -134,8 +134,8 @@ def _import(
         return Outcome(transcript, "not imported", reason="neither a Claude Code transcript nor a Codex rollout")
     if transcript.subagent_of is not None:
         reason = (
-            f"a Claude Code sub-agent's transcript, of session {transcript.subagent_of}: what the sub-agent found is "
-            "in that session, as the result of the Task call that started it"
+            f"a Claude Code sub-agent's transcript, of session {transcript.subagent_of or '(not named)'}: what the "
+            "sub-agent found is in that session, as the result of the Task call that started it"
         )
         return Outcome(transcript, "skipped", reason=reason)
     if not transcript.messages:

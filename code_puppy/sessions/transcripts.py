@@ -79,7 +79,8 @@ class Transcript:
     problems: list[str] = field(default_factory=list[str])
     """Malformed lines, as `FILE:LINE: what`."""
     subagent_of: str | None = None
-    """For a Claude Code sub-agent's transcript (only sidechain records), the session that started the sub-agent."""
+    """For a Claude Code sub-agent's transcript (only sidechain records), the session that started the sub-agent (""
+    when the records do not name it)."""
 
 
 @dataclass
@@ -136,10 +137,6 @@ class _Builder:
         )
         self.request_time = self.request_time or moment
         return True
-
-    def prompted(self, text: str) -> bool:
-        """Whether the user's side since the last answer holds the prompt `text`."""
-        return any(isinstance(part, UserPromptPart) and part.content == text for part in self.request)
 
     def finish(self) -> list[ModelMessage]:
         self._end_turn()
@@ -246,7 +243,7 @@ def _read_claude(records: list[tuple[int, dict[str, Any]]], transcript: Transcri
             transcript.skipped["local command"] += 1  # nothing followed: a command that runs here (/clear, /model)
             command = []
         if kind in ("user", "assistant") and record.get("isSidechain"):
-            transcript.subagent_of = transcript.subagent_of or _string(record.get("sessionId")) or "?"
+            transcript.subagent_of = transcript.subagent_of or _string(record.get("sessionId")) or ""
         if kind not in ("user", "assistant") or record.get("isSidechain") or (record.get("isMeta") and not command):
             label = "sidechain" if record.get("isSidechain") else "meta" if record.get("isMeta") else kind
             transcript.skipped[_label(label)] += 1
@@ -406,10 +403,9 @@ def _codex_prompt(
     if echoes[(other, text)]:
         echoes[(other, text)] -= 1
         return False
-    else:
-        echoes[(source, text)] += 1
-        builder.user(UserPromptPart(text, timestamp=moment or datetime.now(UTC)), moment)
-        return True
+    echoes[(source, text)] += 1
+    builder.user(UserPromptPart(text, timestamp=moment or datetime.now(UTC)), moment)
+    return True
 
 
 def _codex_item(builder: _Builder, item: dict[str, Any], moment: datetime | None, model: str | None) -> bool:
