@@ -17,9 +17,9 @@ typed, and one that ran locally (`/clear`) is left out with what it printed.
 Codex CLI (`~/.codex/sessions/YYYY/MM/DD/rollout-*.jsonl`; checked against real files of 0.125 and 0.128 and public
 descriptions from 0.4x): each line is `{"timestamp", "type", "payload"}`; `session_meta` gives the session `id` and
 `cwd`, `turn_context` the model, and `response_item` payloads are OpenAI Responses API items (`message`,
-`function_call`, `function_call_output`, `custom_tool_call`, `custom_tool_call_output`, `local_shell_call`,
-`reasoning`). `event_msg` lines repeat what the items hold, for the TUI, and are skipped and counted, except a
-`user_message` that no `message` item of the turn holds (newer Codex writes prompts only as events).
+`function_call`, `custom_tool_call`, `local_shell_call` and their `…_output`s, `reasoning`). `event_msg` lines repeat
+what the items hold, for the TUI, and are skipped and counted, except a `user_message` that no `message` item of the
+turn holds (newer Codex writes prompts only as events).
 """
 
 from __future__ import annotations
@@ -430,7 +430,7 @@ def _codex_item(builder: _Builder, item: dict[str, Any], moment: datetime | None
         if not isinstance(name, str) or not isinstance(args, str | dict):
             raise BadRecord(f"a {kind} item without a name and arguments")
         builder.assistant(ToolCallPart(name, cast(str | dict[str, Any], args), call_id), moment, model)
-    elif kind in ("function_call_output", "custom_tool_call_output"):
+    elif kind in ("function_call_output", "custom_tool_call_output", "local_shell_call_output"):
         call_id = item.get("call_id")
         if not isinstance(call_id, str):
             raise BadRecord(f"a {kind} item without a call_id")

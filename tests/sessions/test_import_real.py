@@ -190,7 +190,9 @@ def test_parallel_calls_are_paired_whatever_order_their_results_come_in(tmp_path
             {"type": "session_meta", "payload": {"id": "x"}},
             codex({"type": "function_call", "name": "shell", "arguments": "{}", "call_id": "a"}),
             codex({"type": "custom_tool_call", "name": "apply_patch", "input": "*** Begin", "call_id": "b"}),
+            codex({"type": "local_shell_call", "call_id": "c", "action": {"type": "exec", "command": ["ls"]}}),
             codex({"type": "custom_tool_call_output", "call_id": "b", "output": "rb"}),
+            codex({"type": "local_shell_call_output", "call_id": "c", "output": "rc"}),
             codex({"type": "function_call_output", "call_id": "a", "output": "ra"}),
         )
     )
@@ -203,10 +205,11 @@ def test_parallel_calls_are_paired_whatever_order_their_results_come_in(tmp_path
     ]
     assert len(request.parts) == 2
     [response, request] = reversed_outputs.messages
-    assert [p.tool_call_id for p in response.parts if isinstance(p, ToolCallPart)] == ["a", "b"]
+    assert [p.tool_call_id for p in response.parts if isinstance(p, ToolCallPart)] == ["a", "b", "c"]
     assert [(p.tool_call_id, p.content) for p in request.parts if isinstance(p, ToolReturnPart)] == [
         ("a", "ra"),
         ("b", "rb"),
+        ("c", "rc"),
     ]
 
 
