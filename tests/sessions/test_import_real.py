@@ -22,7 +22,8 @@ from pydantic_ai.messages import (
 from code_puppy.sessions.store import SqliteConversationStore
 from code_puppy.sessions.transcripts import NO_RESULT, read_transcript
 from tests.conftest import run_cli
-from tests.sessions.test_import import jsonl
+from tests.fake_llm import FakeLLMServer, text
+from tests.sessions.test_import import jsonl, sent_history
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "transcripts"
 PAIRED = {
@@ -274,3 +275,27 @@ def test_a_session_an_older_import_stored_without_results_gets_them_from_a_re_im
     assert done.returncode == 0, done.stderr
     assert "updated (claude-code)" in done.stdout and "(12 results added to calls stored without one)" in done.stdout
     assert stored_messages(code_puppy_home, session_id) == read
+
+
+def test_a_real_rollout_resumed_by_its_codex_id_sends_every_result_right_after_its_call(
+    project: Path, tmp_path: Path, server: FakeLLMServer, code_puppy_home: Path
+) -> None:
+    rollout = Path(shutil.copy(FIXTURES / "codex-0.128-019e1695.jsonl", tmp_path / "rollout.jsonl"))
+    assert run_cli("sessions", "import", str(rollout), cwd=project).returncode == 0
+    server.script(text("Done."))
+
+    resumed = run_cli("-r", "019e1695", "-p", "go on", cwd=project)
+
+    assert resumed.returncode == 0, resumed.stderr
+    sent = sent_history(server)
+    answered: list[str] = []
+    for at, message in enumerate(sent):
+        if message.get("tool_calls"):
+            calls = [call["id"] for call in message["tool_calls"]]
+            following = sent[at + 1 : at + 1 + len(calls)]
+            assert [m["role"] for m in following] == ["tool"] * len(calls)
+            assert [m["tool_call_id"] for m in following] == calls
+            assert not [m for m in following if NO_RESULT in str(m["content"])]
+            answered += calls
+    assert sorted(answered) == sorted(source_results(rollout))
+    assert sent[-1] == {"role": "user", "content": "go on"}
