@@ -202,6 +202,9 @@ def show_session(store: SqliteConversationStore, id_or_prefix: str, out: TextIO,
         source = store.sessions.find(record.forked_from)
         what = f" ({source[0].label})" if source and source[0].id == record.forked_from else " (deleted since)"
         print(f"forked from {record.forked_from}{what}", file=shown)
+    if (imported := store.sessions.source(info.id)) is not None:
+        tool, source_id = imported
+        print(f"imported from {'Claude Code' if tool == 'claude-code' else 'Codex'} session {source_id}", file=shown)
     cost = store.costs.session_totals([info.id]).get(info.id)
     if cost is not None:
         print(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
@@ -239,7 +240,8 @@ class SessionCatalog:
 
     def find(self, reference: str) -> list[SessionInfo]:
         """The session `reference` names: an exact id, else an exact name, else the sessions whose id starts with it,
-        newest first (none, one, or ambiguous). Archived sessions are found too."""
+        newest first (none, one, or ambiguous); else an imported session by its id in the tool it came from, exact,
+        else as a prefix. Archived sessions are found too."""
         if not reference:
             return []
         with self._database.read() as db:
@@ -254,7 +256,38 @@ class SessionCatalog:
         found = [_info(row) for row in rows]
         if found and reference in (found[0].id, found[0].name):
             return found[:1]
-        return found
+        return found or self._find_source(reference)
+
+    def _find_source(self, reference: str) -> list[SessionInfo]:
+        """The imported sessions whose id in the tool they came from is `reference`, else starts with it."""
+        with self._database.read() as db, contextlib.suppress(sqlite3.OperationalError):  # a store before m008
+            rows = db.execute(
+                f"""
+                SELECT {_COLUMNS}, source_id = :ref FROM {self.table} JOIN session_sources ON session_id = id
+                WHERE source_id = :ref OR substr(source_id, 1, length(:ref)) = :ref
+                ORDER BY source_id = :ref DESC, updated_at DESC
+                """,
+                {"ref": reference},
+            ).fetchall()
+            exact = [_info(row[:-1]) for row in rows if row[-1]]
+            return exact[:1] or [_info(row[:-1]) for row in rows]
+        return []
+
+    def source(self, session_id: str) -> tuple[str, str] | None:
+        """The tool an imported session came from and its id there; None for a session of code-puppy's own."""
+        with self._database.read() as db, contextlib.suppress(sqlite3.OperationalError):  # a store before m008
+            query = "SELECT tool, source_id FROM session_sources WHERE session_id = ?"
+            row = db.execute(query, (session_id,)).fetchone()
+            return None if row is None else (row[0], row[1])
+        return None
+
+    def set_source(self, session_id: str, tool: str, source_id: str) -> None:
+        """Record the id session `session_id` has in `tool`, the tool it was imported from."""
+        with self._database.write() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO session_sources (session_id, tool, source_id) VALUES (?, ?, ?)",
+                (session_id, tool, source_id),
+            )
 
     def recent(
         self, project_dir: Path | None = None, *, limit: int | None = None, archived: bool = False

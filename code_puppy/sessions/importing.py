@@ -2,8 +2,9 @@
 
 Each file becomes one session of the project its transcript ran in (the project root of its `cwd`, as code-puppy
 finds it, when that folder exists here; the `cwd` itself otherwise). The session's id is derived from the file's own
-session id (a UUID 5 of the format and that id), so importing a file again finds the session it made: a transcript
-that grew since (the session went on in Claude Code or Codex) adds its new messages, one that did not adds nothing.
+session id (a UUID 5 of the format and that id, which is kept as an alias), so importing a file again finds the
+session it made: a transcript that grew since (the session went on in Claude Code or Codex, or was being written)
+adds its new messages and answers the calls that were open; one that did not adds nothing.
 The session's created and updated times are those of its first and last message.
 """
 
@@ -25,7 +26,7 @@ from .catalog import SessionInfo
 from .schema import timestamp
 from .session import Session
 from .store import SqliteConversationStore
-from .transcripts import NotARegularFile, Transcript, read_transcript
+from .transcripts import NO_RESULT, NotARegularFile, Transcript, read_transcript
 
 __all__ = ("import_paths", "session_id_for")
 
@@ -49,6 +50,9 @@ class Outcome:
     """Why it was not imported (or, already imported, not updated)."""
     added: int = 0
     """Messages an update added."""
+    completed: int = 0
+    """Results an update gave calls stored without one (the transcript was being written, or an older import lost
+    them)."""
 
     def as_json(self) -> dict[str, Any]:
         transcript = self.transcript
@@ -61,7 +65,9 @@ class Outcome:
             "messages": len(transcript.messages),
             "skipped": dict(sorted(transcript.skipped.items())),
             "malformed_lines": len(transcript.problems),
-            **({"added": self.added} if self.status in ("updated", "would update") else {}),
+            **(
+                {"added": self.added, "completed": self.completed} if self.status in ("updated", "would update") else {}
+            ),
             **({"reason": self.reason} if self.reason else {}),
         }
 
@@ -105,7 +111,7 @@ def import_paths(
         except OSError as exc:
             outcomes.append(Outcome(Transcript(path=path), "not imported", reason=f"cannot read it: {exc.strerror}"))
             continue
-        for problem in transcript.problems:
+        for problem in transcript.problems if transcript.format else []:  # a file of neither kind is one line
             err.write(f"{problem}\n")
         outcome = _import(store, transcript, default_project, dry_run=dry_run)
         if outcome.status == "not imported" and not named:
@@ -126,6 +132,12 @@ def _import(
 ) -> Outcome:
     if transcript.format is None:
         return Outcome(transcript, "not imported", reason="neither a Claude Code transcript nor a Codex rollout")
+    if transcript.subagent_of is not None:
+        reason = (
+            f"a Claude Code sub-agent's transcript, of session {transcript.subagent_of or '(not named)'}: what the "
+            "sub-agent found is in that session, as the result of the Task call that started it"
+        )
+        return Outcome(transcript, "skipped", reason=reason)
     if not transcript.messages:
         return Outcome(transcript, "not imported", reason="it holds no messages")
     session_id = session_id_for(transcript)
@@ -143,25 +155,34 @@ def _import(
     session.project_dir = project
     asyncio.run(session.set_message_history(transcript.messages))
     _set_times(store, session_id, transcript.messages, first=True)
+    _set_source(store, session_id, transcript)
     return Outcome(transcript, "imported", session_id, project)
 
 
 def _update(store: SqliteConversationStore, transcript: Transcript, info: SessionInfo, *, dry_run: bool) -> Outcome:
-    """Add the messages a transcript gained since it was imported as `info` (nothing when it did not grow)."""
+    """Add what a transcript gained since it was imported as `info`: new messages, results of calls that were open,
+    the rest of an answer or request that was being written (nothing when it did not grow). Nothing stored is lost:
+    a history that changed branches off in the store, the old branch kept."""
     project = Path(info.project_dir)
     session = asyncio.run(Session.resume(store, info, model=None))
-    stored = session.messages
-    if [_key(message) for message in transcript.messages[: len(stored)]] != [_key(message) for message in stored]:
+    stored, read = session.messages, transcript.messages
+    if _grown_from(stored, read):
+        kept = [old if _key(old) == _key(new) else new for old, new in zip(stored, read, strict=False)]
+        added, completed = len(read) - len(stored), _unanswered(stored) - _unanswered(read[: len(stored)])
+    elif _within(stored, read):  # an older import's, which lost results: what it kept is all in the transcript
+        kept, added, completed = [], max(len(read) - len(stored), 0), _results(read) - _results(stored)
+    else:
         reason = "the transcript no longer starts with the imported messages; nothing added"
         return Outcome(transcript, "already imported", info.id, project, reason=reason)
-    new = transcript.messages[len(stored) :]
-    if not new:
+    if not added and kept == stored:
+        _set_source(store, info.id, transcript)  # a session imported before sources were recorded
         return Outcome(transcript, "already imported", info.id, project)
     if dry_run:
-        return Outcome(transcript, "would update", info.id, project, added=len(new))
-    asyncio.run(session.set_message_history([*stored, *new]))
-    _set_times(store, info.id, new, first=False)
-    return Outcome(transcript, "updated", info.id, project, added=len(new))
+        return Outcome(transcript, "would update", info.id, project, added=added, completed=completed)
+    asyncio.run(session.set_message_history([*kept, *read[len(kept) :]]))
+    _set_times(store, info.id, read[max(len(kept) - 1, 0) :], first=False)
+    _set_source(store, info.id, transcript)
+    return Outcome(transcript, "updated", info.id, project, added=added, completed=completed)
 
 
 def _key(message: ModelMessage) -> list[tuple[str, object, object]]:
@@ -169,6 +190,52 @@ def _key(message: ModelMessage) -> list[tuple[str, object, object]]:
     return [
         (part.part_kind, getattr(part, "content", None), getattr(part, "tool_call_id", None)) for part in message.parts
     ]
+
+
+def _grown_from(stored: list[ModelMessage], read: list[ModelMessage]) -> bool:
+    """Whether `read` is `stored` and more: the same messages, except that calls stored as unanswered may have their
+    results now, and the last answer and request stored may have more parts (the file was read while being written)."""
+    if len(read) < len(stored):
+        return False
+    for index, (old, new) in enumerate(zip(stored, read, strict=False)):
+        old_parts, new_parts = _key(old), _key(new)
+        if index >= len(stored) - 2:
+            new_parts = new_parts[: len(old_parts)]
+        if len(old_parts) != len(new_parts) or not all(
+            a == b or (a[0] == b[0] == "tool-return" and a[1] == NO_RESULT and a[2] == b[2])
+            for a, b in zip(old_parts, new_parts, strict=True)
+        ):
+            return False
+    return True
+
+
+def _within(stored: list[ModelMessage], read: list[ModelMessage]) -> bool:
+    """Whether every part `stored` holds is in `read`, in order, but for what older imports made of a transcript and
+    a read leaves out: results saying a call was never answered, slash-command records as prompts."""
+    parts = iter(part for message in read for part in _key(message))
+    made = ("<command-", "<local-command-")
+    return all(
+        part in parts
+        for message in stored
+        for part in _key(message)
+        if part[1] != NO_RESULT and not (part[0] == "user-prompt" and str(part[1]).lstrip().startswith(made))
+    )
+
+
+def _results(messages: list[ModelMessage]) -> int:
+    return sum(1 for message in messages for part in message.parts if part.part_kind == "tool-return") - _unanswered(
+        messages
+    )
+
+
+def _unanswered(messages: list[ModelMessage]) -> int:
+    """How many calls of `messages` are still unanswered (have `NO_RESULT`)."""
+    return sum(1 for message in messages for part in message.parts if getattr(part, "content", None) == NO_RESULT)
+
+
+def _set_source(store: SqliteConversationStore, session_id: str, transcript: Transcript) -> None:
+    if transcript.session_key is not None and transcript.format is not None:
+        store.sessions.set_source(session_id, transcript.format, transcript.session_key)
 
 
 def _set_times(store: SqliteConversationStore, session_id: str, messages: list[ModelMessage], *, first: bool) -> None:
@@ -196,6 +263,7 @@ def _line(outcome: Outcome) -> str:
         f"{transcript.path}: {outcome.status} ({transcript.format}) as session {outcome.session_id} of "
         f"{outcome.project_dir}: {len(transcript.messages)} messages"
         + (f" ({outcome.added} new)" if outcome.added else "")
+        + (f" ({outcome.completed} results added to calls stored without one)" if outcome.completed else "")
         + (f"; {outcome.reason}" if outcome.reason else "")
         + (f"; skipped {skipped}" if skipped else "")
         + (f"; {len(transcript.problems)} malformed line(s)" if transcript.problems else "")

@@ -25,7 +25,16 @@ from code_puppy.errors import one_line
 
 from .schema import Database, delete_conversation
 
-SALVAGED_TABLES = ("entries", "conversations", "sessions", "journals", "journal_entries", "requests", "checkpoints")
+SALVAGED_TABLES = (
+    "entries",
+    "conversations",
+    "sessions",
+    "journals",
+    "journal_entries",
+    "requests",
+    "checkpoints",
+    "session_sources",
+)
 """What a repair copies, parents before children; the running runs and steers of dead processes are not worth it."""
 
 

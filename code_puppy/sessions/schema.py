@@ -232,6 +232,16 @@ def m007_finding_sessions(db: sqlite3.Connection) -> None:
     )
 
 
+def m008_session_sources(db: sqlite3.Connection) -> None:
+    # The id an imported session has in the tool it came from (Claude Code's sessionId, Codex's session id), so that
+    # `sessions show` and `-r` find it by that id too.
+    db.execute(
+        "CREATE TABLE session_sources (session_id TEXT PRIMARY KEY REFERENCES sessions (id) ON DELETE CASCADE, "
+        "tool TEXT NOT NULL, source_id TEXT NOT NULL)"
+    )
+    db.execute("CREATE INDEX session_sources_source ON session_sources (source_id)")
+
+
 MIGRATIONS: list[Migration] = [
     m001_conversations,
     m002_sessions,
@@ -240,6 +250,7 @@ MIGRATIONS: list[Migration] = [
     m005_request_costs,
     m006_checkpoints,
     m007_finding_sessions,
+    m008_session_sources,
 ]
 """Applied in order; append new ones, never edit or reorder applied ones."""
 

@@ -264,8 +264,8 @@ async def open_session(
 
 
 def find_session(store: SqliteConversationStore, reference: str) -> SessionInfo:
-    """The one session `reference` names (an exact id, an exact name, a unique id prefix); `ConfigError` (exit 2)
-    when it names none or several."""
+    """The one session `reference` names (an exact id, an exact name, a unique id prefix, else an imported session's
+    id in the tool it came from); `ConfigError` (exit 2) when it names none or several."""
     matches = store.sessions.find(reference)
     if not matches:
         raise ConfigError(f"no session matches '{reference}' (code-puppy sessions list --all shows them)")
