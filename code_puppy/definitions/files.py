@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar, cast
 
 from code_puppy.options import BY_REACH
 from code_puppy.paths import code_puppy_home, config_dir
@@ -105,6 +105,8 @@ class AgentDefinition:
     grant: ToolGrant = field(default_factory=ToolGrant)
     permission_mode: str | None = None
     """A mode this agent runs in at most (it never loosens the user's)."""
+    hooks: dict[str, Any] | None = None
+    """Its frontmatter `hooks:` (Claude Code's shape), run for its runs by the bundled shell_hooks plugin."""
 
 
 @dataclass(frozen=True)
@@ -328,7 +330,21 @@ def _read_agent(
         model=model,
         grant=grant,
         permission_mode=mode,
+        hooks=_frontmatter_hooks(path) if "hooks" in fields else None,
     )
+
+
+def _frontmatter_hooks(path: Path) -> dict[str, Any] | None:
+    """The `hooks:` mapping of a file's frontmatter, read as YAML (it nests); None when there is none to read."""
+    import yaml
+
+    try:
+        block = path.read_text(encoding="utf-8").lstrip("\ufeff").split("\n---", 1)[0].removeprefix("---")
+        data = yaml.safe_load(block)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    hooks: object = cast(dict[str, Any], data).get("hooks") if isinstance(data, dict) else None
+    return cast(dict[str, Any], hooks) if isinstance(hooks, dict) else None
 
 
 def load_skill_infos(project_root: Path) -> Loaded[SkillInfo]:
