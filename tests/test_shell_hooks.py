@@ -92,7 +92,6 @@ async def test_a_matcher_is_a_whole_regex_over_the_name_or_its_claude_code_names
         assert await host.pre_tool_call(tool_name, {}, Session.in_memory()) is None
         return sorted((project / "fired.log").read_text().splitlines())
 
-
     assert await fired("read_file") == sorted(["", "*", "read_file", "Read|Write"])
     assert await fired("shell") == sorted(["", "*", "Bash", "shell|grep"])
     assert await fired("list_files") == sorted(["", "*", "Glob"])

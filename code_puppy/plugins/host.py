@@ -13,7 +13,7 @@ import json
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, TextIO, cast
@@ -22,6 +22,7 @@ import pluggy
 from pydantic_ai import Agent, RunContext, ToolDefinition
 from pydantic_ai.agent import AgentRunResult
 from pydantic_ai.capabilities import AbstractCapability, Hooks
+from pydantic_ai.exceptions import ApprovalRequired, CallDeferred, SkipToolExecution
 from pydantic_ai.messages import ToolCallPart, ToolReturn
 
 from code_puppy.config import Settings, data_dir
@@ -159,32 +160,37 @@ class PluginHost:
             feedback = await self.post_tool_call(call.tool_name, args, result, deps.session, call.tool_call_id)
             return _with_feedback(result, feedback) if feedback else result
 
-        async def tool_execute_error(
+        async def tool_execute(
             ctx: RunContext[Any],
             /,
             *,
             call: ToolCallPart,
             tool_def: ToolDefinition,
             args: dict[str, Any],
-            error: Exception,
+            handler: Callable[[dict[str, Any]], Awaitable[Any]],
         ) -> Any:
-            if (deps := deps_of(ctx)) is not None:
-                if call.tool_name == DELEGATE:
-                    await self._subagent_stop(call, args, None, deps.session)
-                await self._call_all(
-                    "tool_call_failed",
-                    tool_name=call.tool_name,
-                    args=copy.deepcopy(args),
-                    error=one_line(error) or type(error).__name__,
-                    tool_call_id=call.tool_call_id,
-                    session=self.view(deps.session),
-                )
-            raise error
+            try:
+                return await handler(args)
+            except (SkipToolExecution, CallDeferred, ApprovalRequired, TurnStopped):
+                raise  # denied, waiting for an answer, or stopped: not a failure of the call
+            except Exception as error:  # ModelRetry too: a missing file, an edit anchor not found
+                if (deps := deps_of(ctx)) is not None:
+                    if call.tool_name == DELEGATE:
+                        await self._subagent_stop(call, args, None, deps.session)
+                    await self._call_all(
+                        "tool_call_failed",
+                        tool_name=call.tool_name,
+                        args=copy.deepcopy(args),
+                        error=one_line(error) or type(error).__name__,
+                        tool_call_id=call.tool_call_id,
+                        session=self.view(deps.session),
+                    )
+                raise
 
         return Hooks[Any](
             before_tool_execute=before_tool_execute,
             after_tool_execute=after_tool_execute,
-            tool_execute_error=tool_execute_error,
+            tool_execute=tool_execute,
         )
 
     async def _subagent_stop(

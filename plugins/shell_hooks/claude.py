@@ -3,6 +3,7 @@ code-puppy's names."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -28,8 +29,8 @@ CLAUDE_FIELDS = {"path": "file_path", "old_text": "old_string", "new_text": "new
 """code-puppy's file-tool argument names, as Claude Code's hooks read them."""
 DELEGATE_FIELDS = {"agent_name": "subagent_type", "task": "prompt"}
 """`delegate_task`'s arguments, as Claude Code's `Task` tool names them."""
-_LABELLED = re.compile(r"^\[(stdout|stderr)\]\n", re.MULTILINE)
-_EXIT_CODE = re.compile(r"\n?\[exit code: (-?\d+)\][^\n]*\s*\Z")
+_HANDLES = re.compile(r"^PID: \d+ \(", re.MULTILINE)
+"""Where the shell tool's result stops being the command's output."""
 
 
 def claude_event(fields: dict[str, Any], project_dir: Path) -> dict[str, Any]:
@@ -51,7 +52,11 @@ def claude_input(name: str, args: dict[str, Any], project_dir: Path) -> dict[str
         return {DELEGATE_FIELDS.get(key, key): value for key, value in args.items()} | {
             "description": str(args.get("task", ""))[:60]
         }
-    if name in ("grep", "list_files", "shell"):
+    if name == "shell":  # Claude Code's Bash: a timeout in milliseconds, a flag for the background
+        timeout = args.get("timeout")
+        bash = {"command": args.get("command")} | ({"timeout": int(timeout * 1000)} if timeout else {})
+        return bash | ({"run_in_background": True} if args.get("mode") == "background" else {})
+    if name in ("grep", "list_files"):
         return dict(args)
     renamed = {CLAUDE_FIELDS.get(key, key): value for key, value in args.items()}
     if isinstance(renamed.get("file_path"), str):
@@ -81,18 +86,18 @@ def claude_response(name: str, tool_input: dict[str, Any], result: Any) -> Any:
 
 
 def shell_response(text: str) -> dict[str, Any]:
-    """The `shell` tool's labelled output (`[stdout]`, `[stderr]`, `[exit code: N]`) as Claude Code's Bash result."""
-    code = _EXIT_CODE.search(text)
-    body = text[: code.start()] if code else text
-    streams = {"stdout": "", "stderr": ""}
-    pieces = _LABELLED.split(body)
-    if len(pieces) > 1:
-        for label, content in zip(pieces[1::2], pieces[2::2], strict=True):
-            streams[label] = content.rstrip("\n")
-    elif body.strip() != "(no output)":
-        streams["stdout"] = body
-    timed_out = body.startswith("[Command timed out")
-    return streams | {"interrupted": timed_out, "isImage": False} | ({"exitCode": int(code.group(1))} if code else {})
+    """The `shell` tool's result (the output's tail, stdout and stderr interleaved as a terminal shows them, then
+    the command's PID, files and status JSON) as Claude Code's Bash result: the output is `stdout`."""
+    handles = _HANDLES.search(text)
+    output = text[: handles.start()] if handles else text
+    status: dict[str, Any] = {}
+    if handles:
+        try:
+            status = json.loads(text.rsplit("\n", 1)[-1])
+        except ValueError:
+            status = {}
+    interrupted = bool(status.get("timed_out") or status.get("killed")) if isinstance(status, dict) else False  # pyright: ignore[reportUnnecessaryIsInstance]
+    return {"stdout": output, "stderr": "", "interrupted": interrupted, "isImage": False}
 
 
 def ours(name: str, updated: dict[str, Any], project_dir: Path) -> dict[str, Any]:
@@ -100,7 +105,11 @@ def ours(name: str, updated: dict[str, Any], project_dir: Path) -> dict[str, Any
     if name == "delegate_task":
         back = {value: key for key, value in DELEGATE_FIELDS.items()}
         return {back.get(key, key): value for key, value in updated.items() if key != "description"}
-    if name in ("grep", "list_files", "shell"):
+    if name == "shell":
+        timeout = updated.get("timeout")
+        shell = {"command": updated.get("command")} | ({"timeout": timeout / 1000} if timeout else {})
+        return shell | ({"mode": "background"} if updated.get("run_in_background") else {})
+    if name in ("grep", "list_files"):
         return dict(updated)
     back = {value: key for key, value in CLAUDE_FIELDS.items()}
     renamed = {back.get(key, key): value for key, value in updated.items()}

@@ -1,0 +1,379 @@
+"""Claude Code hooks as Claude Code runs them, on the run path (issue 25, part 2): real hook scripts from public
+repositories (tests/fixtures/claude_hooks/README.md) in a trusted project's `.claude/settings.json`, run by the bundled
+shell_hooks plugin around an agent driven by a scripted FunctionModel through `run_turn`."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic_ai.messages import ModelMessage, ModelRequest, ToolCallPart, ToolReturnPart, UserPromptPart
+from pydantic_ai.models.function import AgentInfo
+from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, RunContext
+
+from code_puppy.config import PermissionMode, Settings
+from code_puppy.core.builder import AgentOptions, build_pydantic_agent, capability
+from code_puppy.core.turn import TurnOutcome, run_turn
+from code_puppy.definitions.agent_scope import AgentScope
+from code_puppy.definitions.files import load_agents
+from code_puppy.headless.sinks import TextSink
+from code_puppy.plugins import TurnStopped
+from code_puppy.plugins.discovery import load_plugins
+from code_puppy.plugins.host import PluginHost
+from code_puppy.run.deps import AskUser, RunDeps
+from code_puppy.sessions.catalog import title_of
+from code_puppy.sessions.session import Session
+from code_puppy.trust import trust_project
+from tests.scripted_model import Reply, scripted, tool_returns
+
+FIXTURES = Path(__file__).parent / "fixtures" / "claude_hooks"
+
+
+def claude_project(project: Path, hooks: dict[str, Any], *fixture: str) -> None:
+    """`project` with Claude Code `hooks` in its `.claude/settings.json`, the fixture folders' `.claude/` copied in,
+    and trusted, as `code-puppy trust` would record it."""
+    for name in fixture:
+        shutil.copytree(FIXTURES / name / ".claude", project / ".claude", dirs_exist_ok=True)
+    (project / ".claude").mkdir(exist_ok=True)
+    (project / ".claude" / "settings.json").write_text(json.dumps({"hooks": hooks}, indent=2))
+    trust_project(project)
+
+
+def command(line: str, matcher: str | None = None) -> dict[str, Any]:
+    group: dict[str, Any] = {"hooks": [{"type": "command", "command": line}]}
+    return group | ({"matcher": matcher} if matcher is not None else {})
+
+
+async def approve_all(ctx: RunContext[Any], requests: DeferredToolRequests, token: str) -> DeferredToolResults:
+    ASKED.extend(call.tool_name for call in requests.approvals)
+    return requests.build_results(approvals={call.tool_call_id: True for call in requests.approvals})
+
+
+ASKED: list[str] = []
+"""The calls `approve_all` was asked about."""
+
+
+async def turn(
+    project: Path,
+    *replies: Reply | Any,
+    prompt: str = "go",
+    mode: PermissionMode = "ask",
+    ask: AskUser | None = None,
+    session: Session | None = None,
+    host: PluginHost | None = None,
+) -> tuple[TurnOutcome, PluginHost, Session, Any]:
+    """One turn through `run_turn` over a scripted model, with the plugins `project` has (shell_hooks among them)."""
+    settings = Settings()
+    if host is None:
+        host = load_plugins(settings, project, stderr=io.StringIO())
+        await host.startup(settings)
+    session = session or Session.in_memory()
+    script = scripted(*replies)
+    agent = build_pydantic_agent(
+        settings, AgentOptions(model=script.model, project_root=project, permission_mode=mode, plugins=host)
+    )
+    host.permission_mode = lambda: mode
+    sink = TextSink(io.StringIO(), io.StringIO())
+    outcome = await run_turn(agent, RunDeps(session, ask=ask), prompt, sink, plugins=host)
+    return outcome, host, session, (agent, script)
+
+
+def last_returns(messages: list[ModelMessage]) -> list[str]:
+    """The contents of the tool returns of the last request in `messages`."""
+    request = messages[-1]
+    assert isinstance(request, ModelRequest)
+    return [str(part.content) for part in request.parts if isinstance(part, ToolReturnPart)]
+
+
+@pytest.fixture
+def ruff_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real lint hook runs `ruff` from PATH: the one installed beside this Python (a dev dependency)."""
+    monkeypatch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+    assert shutil.which("ruff") is not None
+
+
+BROKEN = "import os\n\n\ndef total(items):\n    return sum(item.price for item in itemz)\n"
+FIXED = "def total(items):\n    return sum(item.price for item in items)\n"
+
+
+async def test_a_real_post_tool_use_lint_hook_makes_the_model_fix_its_code(
+    code_puppy_home: Path, project: Path, ruff_on_path: None
+) -> None:
+    lint = "python3 $CLAUDE_PROJECT_DIR/.claude/hooks/python_ruff_lint.py"
+    claude_project(project, {"PostToolUse": [command(lint, "Edit|MultiEdit|Write")]}, "ruff_lint")
+    seen: list[str] = []
+
+    def fix_what_the_hook_said(messages: list[ModelMessage], info: AgentInfo) -> Reply:
+        (told,) = last_returns(messages)
+        seen.append(told)
+        assert "F821 Undefined name `itemz`" in told  # the model sees the hook's complaint with the result
+        return [ToolCallPart("write_file", {"path": "cart.py", "content": FIXED}, tool_call_id="w2")]
+
+    write = ToolCallPart("write_file", {"path": "cart.py", "content": BROKEN}, tool_call_id="w1")
+    outcome, _, session, (_, script) = await turn(
+        project, [write], fix_what_the_hook_said, "fixed it", mode="accept-edits"
+    )
+    assert outcome.error is None and len(script.seen) == 3
+    assert (project / "cart.py").read_text() == FIXED
+    # The hook fixed what ruff fixes by itself (the unused import) and sent the rest back, after the tool's result.
+    (told,) = seen
+    assert told.startswith("Wrote ")
+    assert (
+        "[plugin shell_hooks] PostToolUse hook `python3 $CLAUDE_PROJECT_DIR/.claude/hooks/python_ruff_lint.py`" in told
+    )
+    assert "F401" not in told
+    # The fixed file passes: the hook exits 0 and the model gets the tool's result alone.
+    (second,) = last_returns(script.seen[2])
+    assert "shell_hooks" not in second
+    assert [name for name, outcome_, _ in tool_returns(session.messages)] == ["write_file", "write_file"]
+
+
+def agentic_layer_hooks(scripts: tuple[str, ...]) -> dict[str, Any]:
+    """The hooks of agentic-layer-python's own `.claude/settings.json` that run the scripts we carry, with `uv run`
+    (which would download its tools) replaced by `python3`: the scripts need only the standard library."""
+    original = json.loads((FIXTURES / "agentic_layer" / "settings.original.json").read_text())
+    hooks: dict[str, Any] = {}
+    for event, groups in original["hooks"].items():
+        for group in groups:
+            kept = [
+                hook | {"command": hook["command"].replace("uv run ", "python3 ")}
+                for hook in group["hooks"]
+                if any(script in hook["command"] for script in scripts)
+            ]
+            if kept:
+                hooks.setdefault(event, []).append(group | {"hooks": kept})
+    return hooks
+
+
+def logged(project: Path, session: Session) -> dict[str, list[dict[str, Any]]]:
+    """What the real universal_hook_logger.py wrote: each event's payloads, by event name."""
+    folder = project / "agents" / "hook_logs" / session.id
+    return {
+        path.stem: [json.loads(line)["payload"] for line in path.read_text().splitlines()]
+        for path in sorted(folder.glob("*.jsonl"))
+    }
+
+
+async def test_a_real_projects_hooks_see_every_event_at_its_moment_with_claude_codes_fields(
+    code_puppy_home: Path, project: Path
+) -> None:
+    claude_project(project, agentic_layer_hooks(("universal_hook_logger.py",)), "agentic_layer")
+    ASKED.clear()
+    write = ToolCallPart("write_file", {"path": "notes.md", "content": "# notes\n"}, tool_call_id="w1")
+    shell = ToolCallPart("shell", {"command": "cat notes.md"}, tool_call_id="s1")
+    outcome, host, session, _ = await turn(project, [write], [shell], "done", ask=approve_all, prompt="take notes")
+    assert outcome.error is None and ASKED == ["write_file", "shell"]
+    await host.pre_compact("manual", "keep the notes", session)
+    await host.session_end()
+    events = logged(project, session)
+    assert sorted(events) == [
+        "Notification",
+        "PostToolUse",
+        "PreCompact",
+        "PreToolUse",
+        "SessionEnd",
+        "SessionStart",
+        "Stop",
+        "UserPromptSubmit",
+    ]
+    base = {"session_id": session.id, "cwd": str(project), "permission_mode": "ask"}
+    (start,) = events["SessionStart"]
+    assert start | {"transcript_path": None} == base | {
+        "transcript_path": None,
+        "hook_event_name": "SessionStart",
+        "source": "startup",
+        "model": None,
+    }
+    (prompt,) = events["UserPromptSubmit"]
+    assert prompt["prompt"] == "take notes"
+    notes = str(project / "notes.md")
+    assert [(e["tool_name"], e["tool_input"], e["tool_use_id"]) for e in events["PreToolUse"]] == [
+        ("Write", {"file_path": notes, "content": "# notes\n"}, "w1"),
+        ("Bash", {"command": "cat notes.md"}, "s1"),
+    ]
+    written, ran = events["PostToolUse"]
+    assert written["tool_response"]["filePath"] == notes and written["tool_response"]["success"] is True
+    assert ran["tool_response"] == {"stdout": "# notes\n", "stderr": "", "interrupted": False, "isImage": False}
+    assert [e["message"] for e in events["Notification"]] == [
+        "code-puppy needs your permission: write file notes.md",
+        "code-puppy needs your permission: run `cat notes.md`",
+    ]
+    assert events["PreCompact"] == [
+        base
+        | _paths(events)
+        | {"hook_event_name": "PreCompact", "trigger": "manual"}
+        | {"custom_instructions": "keep the notes"}
+    ]
+    assert [e["reason"] for e in events["SessionEnd"]] == ["other"]
+    # transcript_path is a JSONL file in Claude Code's record shape, appended to as the session grows.
+    transcript = Path(written["transcript_path"])
+    records = [json.loads(line) for line in transcript.read_text().splitlines()]
+    assert [(r["type"], [b["type"] for b in r["message"]["content"]]) for r in records] == [
+        ("user", ["text"]),
+        ("assistant", ["tool_use"]),
+        ("user", ["tool_result"]),
+        ("assistant", ["tool_use"]),
+        ("user", ["tool_result"]),
+        ("assistant", ["text"]),
+    ]
+    assert [r["parentUuid"] for r in records] == [None, *(r["uuid"] for r in records[:-1])]
+    assert {r["sessionId"] for r in records} == {session.id}
+    assert records[1]["message"]["content"][0] | {"id": "w1"} == {
+        "type": "tool_use",
+        "id": "w1",
+        "name": "Write",
+        "input": {"file_path": notes, "content": "# notes\n"},
+    }
+
+
+def _paths(events: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    return {"transcript_path": events["PreCompact"][0]["transcript_path"]}
+
+
+async def test_a_real_pre_tool_use_guards_json_deny_reaches_the_model_and_its_allow_skips_the_question(
+    code_puppy_home: Path, project: Path
+) -> None:
+    claude_project(project, agentic_layer_hooks(("destructive_command_blocker.py",)), "agentic_layer")
+    ASKED.clear()
+    wipe = ToolCallPart("shell", {"command": "rm -rf /"}, tool_call_id="s1")
+    look = ToolCallPart("shell", {"command": "ls"}, tool_call_id="s2")
+    outcome, _, session, _ = await turn(project, [wipe, look], "ok", ask=approve_all)
+    assert outcome.error is None
+    (denied, listed) = tool_returns(session.messages)
+    assert denied[:2] == ("shell", "denied")
+    assert denied[2].startswith(
+        "Blocked by plugin shell_hooks: ⚠️ BLOCKED: Dangerous command detected\n\nCommand: rm -rf /"
+    )
+    # Its "allow" for a safe command runs it without the question ask mode would have asked.
+    assert (listed[:2], "README.md" in listed[2], ASKED) == (("shell", "success"), True, [])
+
+
+async def test_allow_never_passes_a_protected_path_and_nobody_to_ask_denies(
+    code_puppy_home: Path, project: Path
+) -> None:
+    allow = """echo '{"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "allow"}}'"""
+    claude_project(project, {"PreToolUse": [command(allow)]})
+    config = ToolCallPart("write_file", {"path": ".claude/agents/x.md", "content": "x"}, tool_call_id="w1")
+    plain = ToolCallPart("write_file", {"path": "x.md", "content": "x"}, tool_call_id="w2")
+    outcome, _, session, _ = await turn(project, [config, plain], "ok")  # headless: nobody answers
+    assert outcome.error is None
+    assert [(name, result) for name, result, _ in tool_returns(session.messages)] == [
+        ("write_file", "denied"),
+        ("write_file", "success"),
+    ]
+    assert not (project / ".claude" / "agents" / "x.md").exists() and (project / "x.md").read_text() == "x"
+
+
+async def test_ask_asks_even_in_yolo_and_updated_input_is_what_runs(code_puppy_home: Path, project: Path) -> None:
+    rewrite = (
+        """python3 -c 'import json,sys; e=json.load(sys.stdin); i=e["tool_input"]; i["content"]=i["content"].upper();"""
+        """ print(json.dumps({"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "ask","""
+        """ "permissionDecisionReason": "check it", "updatedInput": i}}))'"""
+    )
+    claude_project(project, {"PreToolUse": [command(rewrite, "Write")]})
+    ASKED.clear()
+    write = ToolCallPart("write_file", {"path": "loud.txt", "content": "quiet"}, tool_call_id="w1")
+    outcome, _, _, _ = await turn(project, [write], "ok", mode="yolo", ask=approve_all)
+    assert (outcome.error, ASKED, (project / "loud.txt").read_text()) == (None, ["write_file"], "QUIET")
+    (project / "loud.txt").unlink()
+    outcome, _, session, _ = await turn(project, [write], "ok", mode="yolo")  # nobody to ask: denied
+    assert tool_returns(session.messages)[0][:2] == ("write_file", "denied")
+    assert "check it" in tool_returns(session.messages)[0][2] and not (project / "loud.txt").exists()
+
+
+async def test_continue_false_stops_the_turn_and_the_user_is_told(code_puppy_home: Path, project: Path) -> None:
+    stop = """echo '{"continue": false, "stopReason": "out of budget for today"}'"""
+    claude_project(project, {"PreToolUse": [command(stop, "Bash")]})
+    shell = ToolCallPart("shell", {"command": "touch ran"}, tool_call_id="s1")
+    outcome, _, _, (_, script) = await turn(project, [shell], "never asked", mode="yolo")
+    assert isinstance(outcome.error, TurnStopped)
+    assert (outcome.error.plugin, outcome.error.reason, len(script.seen)) == (
+        "shell_hooks",
+        "out of budget for today",
+        1,
+    )
+    assert not (project / "ran").exists()
+
+
+async def test_prompt_and_session_context_reach_the_model_beside_the_prompt_never_in_its_title(
+    code_puppy_home: Path, project: Path
+) -> None:
+    context = (
+        """echo '{"hookSpecificOutput": {"hookEventName": "UserPromptSubmit", "additionalContext": "ticket 7"}}'"""
+    )
+    claude_project(
+        project,
+        {"SessionStart": [command("echo 'branch: main'", "startup")], "UserPromptSubmit": [command(context)]},
+    )
+    outcome, host, session, (_, script) = await turn(project, "one", prompt="fix the bug")
+    assert outcome.error is None
+    first = script.seen[0][-1]
+    assert isinstance(first, ModelRequest)
+    (prompt,) = [part for part in first.parts if isinstance(part, UserPromptPart)]
+    assert [getattr(item, "content", item) for item in prompt.content] == ["fix the bug", "branch: main", "ticket 7"]
+    assert title_of(session.messages) == "fix the bug"
+    await turn(project, "two", prompt="and again", session=session, host=host)  # SessionStart: once per session
+    (again,) = [p for p in session.messages[-2].parts if isinstance(p, UserPromptPart)]  # type: ignore[union-attr]
+    assert [getattr(item, "content", item) for item in again.content] == ["and again", "ticket 7"]
+
+
+async def test_failures_and_delegations_run_their_events(code_puppy_home: Path, project: Path) -> None:
+    record = "cat >> events.jsonl; echo >> events.jsonl"
+    claude_project(
+        project,
+        {
+            "PostToolUseFailure": [command(record)],
+            "SubagentStart": [command(record)],
+            "SubagentStop": [command(record)],
+        },
+    )
+    missing = ToolCallPart("edit_file", {"path": "nope.py", "old_text": "a", "new_text": "b"}, tool_call_id="e1")
+    delegate = ToolCallPart("delegate_task", {"agent_name": "self", "task": "say hi"}, tool_call_id="d1")
+    outcome, _, _, _ = await turn(project, [missing], [delegate], "hi", "done", mode="yolo")
+    assert outcome.error is None
+    events = [json.loads(line) for line in (project / "events.jsonl").read_text().splitlines() if line.strip()]
+    assert [(e["hook_event_name"], e.get("tool_name"), e.get("agent_type"), e.get("agent_id")) for e in events] == [
+        ("PostToolUseFailure", "Edit", None, None),
+        ("SubagentStart", None, "self", "d1"),
+        ("SubagentStop", None, "self", "d1"),
+    ]
+    assert "nope.py" in events[0]["error"] and events[2]["last_assistant_message"] == "hi"
+
+
+async def test_an_agents_frontmatter_hooks_run_for_its_runs_only(code_puppy_home: Path, project: Path) -> None:
+    agents = project / ".claude" / "agents"
+    agents.mkdir(parents=True)
+    (agents / "careful.md").write_text(
+        "---\nname: careful\ndescription: Careful.\nhooks:\n  PreToolUse:\n    - matcher: Bash\n      hooks:\n"
+        "        - type: command\n          command: \"echo 'not in this agent' >&2; exit 2\"\n---\nBe careful.\n"
+    )
+    (definition,) = load_agents(project).items
+    assert definition.hooks is not None and "PreToolUse" in definition.hooks
+    settings = Settings()
+    host = load_plugins(settings, project, stderr=io.StringIO())
+    await host.startup(settings)
+    shell = ToolCallPart("shell", {"command": "ls"}, tool_call_id="s1")
+    script = scripted([shell], "ok", [shell], "ok")
+    agent = build_pydantic_agent(
+        settings, AgentOptions(model=script.model, project_root=project, permission_mode="yolo", plugins=host)
+    )
+    scope = capability(agent, AgentScope)
+    assert scope is not None
+    scope.definition = definition
+    session = Session.in_memory()
+    sink = TextSink(io.StringIO(), io.StringIO())
+    await run_turn(agent, RunDeps(session), "go", sink, plugins=host)
+    scope.definition = None
+    await run_turn(agent, RunDeps(session), "again", sink, plugins=host)
+    assert [
+        (result, text[:48] if result == "denied" else text[:15]) for _, result, text in tool_returns(session.messages)
+    ] == [
+        ("denied", "Blocked by plugin shell_hooks: not in this agent"),
+        ("success", "README.md\nPID: "),
+    ]
