@@ -285,7 +285,7 @@ async def test_a_claude_settings_file_that_cannot_be_read_is_one_line_and_the_ot
     claude_settings(
         project, ".claude/settings.json", {"Stop": [{"hooks": [{"type": "command", "command": "touch ran"}]}]}
     )
-    (project / ".claude" / "settings.local.json").write_text('{"hooks": {"Stop": [{"hooks": [{"type": "prompt"}]}]}}')
+    (project / ".claude" / "settings.local.json").write_text('{"hooks": {"Stop": [{"hooks": [{"command": 7}]}]}}')
     trust_project(project)
     host = await hooks(project)
     assert await host.turn_end(cast(Any, None), Session.in_memory()) is None
@@ -374,3 +374,33 @@ async def test_claude_codes_tool_names_select_the_same_tools_and_are_what_its_ho
     told = [event["tool_name"] for event in events(project / "told.jsonl")]
     # create_directory keeps its own name: a Bash hook would look for a command that is not there.
     assert told == ["Bash", "Read", "Write", "Edit", "Grep", "Glob", "Task", "create_directory", "web_fetch"]
+
+
+async def test_events_and_hook_types_code_puppy_does_not_have_are_named_once_and_the_rest_runs(
+    code_puppy_home: Path, project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    touch = {"type": "command", "command": "touch denied.ran"}
+    claude_settings(
+        project,
+        ".claude/settings.json",
+        {
+            "PermissionDenied": [{"hooks": [touch]}],
+            "PostCompact": [{"hooks": [touch]}],
+            "Stop": [
+                {"hooks": [{"type": "prompt", "prompt": "Is it done?"}, {"type": "command", "command": "touch ran"}]},
+                {"hooks": [{"type": "prompt", "prompt": "Really?"}]},
+            ],
+        },
+    )
+    claude_settings(project, ".claude/settings.local.json", {"PermissionDenied": [{"hooks": [touch]}]})
+    trust_project(project)
+    host = await hooks(project)
+    assert await host.turn_end(cast(Any, None), Session.in_memory()) is None
+    assert await host.turn_end(cast(Any, None), Session.in_memory()) is None
+    assert (project / "ran").exists() and not (project / "denied.ran").exists()
+    shared = project / ".claude" / "settings.json"
+    assert reports(capsys) == [
+        f"code-puppy: note: {shared}: PermissionDenied hooks do not run: code-puppy has no such event",
+        f"code-puppy: note: {shared}: PostCompact hooks do not run: code-puppy has no such event",
+        f"code-puppy: note: {shared}: `prompt` hooks do not run: code-puppy runs command hooks",
+    ]

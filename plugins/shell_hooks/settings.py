@@ -115,15 +115,22 @@ def _known_events(hooks: Any, where: str) -> dict[str, list[Matcher]]:
     known: dict[str, list[Matcher]] = {}
     for name, matchers in hooks.items():  # pyright: ignore[reportUnknownVariableType]
         if name in EVENTS:
-            known[str(name)] = [Matcher.model_validate(_known_keys(matcher)) for matcher in matchers]  # pyright: ignore[reportUnknownVariableType]
+            known[str(name)] = [Matcher.model_validate(_known_keys(matcher, where)) for matcher in matchers]  # pyright: ignore[reportUnknownVariableType]
         elif name not in _named:
             _named.add(str(name))
             print(f"code-puppy: note: {where}: {name} hooks do not run: code-puppy has no such event", file=sys.stderr)
     return known
 
 
-def _known_keys(matcher: Any) -> dict[str, Any]:
-    """A Claude Code matcher group without the keys code-puppy does not act on (a hook's `type` other than
-    `command` is rejected by validation)."""
-    hooks = [{key: hook[key] for key in ("type", "command", "timeout") if key in hook} for hook in matcher["hooks"]]
+def _known_keys(matcher: Any, where: str) -> dict[str, Any]:
+    """A Claude Code matcher group without the keys code-puppy does not act on, and without the hooks that are not
+    commands (`prompt`, `http`, `agent`, `mcp_tool`: each kind named once, as not run)."""
+    hooks: list[dict[str, Any]] = []
+    for hook in matcher["hooks"]:
+        kind = hook.get("type", "command")
+        if kind == "command":
+            hooks.append({key: hook[key] for key in ("type", "command", "timeout") if key in hook})
+        elif f"type {kind}" not in _named:
+            _named.add(f"type {kind}")
+            print(f"code-puppy: note: {where}: `{kind}` hooks do not run: code-puppy runs command hooks", file=sys.stderr)
     return {"matcher": matcher.get("matcher", "") or "", "hooks": hooks}
