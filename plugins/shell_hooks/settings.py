@@ -132,5 +132,6 @@ def _known_keys(matcher: Any, where: str) -> dict[str, Any]:
             hooks.append({key: hook[key] for key in ("type", "command", "timeout") if key in hook})
         elif f"type {kind}" not in _named:
             _named.add(f"type {kind}")
-            print(f"code-puppy: note: {where}: `{kind}` hooks do not run: code-puppy runs command hooks", file=sys.stderr)
+            note = f"code-puppy: note: {where}: `{kind}` hooks do not run: code-puppy runs command hooks"
+            print(note, file=sys.stderr)
     return {"matcher": matcher.get("matcher", "") or "", "hooks": hooks}
