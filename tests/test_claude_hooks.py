@@ -29,7 +29,10 @@ from code_puppy.plugins.host import PluginHost
 from code_puppy.run.deps import AskUser, RunDeps
 from code_puppy.sessions.catalog import title_of
 from code_puppy.sessions.session import Session
+from code_puppy.sessions.transcripts import read_transcript
 from code_puppy.trust import trust_project
+from tests.conftest import run_cli
+from tests.fake_llm import FakeLLMServer, call, text, tool_calls
 from tests.scripted_model import Reply, scripted, tool_returns
 
 FIXTURES = Path(__file__).parent / "fixtures" / "claude_hooks"
@@ -134,6 +137,25 @@ async def test_a_real_post_tool_use_lint_hook_makes_the_model_fix_its_code(
     assert [name for name, outcome_, _ in tool_returns(session.messages)] == ["write_file", "write_file"]
 
 
+def test_the_lint_loop_end_to_end_through_the_installed_command(
+    server: FakeLLMServer, code_puppy_home: Path, project: Path, ruff_on_path: None
+) -> None:
+    lint = "python3 $CLAUDE_PROJECT_DIR/.claude/hooks/python_ruff_lint.py"
+    claude_project(project, {"PostToolUse": [command(lint, "Edit|MultiEdit|Write")]}, "ruff_lint")
+    server.script(
+        tool_calls(call("write_file", {"path": "cart.py", "content": BROKEN})),
+        tool_calls(call("write_file", {"path": "cart.py", "content": FIXED})),
+        text("Fixed."),
+    )
+    completed = run_cli("-p", "add a total", "--permission-mode", "accept-edits", cwd=project)
+    assert (completed.returncode, completed.stdout) == (0, "Fixed.\n"), completed.stderr
+    told = [m["content"] for m in server.requests[1].body["messages"] if m["role"] == "tool"]
+    assert len(told) == 1 and "F821 Undefined name `itemz`" in told[0]
+    assert "code-puppy: shell_hooks: PostToolUse hook `python3 $CLAUDE_PROJECT_DIR" in completed.stderr
+    after = [m["content"] for m in server.requests[2].body["messages"] if m["role"] == "tool"]
+    assert "F821" not in after[-1] and (project / "cart.py").read_text() == FIXED
+
+
 def agentic_layer_hooks(scripts: tuple[str, ...]) -> dict[str, Any]:
     """The hooks of agentic-layer-python's own `.claude/settings.json` that run the scripts we carry, with `uv run`
     (which would download its tools) replaced by `python3`: the scripts need only the standard library."""
@@ -224,6 +246,12 @@ async def test_a_real_projects_hooks_see_every_event_at_its_moment_with_claude_c
     ]
     assert [r["parentUuid"] for r in records] == [None, *(r["uuid"] for r in records[:-1])]
     assert {r["sessionId"] for r in records} == {session.id}
+    imported = read_transcript(transcript)  # and code-puppy's own import reads it as Claude Code's, every call paired
+    assert (imported.format, imported.session_key, imported.problems) == ("claude-code", session.id, [])
+    assert [(name, result) for name, result, _ in tool_returns(imported.messages)] == [
+        ("Write", "success"),
+        ("Bash", "success"),
+    ]
     assert records[1]["message"]["content"][0] | {"id": "w1"} == {
         "type": "tool_use",
         "id": "w1",

@@ -404,3 +404,34 @@ async def test_events_and_hook_types_code_puppy_does_not_have_are_named_once_and
         f"code-puppy: note: {shared}: PostCompact hooks do not run: code-puppy has no such event",
         f"code-puppy: note: {shared}: `prompt` hooks do not run: code-puppy runs command hooks",
     ]
+
+
+async def test_the_transcript_is_appended_to_as_the_session_grows_never_rewritten(
+    code_puppy_home: Path, project: Path
+) -> None:
+    from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
+
+    claude_settings(project, ".claude/settings.json", {"Stop": [{"hooks": [{"type": "command", "command": "true"}]}]})
+    trust_project(project)
+    host = await hooks(project)
+    session = Session.in_memory()
+    first_turn = [ModelRequest(parts=[UserPromptPart("one")]), ModelResponse(parts=[TextPart("1")], model_name="m")]
+    await session.set_message_history(first_turn)
+    await host.turn_end(cast(Any, None), session)
+    path = code_puppy_home / "transcripts" / f"{session.id}.jsonl"
+    before = path.read_text()
+    await session.set_message_history([*first_turn, ModelRequest(parts=[UserPromptPart("two")])])
+    await host.turn_end(cast(Any, None), session)
+    after = path.read_text()
+    assert after.startswith(before)
+    records = [json.loads(line) for line in after.splitlines()]
+    assert [(r["type"], r["message"]) for r in records] == [
+        ("user", {"role": "user", "content": [{"type": "text", "text": "one"}]}),
+        (
+            "assistant",
+            {"role": "assistant", "content": [{"type": "text", "text": "1"}], "type": "message", "model": "m"},
+        ),
+        ("user", {"role": "user", "content": [{"type": "text", "text": "two"}]}),
+    ]
+    assert [r["parentUuid"] for r in records] == [None, records[0]["uuid"], records[1]["uuid"]]
+    assert {(r["sessionId"], r["cwd"], r["isSidechain"]) for r in records} == {(session.id, str(project), False)}
