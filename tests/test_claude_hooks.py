@@ -405,3 +405,96 @@ async def test_an_agents_frontmatter_hooks_run_for_its_runs_only(code_puppy_home
         ("denied", "Blocked by plugin shell_hooks: not in this agent"),
         ("success", "README.md\nPID: "),
     ]
+
+
+async def test_a_permission_request_hook_answers_for_the_user_and_notification_hears_of_each_question(
+    code_puppy_home: Path, project: Path
+) -> None:
+    answer = (
+        """python3 -c 'import json,sys; e=json.load(sys.stdin); ok=e["tool_input"]["command"].startswith("ls");"""
+        """ print(json.dumps({"hookSpecificOutput": {"hookEventName": "PermissionRequest", "decision":"""
+        """ {"behavior": "allow" if ok else "deny", "message": "only ls today"}}}))'"""
+    )
+    claude_project(
+        project,
+        {
+            "PermissionRequest": [command(answer, "Bash")],
+            "Notification": [command("cat >> notified.jsonl; echo >> notified.jsonl", "permission_prompt")],
+        },
+    )
+    ASKED.clear()
+    look = ToolCallPart("shell", {"command": "ls"}, tool_call_id="s1")
+    touch = ToolCallPart("shell", {"command": "touch x"}, tool_call_id="s2")
+    write = ToolCallPart("write_file", {"path": "a.txt", "content": "a"}, tool_call_id="w1")
+    outcome, _, session, _ = await turn(project, [look, touch, write], "ok", ask=approve_all)
+    assert outcome.error is None and ASKED == ["write_file"]  # the hook answered both commands
+    returns = tool_returns(session.messages)
+    assert [(name, result) for name, result, _ in returns] == [
+        ("shell", "success"),
+        ("shell", "denied"),
+        ("write_file", "success"),
+    ]
+    assert returns[1][2] == "Denied by plugin shell_hooks: only ls today" and not (project / "x").exists()
+    notified = [json.loads(line) for line in (project / "notified.jsonl").read_text().splitlines() if line]
+    assert [(n["hook_event_name"], n["notification_type"]) for n in notified] == [
+        ("Notification", "permission_prompt")
+    ] * 3
+
+
+async def test_session_start_says_resume_for_a_session_with_history(code_puppy_home: Path, project: Path) -> None:
+    claude_project(project, {"SessionStart": [command("cat > start.json", "resume")]})
+    settings = Settings()
+    host = load_plugins(settings, project, stderr=io.StringIO())
+    await host.startup(settings)
+    fresh = Session.in_memory()
+    assert await host.session_start(fresh) == []
+    assert not (project / "start.json").exists()  # the matcher is `resume`: a new session does not match
+    resumed = Session.in_memory()
+    await resumed.set_message_history([ModelRequest(parts=[UserPromptPart("earlier")])])
+    assert await host.session_start(resumed) == []
+    assert json.loads((project / "start.json").read_text())["source"] == "resume"
+
+
+PYTHON_PLUGIN = """
+import code_puppy
+from code_puppy.plugins import Context, ToolDecision
+
+@code_puppy.hookimpl
+def user_prompt_submit(prompt):
+    return Context("the user prefers tabs")
+
+@code_puppy.hookimpl
+def pre_tool_call(tool_name, args, tool_call_id):
+    if tool_name == "write_file":
+        return ToolDecision(args=args | {"content": args["content"] + "# reviewed\\n"})
+
+@code_puppy.hookimpl
+def post_tool_call(tool_name, result, tool_call_id):
+    return f"{tool_call_id}: remember the changelog"
+
+@code_puppy.hookimpl
+def tool_call_failed(tool_name):
+    raise RuntimeError("a broken plugin")
+"""
+
+
+async def test_a_python_plugin_adds_context_changes_arguments_and_gives_feedback(
+    code_puppy_home: Path, project: Path
+) -> None:
+    (code_puppy_home / "plugins").mkdir()
+    (code_puppy_home / "plugins" / "reviewer.py").write_text(PYTHON_PLUGIN)
+    write = ToolCallPart("write_file", {"path": "a.py", "content": "x = 1\n"}, tool_call_id="w1")
+    missing = ToolCallPart("read_file", {"path": "missing.py"}, tool_call_id="r1")
+    outcome, host, _, (_, script) = await turn(project, [write], [missing], "done", mode="yolo")
+    assert outcome.error is None
+    assert (project / "a.py").read_text() == "x = 1\n# reviewed\n"
+    (told,) = last_returns(script.seen[1])
+    assert told.endswith("\n\n[plugin reviewer] w1: remember the changelog")
+    first = script.seen[0][-1]
+    assert isinstance(first, ModelRequest)
+    (prompt,) = [part for part in first.parts if isinstance(part, UserPromptPart)]
+    assert [getattr(item, "content", item) for item in prompt.content] == ["go", "the user prefers tabs"]
+    # The failed read reached tool_call_failed, whose error was reported as the plugin's and broke nothing.
+    assert len(script.seen) == 3
+    (reviewer,) = [plugin for plugin in host.plugins if plugin.name == "reviewer"]
+    assert reviewer.error == "tool_call_failed raised RuntimeError: a broken plugin"
