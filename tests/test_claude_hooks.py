@@ -23,7 +23,7 @@ from code_puppy.core.turn import TurnOutcome, run_turn
 from code_puppy.definitions.agent_scope import AgentScope
 from code_puppy.definitions.files import load_agents
 from code_puppy.headless.sinks import TextSink
-from code_puppy.plugins import TurnStopped
+from code_puppy.plugins import ToolDecision, TurnStopped
 from code_puppy.plugins.discovery import load_plugins
 from code_puppy.plugins.host import PluginHost
 from code_puppy.run.deps import AskUser, RunDeps
@@ -498,3 +498,25 @@ async def test_a_python_plugin_adds_context_changes_arguments_and_gives_feedback
     assert len(script.seen) == 3
     (reviewer,) = [plugin for plugin in host.plugins if plugin.name == "reviewer"]
     assert reviewer.error == "tool_call_failed raised RuntimeError: a broken plugin"
+
+
+async def test_plugins_decisions_combine_a_question_wins_over_an_allowance_and_arguments_flow_on(
+    code_puppy_home: Path, project: Path
+) -> None:
+    plugins = code_puppy_home / "plugins"
+    plugins.mkdir()
+    (plugins / "a_asks.py").write_text(
+        "import code_puppy\nfrom code_puppy.plugins import ToolDecision\n@code_puppy.hookimpl\n"
+        "def pre_tool_call(args):\n    return ToolDecision('ask', 'a wants a look', args={**args, 'content': 'A'})\n"
+    )
+    (plugins / "b_allows.py").write_text(
+        "import code_puppy\nfrom code_puppy.plugins import ToolDecision\nSEEN = []\n@code_puppy.hookimpl\n"
+        "def pre_tool_call(args):\n    SEEN.append(args['content'])\n    return ToolDecision('allow')\n"
+    )
+    settings = Settings()
+    host = load_plugins(settings, project, stderr=io.StringIO())
+    await host.startup(settings)
+    decision = await host.pre_tool_call("write_file", {"path": "x", "content": "0"}, Session.in_memory(), "w1")
+    assert decision == ToolDecision("ask", "a wants a look", {"path": "x", "content": "A"})
+    (b,) = [plugin.namespace for plugin in host.plugins if plugin.name == "b_allows"]
+    assert b.SEEN == ["A"]  # type: ignore[union-attr]

@@ -350,15 +350,7 @@ class PluginHost:
                 return ToolDecision("deny", f"Blocked by plugin {impl.plugin_name}: {returned.reason or 'denied'}")
             if returned.args is not None:
                 arguments["args"] = copy.deepcopy(returned.args)
-            permission = decided.permission if decided is not None else None
-            if permission != "ask" and returned.permission is not None:
-                permission = returned.permission
-                reason = returned.reason
-            else:
-                reason = decided.reason if decided is not None else ""
-            decided = ToolDecision(
-                permission, reason, returned.args if returned.args is not None else (decided.args if decided else None)
-            )
+            decided = returned if decided is None else _together(decided, returned)
         return decided
 
     async def post_tool_call(
@@ -398,6 +390,13 @@ DELEGATE = "delegate_task"
 def _delegated(args: dict[str, Any]) -> tuple[str, str]:
     """The agent a `delegate_task` call runs, and its prompt."""
     return str(args.get("agent_name") or ""), str(args.get("task") or "")
+
+
+def _together(earlier: ToolDecision, later: ToolDecision) -> ToolDecision:
+    """Two plugins' decisions on one call as one: a question wins over an allowance, later arguments over earlier."""
+    first = earlier.permission == "ask" or later.permission is None
+    permission, reason = (earlier.permission, earlier.reason) if first else (later.permission, later.reason)
+    return ToolDecision(permission, reason, later.args if later.args is not None else earlier.args)
 
 
 def _text_of(result: Any) -> str:
