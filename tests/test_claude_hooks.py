@@ -55,11 +55,14 @@ def command(line: str, matcher: str | None = None) -> dict[str, Any]:
 
 async def approve_all(ctx: RunContext[Any], requests: DeferredToolRequests, token: str) -> DeferredToolResults:
     ASKED.extend(call.tool_name for call in requests.approvals)
+    SUMMARIES.extend(str(requests.metadata[call.tool_call_id]["summary"]) for call in requests.approvals)
     return requests.build_results(approvals={call.tool_call_id: True for call in requests.approvals})
 
 
 ASKED: list[str] = []
 """The calls `approve_all` was asked about."""
+SUMMARIES: list[str] = []
+"""What the questions `approve_all` answered said."""
 
 
 async def turn(
@@ -306,9 +309,11 @@ async def test_ask_asks_even_in_yolo_and_updated_input_is_what_runs(code_puppy_h
     )
     claude_project(project, {"PreToolUse": [command(rewrite, "Write")]})
     ASKED.clear()
+    SUMMARIES.clear()
     write = ToolCallPart("write_file", {"path": "loud.txt", "content": "quiet"}, tool_call_id="w1")
     outcome, _, _, _ = await turn(project, [write], "ok", mode="yolo", ask=approve_all)
     assert (outcome.error, ASKED, (project / "loud.txt").read_text()) == (None, ["write_file"], "QUIET")
+    assert SUMMARIES == ["write file loud.txt; a hook asks (check it)"]  # the hook's reason, in the question
     (project / "loud.txt").unlink()
     outcome, _, session, _ = await turn(project, [write], "ok", mode="yolo")  # nobody to ask: denied
     assert tool_returns(session.messages)[0][:2] == ("write_file", "denied")

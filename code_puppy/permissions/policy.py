@@ -162,12 +162,17 @@ class PermissionPolicy(AbstractCapability[Any]):
         if decision == "allow":
             return args
         if decision == "ask" and _interactive(ctx):
+            summary = self.summary(call.tool_name, args)
+            if hooked is not None and hooked.permission == "ask":  # asked each time: no "always" covers it
+                self._hooked[key] = hooked
+                why = f" ({hooked.reason})" if hooked.reason else ""
+                raise ApprovalRequired(metadata={"scope": None, "summary": f"{summary}; a hook asks{why}"})
             scope = self.scope(call.tool_name, args)
-            if scope in self.session_allowed and (hooked is None or hooked.permission != "ask"):
+            if scope in self.session_allowed:
                 return args
             if hooked is not None:
                 self._hooked[key] = hooked
-            raise ApprovalRequired(metadata={"scope": scope, "summary": self.summary(call.tool_name, args)})
+            raise ApprovalRequired(metadata={"scope": scope, "summary": summary})
         if decision == "ask" and not reason:
             reason = (
                 f"`{call.tool_name}` needs the user's approval in '{self.mode}' mode and this run is non-interactive, "
