@@ -159,6 +159,20 @@ def test_the_lint_loop_end_to_end_through_the_installed_command(
     assert "F821" not in after[-1] and (project / "cart.py").read_text() == FIXED
 
 
+def test_a_stopping_hook_ends_a_headless_turn_in_one_line(
+    server: FakeLLMServer, code_puppy_home: Path, project: Path
+) -> None:
+    stop = """echo '{"continue": false, "stopReason": "deploy freeze until Monday"}'"""
+    claude_project(project, {"PostToolUse": [command(stop, "Write")]})
+    server.script(tool_calls(call("write_file", {"path": "a.txt", "content": "a"})), text("never sent"))
+    completed = run_cli("-p", "write it", "--permission-mode", "accept-edits", cwd=project)
+    assert (completed.returncode, completed.stdout, len(server.requests)) == (1, "", 1)
+    assert completed.stderr == (
+        "⚙ write_file(a.txt)\ncode-puppy: stopped by plugin shell_hooks: deploy freeze until Monday\n"
+    )
+    assert (project / "a.txt").read_text() == "a"  # PostToolUse: the call had run
+
+
 def agentic_layer_hooks(scripts: tuple[str, ...]) -> dict[str, Any]:
     """The hooks of agentic-layer-python's own `.claude/settings.json` that run the scripts we carry, with `uv run`
     (which would download its tools) replaced by `python3`: the scripts need only the standard library."""

@@ -86,7 +86,7 @@ def ending(outcome: TurnOutcome, *, stopped_by: Status | None = None) -> tuple[S
     elif isinstance(error, PromptBlocked):
         status, message = "error", f"prompt blocked by plugin {error.plugin}: {error.reason}"
     elif isinstance(error, TurnStopped):
-        status, message = "interrupted", f"stopped by plugin {error.plugin}: {error.reason}"
+        status, message = "error", f"stopped by plugin {error.plugin}: {error.reason}"
     elif isinstance(error, UsageLimitExceeded):
         status, message = "limit", f"stopped by a limit: {error}"
     elif isinstance(error, TimeoutError):

@@ -105,7 +105,7 @@ class AgentDefinition:
     grant: ToolGrant = field(default_factory=ToolGrant)
     permission_mode: str | None = None
     """A mode this agent runs in at most (it never loosens the user's)."""
-    hooks: dict[str, Any] | None = None
+    hooks: dict[str, Any] | None = field(default=None, hash=False)
     """Its frontmatter `hooks:` (Claude Code's shape), run for its runs by the bundled shell_hooks plugin."""
 
 
