@@ -30,8 +30,12 @@ CHECKPOINT_IGNORE = ".code-puppy/checkpointignore"
 """More paths to leave out of checkpoints, in `.gitignore` syntax: with `*` it would switch them off."""
 COVERED_FILES = (PROJECT_CONFIG, ".mcp.json", "mcp.json", CHECKPOINT_IGNORE)
 """Project files whose content trust records (relative to the project root, `/`-separated)."""
-COVERED_GLOBS = (".claude/settings*.json",)
-"""Patterns of further covered files: other agents' settings, recorded so that a reader of them can rely on trust."""
+COVERED_GLOBS = (
+    ".claude/settings*.json",
+    *(f"{layout}/agents/**/*.md" for layout in (".claude", ".code-puppy", ".agents")),
+)
+"""Patterns of further covered files: other agents' settings, and file-defined agents (whose frontmatter `hooks:` run
+commands), recorded so that a reader of them can rely on trust."""
 PluginsTrust = Literal["trusted", "untrusted", "changed"]
 
 

@@ -393,7 +393,9 @@ async def test_failures_and_delegations_run_their_events(code_puppy_home: Path, 
     assert "nope.py" in events[0]["error"] and events[2]["last_assistant_message"] == "hi"
 
 
-async def test_an_agents_frontmatter_hooks_run_for_its_runs_only(code_puppy_home: Path, project: Path) -> None:
+async def test_an_agents_frontmatter_hooks_run_for_its_runs_once_the_project_is_trusted(
+    code_puppy_home: Path, project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     agents = project / ".claude" / "agents"
     agents.mkdir(parents=True)
     (agents / "careful.md").write_text(
@@ -401,29 +403,40 @@ async def test_an_agents_frontmatter_hooks_run_for_its_runs_only(code_puppy_home
         "        - type: command\n          command: \"echo 'not in this agent' >&2; exit 2\"\n---\nBe careful.\n"
     )
     (definition,) = load_agents(project).items
-    assert definition.hooks is not None and "PreToolUse" in definition.hooks
-    settings = Settings()
-    host = load_plugins(settings, project, stderr=io.StringIO())
-    await host.startup(settings)
+    assert definition.hooks == {
+        "PreToolUse": [
+            {"matcher": "Bash", "hooks": [{"type": "command", "command": "echo 'not in this agent' >&2; exit 2"}]}
+        ]
+    }
     shell = ToolCallPart("shell", {"command": "ls"}, tool_call_id="s1")
-    script = scripted([shell], "ok", [shell], "ok")
-    agent = build_pydantic_agent(
-        settings, AgentOptions(model=script.model, project_root=project, permission_mode="yolo", plugins=host)
+
+    async def runs(*, as_agent: bool) -> list[tuple[str, str]]:
+        settings = Settings()
+        host = load_plugins(settings, project, stderr=io.StringIO())
+        await host.startup(settings)
+        script = scripted([shell], "ok")
+        agent = build_pydantic_agent(
+            settings, AgentOptions(model=script.model, project_root=project, permission_mode="yolo", plugins=host)
+        )
+        scope = capability(agent, AgentScope)
+        assert scope is not None
+        scope.definition = definition if as_agent else None
+        session = Session.in_memory()
+        await run_turn(agent, RunDeps(session), "go", TextSink(io.StringIO(), io.StringIO()), plugins=host)
+        return [
+            (result, text[:48] if result == "denied" else text[:10])
+            for _, result, text in tool_returns(session.messages)
+        ]
+
+    # They run commands: an untrusted project's agent keeps its prompt, not its hooks.
+    assert await runs(as_agent=True) == [("success", "README.md\n")]
+    assert capsys.readouterr().err == (
+        f"code-puppy: note: {agents / 'careful.md'} (agent careful): its hooks do not run: this project is not "
+        "trusted (`code-puppy trust`)\n"
     )
-    scope = capability(agent, AgentScope)
-    assert scope is not None
-    scope.definition = definition
-    session = Session.in_memory()
-    sink = TextSink(io.StringIO(), io.StringIO())
-    await run_turn(agent, RunDeps(session), "go", sink, plugins=host)
-    scope.definition = None
-    await run_turn(agent, RunDeps(session), "again", sink, plugins=host)
-    assert [
-        (result, text[:48] if result == "denied" else text[:15]) for _, result, text in tool_returns(session.messages)
-    ] == [
-        ("denied", "Blocked by plugin shell_hooks: not in this agent"),
-        ("success", "README.md\nPID: "),
-    ]
+    trust_project(project)
+    assert await runs(as_agent=True) == [("denied", "Blocked by plugin shell_hooks: not in this agent")]
+    assert await runs(as_agent=False) == [("success", "README.md\n")]  # code-puppy itself: not the agent's hooks
 
 
 async def test_a_permission_request_hook_answers_for_the_user_and_notification_hears_of_each_question(

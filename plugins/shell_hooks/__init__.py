@@ -292,17 +292,34 @@ def _configs(project: Path) -> list[tuple[Config, bool]]:
     from code_puppy.definitions.agent_scope import running_agent
 
     if (agent := running_agent()) is not None and agent.hooks:
-        configs.append((_agent_config(agent.name, str(agent.path), agent.hooks), True))
+        configs.append((_agent_config(agent, project), True))
     return configs
 
 
-_agents: dict[tuple[str, str], Config] = {}
+_agents: dict[Path, Config] = {}
+"""Each running agent's hooks, by its file; read once."""
 
 
-def _agent_config(name: str, source: str, hooks: Any) -> Config:
-    if (name, source) not in _agents:
-        _agents[name, source] = agent_config(hooks, f"{source} (agent {name})")
-    return _agents[name, source]
+def _agent_config(agent: Any, project: Path) -> Config:
+    """An agent's frontmatter hooks: a user's as they are, a project's only as `code-puppy trust` recorded its file."""
+    if agent.path not in _agents:
+        where = f"{agent.path} (agent {agent.name})"
+        _agents[agent.path] = Config()
+        if agent.scope != "project" or _trusted(agent.path, project, where):
+            _agents[agent.path] = agent_config(agent.hooks, where)
+    return _agents[agent.path]
+
+
+def _trusted(path: Path, project: Path, where: str) -> bool:
+    from code_puppy.trust import project_trust
+
+    relative = path.resolve().relative_to(project.resolve()).as_posix()
+    trust = project_trust(project)
+    if not trust.trusts(relative):
+        why = trust.why_not(relative)
+        print(f"code-puppy: note: {where}: its hooks do not run: {why} (`code-puppy trust`)", file=sys.stderr)
+        return False
+    return True
 
 
 def _matches(pattern: str, target: str, *, tool: bool) -> bool:
