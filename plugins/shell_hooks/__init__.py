@@ -97,7 +97,7 @@ class Ran:
 
     @property
     def context(self) -> str | None:
-        """Text for the model: `additionalContext`, or (`plain`) what a hook that printed no JSON printed."""
+        """Text for the model: `hookSpecificOutput.additionalContext`."""
         extra = self.specific.get("additionalContext")
         return extra.strip() if isinstance(extra, str) and extra.strip() else None
 
@@ -189,11 +189,8 @@ async def permission_request(
 ) -> ToolDecision | None:
     notice = {"message": f"code-puppy needs your permission: {summary}", "notification_type": "permission_prompt"}
     request = _tool_fields(tool_name, args, tool_call_id) | {"permission_suggestions": []}
-    ran_both = await asyncio.gather(
-        _run("Notification", session, "permission_prompt", notice | {"title": "Permission needed"}),
-        _run("PermissionRequest", session, tool_name, request),
-    )
-    for ran in ran_both[1]:
+    await _run("Notification", session, "permission_prompt", notice | {"title": "Permission needed"})
+    for ran in await _run("PermissionRequest", session, tool_name, request):
         decision = ran.specific.get("decision")
         behavior = decision.get("behavior") if isinstance(decision, dict) else None  # pyright: ignore[reportUnknownMemberType]
         if behavior == "allow":
