@@ -221,7 +221,7 @@ async def test_a_real_projects_hooks_see_every_event_at_its_moment_with_claude_c
         "Stop",
         "UserPromptSubmit",
     ]
-    base = {"session_id": session.id, "cwd": str(project), "permission_mode": "ask"}
+    base = {"session_id": session.id, "cwd": str(project), "permission_mode": "default"}  # Claude Code's "ask"
     (start,) = events["SessionStart"]
     assert start | {"transcript_path": None} == base | {
         "transcript_path": None,

@@ -246,7 +246,8 @@ async def test_claude_code_hooks_of_both_files_get_claude_codes_names_and_ours_k
     assert await host.pre_tool_call("read_file", {"path": "a.py"}, session, "c3") is None
     assert await host.turn_end(cast(Any, None), session) is None
     transcript = str(code_puppy_home / "transcripts" / f"{session.id}.jsonl")
-    base = {"session_id": session.id, "transcript_path": transcript, "cwd": str(project), "permission_mode": "ask"}
+    # Claude Code's name for the mode (ask is its "default"); our own hooks get ours.
+    base = {"session_id": session.id, "transcript_path": transcript, "cwd": str(project), "permission_mode": "default"}
     assert events(project / "claude.jsonl") == [
         base
         | {
@@ -267,6 +268,7 @@ async def test_claude_code_hooks_of_both_files_get_claude_codes_names_and_ours_k
         base
         | {
             "transcript_path": None,
+            "permission_mode": "ask",
             "hook_event_name": "PreToolUse",
             "tool_name": "edit_file",
             "tool_input": edit,

@@ -32,7 +32,7 @@ from code_puppy.plugins import Context, ToolDecision, TurnStopped
 from code_puppy.plugins.options import plugin_options
 from code_puppy.plugins.process import Completed, run_shell
 
-from .claude import CLAUDE_NAME_OF, CLAUDE_TOOL_NAMES, claude_event, ours
+from .claude import CLAUDE_MODES, CLAUDE_NAME_OF, CLAUDE_TOOL_NAMES, claude_event, ours
 from .settings import Command, Config, agent_config, claude_config
 from .transcript import transcript_path
 
@@ -256,7 +256,8 @@ async def _run(event_name: str, session: Any, target: str | None, fields: dict[s
     theirs = ours_
     if any(hook.claude for hook in hooks):
         claude = claude_event(fields, project) | {"transcript_path": transcript_path(session)}
-        theirs = json.dumps(event | claude, default=str)
+        mode = CLAUDE_MODES.get(session.permission_mode, session.permission_mode)
+        theirs = json.dumps(event | claude | {"permission_mode": mode}, default=str)
     env = os.environ | {"CLAUDE_PROJECT_DIR": str(project), "CODE_PUPPY_PROJECT_DIR": str(project)}
     runs = [
         run_shell(

@@ -27,6 +27,8 @@ CLAUDE_NAME_OF |= {"list_files": "Glob", "delegate_task": "Task"}
 tools, plan tools) keep their own: Claude Code has no such tool, and a `Bash` hook would look for a `command`."""
 CLAUDE_FIELDS = {"path": "file_path", "old_text": "old_string", "new_text": "new_string"}
 """code-puppy's file-tool argument names, as Claude Code's hooks read them."""
+CLAUDE_MODES = {"ask": "default", "accept-edits": "acceptEdits", "yolo": "bypassPermissions", "read-only": "plan"}
+"""code-puppy's permission modes as Claude Code names its own (`auto` keeps its name)."""
 DELEGATE_FIELDS = {"agent_name": "subagent_type", "task": "prompt"}
 """`delegate_task`'s arguments, as Claude Code's `Task` tool names them."""
 _HANDLES = re.compile(r"^PID: \d+ \(", re.MULTILINE)
