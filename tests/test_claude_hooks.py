@@ -552,3 +552,76 @@ async def test_plugins_decisions_combine_a_question_wins_over_an_allowance_and_a
     assert decision == ToolDecision("ask", "a wants a look", {"path": "x", "content": "A"})
     (b,) = [plugin.namespace for plugin in host.plugins if plugin.name == "b_allows"]
     assert b.SEEN == ["A"]  # type: ignore[union-attr]
+
+
+def hooks_mastery_settings() -> dict[str, Any]:
+    """claude-code-hooks-mastery's own `.claude/settings.json` hooks for the scripts we carry, `uv run` replaced by
+    `python3`; its UserPromptSubmit hook without `--name-agent` (that asks an LLM for a name) and its SessionStart
+    hook with the script's own `--load-context` option (git state and TODO.md for the model)."""
+    original = json.loads((FIXTURES / "hooks_mastery" / "settings.original.json").read_text())
+    carried = {path.name for path in (FIXTURES / "hooks_mastery" / ".claude" / "hooks").glob("*.py")}
+    hooks: dict[str, Any] = {}
+    for event, groups in original["hooks"].items():
+        for group in groups:
+            kept = [
+                hook
+                | {
+                    "command": hook["command"]
+                    .replace("uv run ", "python3 ")
+                    .replace(" --name-agent", "")
+                    .replace("session_start.py", "session_start.py --load-context")
+                }
+                for hook in group["hooks"]
+                if hook["command"].split("/")[-1].split()[0] in carried or event == "Setup"
+            ]
+            if kept:
+                hooks.setdefault(event, []).append(group | {"hooks": kept})
+    return hooks
+
+
+async def test_a_popular_hook_collection_runs_at_each_event_blocks_with_exit_2_and_gives_the_model_context(
+    code_puppy_home: Path, project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    claude_project(project, hooks_mastery_settings(), "hooks_mastery")
+    (project / "TODO.md").write_text("- ship the cart fix\n")
+    (project / ".env").write_text("TOKEN=secret\n")
+    secret = ToolCallPart("read_file", {"path": ".env"}, tool_call_id="r1")
+    missing = ToolCallPart("edit_file", {"path": "nope.py", "old_text": "a", "new_text": "b"}, tool_call_id="e1")
+    delegate = ToolCallPart("delegate_task", {"agent_name": "self", "task": "say hi"}, tool_call_id="d1")
+    outcome, host, session, (_, script) = await turn(
+        project, [secret, missing], [delegate], "hi", "done", mode="yolo", prompt="ship it"
+    )
+    assert outcome.error is None
+    await host.pre_compact("manual", None, session)
+    await host.session_end()
+    # SessionStart's additionalContext reached the model beside the prompt.
+    first = script.seen[0][-1]
+    assert isinstance(first, ModelRequest)
+    (prompt,) = [part for part in first.parts if isinstance(part, UserPromptPart)]
+    typed, context = [getattr(item, "content", item) for item in prompt.content]
+    assert typed == "ship it" and "Session source: startup" in context and "- ship the cart fix" in context
+    # Its PreToolUse guard's exit 2 reached the model; the secret did not.
+    returns = tool_returns(session.messages)
+    assert returns[0] == (
+        "read_file",
+        "denied",
+        "Blocked by plugin shell_hooks: BLOCKED: Access to .env files containing sensitive data is prohibited\n"
+        "Use .env.sample for template files instead",
+    )
+    logs = {path.stem: json.loads(path.read_text()) for path in (project / "logs").glob("*.json")}
+    assert {name: len(entries) for name, entries in logs.items()} == {
+        "session_start": 1,
+        "user_prompt_submit": 1,
+        "pre_tool_use": 2,  # the edit and the delegation: the blocked read is not logged by the script
+        "post_tool_use": 1,  # the delegation; the failed edit went to PostToolUseFailure
+        "post_tool_use_failure": 1,
+        "subagent_start": 1,
+        "pre_compact": 1,
+        "session_end": 1,
+    }
+    assert logs["post_tool_use_failure"][0]["tool_name"] == "Edit"
+    assert logs["subagent_start"][0]["agent_type"] == "self"
+    settings = project / ".claude" / "settings.json"
+    assert f"code-puppy: note: {settings}: Setup hooks do not run: code-puppy has no such event" in (
+        capsys.readouterr().err.splitlines()
+    )
