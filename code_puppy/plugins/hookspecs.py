@@ -3,7 +3,8 @@
 An implementation takes any subset of its hook's arguments, by name, and may be `async`. Implementations run in
 plugin order (discovery order; pluggy's `tryfirst`/`trylast` move one to the front or back), one at a time, and an
 exception is reported once per plugin and otherwise ignored, except in `pre_tool_call`, where it blocks the call.
-`session` is a read-only `SessionView`: `id`, `project_dir`, `model` and `messages` (the durable history).
+`session` is a read-only `SessionView`: `id`, `project_dir`, `model`, `permission_mode` and `messages` (the durable
+history). Tool-call hooks also get the call's `tool_call_id`.
 """
 
 from __future__ import annotations
