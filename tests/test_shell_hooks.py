@@ -437,3 +437,17 @@ async def test_the_transcript_is_appended_to_as_the_session_grows_never_rewritte
     ]
     assert [r["parentUuid"] for r in records] == [None, records[0]["uuid"], records[1]["uuid"]]
     assert {(r["sessionId"], r["cwd"], r["isSidechain"]) for r in records} == {(session.id, str(project), False)}
+    # A compaction shortens the history: a boundary record, then the shorter history, still appended.
+    await session.set_message_history([ModelRequest(parts=[UserPromptPart("summary")])])
+    await host.turn_end(cast(Any, None), session)
+    await session.set_message_history([ModelRequest(parts=[UserPromptPart("summary")]), first_turn[1]])
+    await host.turn_end(cast(Any, None), session)
+    final = path.read_text()
+    assert final.startswith(after)
+    added = [json.loads(line) for line in final.splitlines()[3:]]
+    assert [(r["type"], r.get("subtype"), r["parentUuid"]) for r in added] == [
+        ("system", "compact_boundary", records[2]["uuid"]),
+        ("user", None, added[0]["uuid"]),
+        ("assistant", None, added[1]["uuid"]),
+    ]
+    assert added[1]["message"]["content"] == [{"type": "text", "text": "summary"}]

@@ -27,9 +27,9 @@ def transcript_path(session: Any) -> str | None:
     records: list[dict[str, Any]] = []
     base = {"isSidechain": False, "userType": "external", "cwd": str(session.project_dir), "sessionId": session.id}
     base["version"] = "code-puppy"
-    if len(messages) < done:  # compacted or rewound: what follows continues from the shorter history
+    if len(messages) < done:  # compacted or rewound: a boundary, then the shorter history (its summary first)
         records.append({"type": "system", "subtype": "compact_boundary", "content": "Conversation compacted"})
-        done = len(messages)
+        done = 0
     for message in messages[done:]:
         records += _records(message, Path(session.project_dir))
     try:
