@@ -59,6 +59,7 @@ def reports(capsys: pytest.CaptureFixture[str]) -> list[str]:
         ),
         ("""echo '{"hookSpecificOutput": {"permissionDecision": "allow"}}'""", "allow", None),
         ("""echo '{"hookSpecificOutput": "deny"}'""", None, None),
+        ("""echo '{"decision": {"not": "a string"}}'""", None, None),
         ("echo '[\"block\"]'", None, None),
         ("echo 'block'", None, None),
         ("""echo '{"decision": "block"}'; exit 1""", None, "exited 1: no output"),

@@ -149,7 +149,8 @@ async def pre_tool_call(tool_name: str, args: dict[str, Any], tool_call_id: str,
             return ToolDecision(stop=ran.stop)
         if (blocked := ran.blocked) is not None:
             return ToolDecision("deny", blocked)
-        decided = ran.specific.get("permissionDecision") or {"approve": "allow"}.get(ran.output.get("decision", ""))
+        legacy = {"approve": "allow"}.get(str(ran.output.get("decision", "")))  # Claude Code's older spelling
+        decided = ran.specific.get("permissionDecision") or legacy
         if decided in ("allow", "ask") and permission != "ask":
             permission, reason = decided, str(ran.specific.get("permissionDecisionReason") or "")
         if isinstance(new := ran.specific.get("updatedInput"), dict):
