@@ -13,7 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic_ai.messages import ModelMessage, ModelRequest, ToolCallPart, ToolReturnPart, UserPromptPart
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
 from pydantic_ai.models.function import AgentInfo
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, RunContext
 
@@ -28,6 +35,7 @@ from code_puppy.plugins.discovery import load_plugins
 from code_puppy.plugins.host import PluginHost
 from code_puppy.run.deps import AskUser, RunDeps
 from code_puppy.sessions.catalog import title_of
+from code_puppy.sessions.search import text_parts
 from code_puppy.sessions.session import Session
 from code_puppy.sessions.transcripts import read_transcript
 from code_puppy.trust import trust_project
@@ -365,6 +373,8 @@ async def test_prompt_and_session_context_reach_the_model_beside_the_prompt_neve
     (prompt,) = [part for part in first.parts if isinstance(part, UserPromptPart)]
     assert [getattr(item, "content", item) for item in prompt.content] == ["fix the bug", "branch: main", "ticket 7"]
     assert title_of(session.messages) == "fix the bug"
+    stored = ModelMessagesTypeAdapter.dump_json([first])[1:-1].decode()  # the message as the store keeps it
+    assert text_parts(stored) == [("user", "fix the bug")]  # what the search index takes
     await turn(project, "two", prompt="and again", session=session, host=host)  # SessionStart: once per session
     (again,) = [p for p in session.messages[-2].parts if isinstance(p, UserPromptPart)]  # type: ignore[union-attr]
     assert [getattr(item, "content", item) for item in again.content] == ["and again", "ticket 7"]
