@@ -635,3 +635,43 @@ async def test_a_popular_hook_collection_runs_at_each_event_blocks_with_exit_2_a
     assert f"code-puppy: note: {settings}: Setup hooks do not run: code-puppy has no such event" in (
         capsys.readouterr().err.splitlines()
     )
+
+
+async def test_a_delegated_agents_frontmatter_hooks_run_inside_its_run(code_puppy_home: Path, project: Path) -> None:
+    agents = project / ".claude" / "agents"
+    agents.mkdir(parents=True)
+    (agents / "careful.md").write_text(
+        "---\nname: careful\ndescription: Careful.\nhooks:\n  PreToolUse:\n    - matcher: Bash\n      hooks:\n"
+        "        - type: command\n          command: \"echo 'careful runs none' >&2; exit 2\"\n---\nBe careful.\n"
+    )
+    trust_project(project)
+    settings = Settings()
+    host = load_plugins(settings, project, stderr=io.StringIO())
+    await host.startup(settings)
+    delegate = ToolCallPart("delegate_task", {"agent_name": "careful", "task": "list files"}, tool_call_id="d1")
+    shell = ToolCallPart("shell", {"command": "ls"}, tool_call_id="s1")
+    script = scripted([delegate], [shell], "could not list", [shell], "ok")
+    agent = build_pydantic_agent(
+        settings,
+        AgentOptions(
+            model=script.model,
+            project_root=project,
+            permission_mode="yolo",
+            plugins=host,
+            agents=load_agents(project).items,
+            agent_models={"careful": script.model},
+        ),
+    )
+    session = Session.in_memory()
+    await run_turn(agent, RunDeps(session), "go", TextSink(io.StringIO(), io.StringIO()), plugins=host)
+    inside = [
+        part for message in script.seen[2] for part in getattr(message, "parts", []) if isinstance(part, ToolReturnPart)
+    ]
+    assert [(part.tool_name, part.outcome, str(part.content)) for part in inside] == [
+        ("shell", "denied", "Blocked by plugin shell_hooks: careful runs none")
+    ]
+    # Back in the main conversation, code-puppy's own shell call is not that agent's to block.
+    assert [(name, result) for name, result, _ in tool_returns(session.messages)] == [
+        ("delegate_task", "success"),
+        ("shell", "success"),
+    ]
