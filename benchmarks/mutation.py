@@ -166,9 +166,15 @@ PACKAGES = {
         ),
     ),
     "shell_hooks": Package(
-        sources=("plugins/shell_hooks/__init__.py",),
+        sources=(
+            "plugins/shell_hooks/__init__.py",
+            "plugins/shell_hooks/claude.py",
+            "plugins/shell_hooks/settings.py",
+            "plugins/shell_hooks/transcript.py",
+        ),
         tests=(
             "tests/test_shell_hooks.py",
+            "tests/test_claude_hooks.py",
             "tests/test_bundled_plugins.py",
             "tests/test_plugin_discovery.py",
             "tests/test_file_definitions.py::test_an_untrusted_projects_claude_hooks_do_not_run",

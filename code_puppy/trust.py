@@ -32,9 +32,13 @@ COVERED_FILES = (PROJECT_CONFIG, ".mcp.json", "mcp.json", CHECKPOINT_IGNORE)
 """Project files whose content trust records (relative to the project root, `/`-separated)."""
 COMMAND_GLOBS = (".code-puppy/commands/**/*.md", ".agents/commands/**/*.md", ".claude/commands/**/*.md")
 """A project's file commands: their `!` lines run and their `allowed-tools` grant only as trusted."""
-COVERED_GLOBS = (".claude/settings*.json", *COMMAND_GLOBS)
-"""Patterns of further covered files: other agents' settings and the project's file commands, recorded so that a
-reader of them can rely on trust."""
+COVERED_GLOBS = (
+    ".claude/settings*.json",
+    *COMMAND_GLOBS,
+    *(f"{layout}/agents/**/*.md" for layout in (".claude", ".code-puppy", ".agents")),
+)
+"""Patterns of further covered files: other agents' settings, the project's file commands, and file-defined agents
+(whose frontmatter `hooks:` run commands), recorded so that a reader of them can rely on trust."""
 PluginsTrust = Literal["trusted", "untrusted", "changed"]
 
 

@@ -67,9 +67,13 @@ def test_shell_hooks_get_each_event_as_json_and_exit_2_blocks(
     assert "code-puppy: shell_hooks: PostToolUse hook `cat > post-event.json; exit 1` exited 1: no output" in (
         completed.stderr
     )
-    # UserPromptSubmit: stdout joins the prompt as context.
-    assert server.requests[0].body["messages"][-1]["content"] == "what is this?\n\nProject rule: be brief."
-    base = {"session_id": result["session_id"], "transcript_path": None, "cwd": str(project)}
+    # UserPromptSubmit: stdout goes to the model as context beside the prompt, in a part of its own (it was merged
+    # into the prompt, and so into session titles and the search index).
+    assert server.requests[0].body["messages"][-1]["content"] == [
+        {"type": "text", "text": "what is this?"},
+        {"type": "text", "text": "Project rule: be brief."},
+    ]
+    base = {"session_id": result["session_id"], "transcript_path": None, "cwd": str(project), "permission_mode": "yolo"}
     assert json.loads((project / "prompt-event.json").read_text()) == base | {
         "hook_event_name": "UserPromptSubmit",
         "prompt": "what is this?",

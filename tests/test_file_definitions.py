@@ -278,8 +278,9 @@ def test_claude_code_hooks_run_unchanged_in_a_trusted_project(server: FakeLLMSer
     assert tool_results(server.requests[2].body)[-1:] == ["Blocked by plugin shell_hooks: rm -rf is not allowed here"]
     assert (claude_project / "notes.txt").read_text() == "hi"
     log = (claude_project / "edited.log").read_text()
-    # The session's stored history (the first turn: prompt and answer), one JSON message per line.
-    assert log == "PostToolUse Write notes.txt 'hi' transcript=2\n"
+    # The path absolute, as Claude Code sends it; the session's stored history (the first turn: prompt and answer) as
+    # Claude Code's transcript records, one per line.
+    assert log == f"PostToolUse Write {claude_project / 'notes.txt'} 'hi' transcript=2\n"
 
 
 def test_an_untrusted_projects_claude_hooks_do_not_run(server: FakeLLMServer, claude_project: Path) -> None:

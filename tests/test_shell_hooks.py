@@ -12,7 +12,7 @@ from typing import Any, cast
 import pytest
 
 from code_puppy.config import Settings
-from code_puppy.plugins import PromptBlocked
+from code_puppy.plugins import PromptBlocked, ToolDecision
 from code_puppy.plugins.discovery import load_plugins
 from code_puppy.plugins.host import PluginHost
 from code_puppy.sessions.session import Session
@@ -46,7 +46,7 @@ def reports(capsys: pytest.CaptureFixture[str]) -> list[str]:
         ("exit 2", "blocked by the hook `exit 2`", None),
         ("""echo '{"decision": "block", "reason": "not now"}'""", "not now", None),
         ("""echo '{"decision": "block"}'""", """blocked by the hook `echo '{"decision": "block"}'`""", None),
-        ("""echo '{"decision": "approve", "reason": "fine"}'""", None, None),
+        ("""echo '{"decision": "approve", "reason": "fine"}'""", "allow", None),
         (
             """echo '{"hookSpecificOutput": {"permissionDecision": "deny", "permissionDecisionReason": "no"}}'""",
             "no",
@@ -57,8 +57,9 @@ def reports(capsys: pytest.CaptureFixture[str]) -> list[str]:
             """denied by the hook `echo '{"hookSpecificOutput": {"permissionDecision": "deny"}}'`""",
             None,
         ),
-        ("""echo '{"hookSpecificOutput": {"permissionDecision": "allow"}}'""", None, None),
+        ("""echo '{"hookSpecificOutput": {"permissionDecision": "allow"}}'""", "allow", None),
         ("""echo '{"hookSpecificOutput": "deny"}'""", None, None),
+        ("""echo '{"decision": {"not": "a string"}}'""", None, None),
         ("echo '[\"block\"]'", None, None),
         ("echo 'block'", None, None),
         ("""echo '{"decision": "block"}'; exit 1""", None, "exited 1: no output"),
@@ -71,8 +72,9 @@ async def test_pre_tool_use_blocks_on_exit_2_or_a_json_decision_and_nothing_else
     code_puppy_home: Path, project: Path, capsys: pytest.CaptureFixture[str], line: str, told: str, reported: str
 ) -> None:
     host = await hooks(project, PreToolUse=[command(line, timeout=0.2)])
-    blocked = await host.pre_tool_call("shell", {"command": "ls"}, Session.in_memory())
-    assert blocked == (None if told is None else BLOCKED + told)
+    decision = await host.pre_tool_call("shell", {"command": "ls"}, Session.in_memory())
+    expected = ToolDecision("allow") if told == "allow" else ToolDecision("deny", BLOCKED + told) if told else None
+    assert decision == expected
     assert reports(capsys) == (
         [] if reported is None else [f"code-puppy: shell_hooks: PreToolUse hook `{line}` {reported}"]
     )
@@ -104,30 +106,42 @@ async def test_every_event_gets_its_json_in_the_project_with_the_project_in_the_
     record = 'cat > event.json; pwd > where.txt; echo "$CLAUDE_PROJECT_DIR $CODE_PUPPY_PROJECT_DIR" > env.txt'
     host = await hooks(project, PostToolUse=[command(record)])
     session = Session.in_memory()
-    await host.post_tool_call("grep", {"pattern": "x", "path": "src"}, ["src/a.py:1: x"], session)
+    await host.post_tool_call("grep", {"pattern": "x", "path": "src"}, ["src/a.py:1: x"], session, "call-1")
     assert json.loads((project / "event.json").read_text()) == {
         "session_id": session.id,
         "transcript_path": None,
         "cwd": str(project),
+        "permission_mode": "ask",
         "hook_event_name": "PostToolUse",
         "tool_name": "grep",
         "tool_input": {"pattern": "x", "path": "src"},
+        "tool_use_id": "call-1",
         "tool_response": ["src/a.py:1: x"],
     }
     assert (project / "where.txt").read_text() == f"{project}\n"
     assert (project / "env.txt").read_text() == f"{project} {project}\n"
 
 
-async def test_post_tool_use_blocks_are_shown_after_the_call(
+async def test_post_tool_use_blocks_and_context_are_feedback_for_the_model_and_shown_to_the_user(
     code_puppy_home: Path, project: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     lint = "echo 'lint: 3 warnings' >&2; exit 2"
     decision = """echo '{"decision": "block", "reason": "format it"}'"""
-    host = await hooks(project, PostToolUse=[command(lint), command(decision, matcher="Write"), command("exit 0")])
-    await host.post_tool_call("write_file", {"path": "a.py", "content": ""}, "wrote a.py", Session.in_memory())
+    context = """echo '{"hookSpecificOutput": {"hookEventName": "PostToolUse", "additionalContext": "42 tests"}}'"""
+    host = await hooks(
+        project,
+        PostToolUse=[command(lint), command(decision, matcher="Write"), command("exit 0"), command(context)],
+    )
+    feedback = await host.post_tool_call("write_file", {"path": "a.py", "content": ""}, "wrote", Session.in_memory())
+    assert feedback == [
+        f"[plugin shell_hooks] PostToolUse hook `{lint}` says: lint: 3 warnings\n\n"
+        f"PostToolUse hook `{decision}` says: format it\n\n42 tests"
+    ]
     assert reports(capsys) == [
-        f"code-puppy: shell_hooks: PostToolUse hook `{lint}` says (after the call ran): lint: 3 warnings",
-        f"code-puppy: shell_hooks: PostToolUse hook `{decision}` says (after the call ran): format it",
+        f"code-puppy: shell_hooks: PostToolUse hook `{lint}` says (after the call ran; the model is told): "
+        "lint: 3 warnings",
+        f"code-puppy: shell_hooks: PostToolUse hook `{decision}` says (after the call ran; the model is told): "
+        "format it",
     ]
 
 
@@ -146,11 +160,11 @@ async def test_user_prompt_submit_adds_what_its_hooks_print_and_exit_2_blocks(
             command("true"),
         ],
     )
-    assert await host.user_prompt_submit("fix it", Session.in_memory()) == "fix it\n\nplain context\n\nfrom json"
+    assert await host.user_prompt_submit("fix it", Session.in_memory()) == ("fix it", ["plain context\n\nfrom json"])
     assert reports(capsys) == [f"code-puppy: shell_hooks: UserPromptSubmit hook `{failed}` exited 1: no output"]
 
     quiet = await hooks(project, UserPromptSubmit=[command("cat > /dev/null")])
-    assert await quiet.user_prompt_submit("fix it", Session.in_memory()) == "fix it"
+    assert await quiet.user_prompt_submit("fix it", Session.in_memory()) == ("fix it", [])
     gate = await hooks(project, UserPromptSubmit=[command("echo 'not on fridays' >&2; exit 2")])
     with pytest.raises(PromptBlocked) as blocked:
         await gate.user_prompt_submit("deploy", Session.in_memory())
@@ -228,27 +242,43 @@ async def test_claude_code_hooks_of_both_files_get_claude_codes_names_and_ours_k
     host = await hooks(project, PreToolUse=[command(CLAUDE_RECORDS.format("ours.jsonl"), matcher="edit_file")])
     session = Session.in_memory()
     edit = {"path": "a.py", "old_text": "1", "new_text": "2"}
-    assert await host.pre_tool_call("edit_file", edit, session) is None
-    assert await host.pre_tool_call("grep", {"pattern": "x", "path": "src"}, session) is None
-    assert await host.pre_tool_call("read_file", {"path": "a.py"}, session) is None
+    assert await host.pre_tool_call("edit_file", edit, session, "c1") is None
+    assert await host.pre_tool_call("grep", {"pattern": "x", "path": "src"}, session, "c2") is None
+    assert await host.pre_tool_call("read_file", {"path": "a.py"}, session, "c3") is None
     assert await host.turn_end(cast(Any, None), session) is None
     transcript = str(code_puppy_home / "transcripts" / f"{session.id}.jsonl")
-    base = {"session_id": session.id, "transcript_path": transcript, "cwd": str(project)}
+    # Claude Code's name for the mode (ask is its "default"); our own hooks get ours.
+    base = {"session_id": session.id, "transcript_path": transcript, "cwd": str(project), "permission_mode": "default"}
     assert events(project / "claude.jsonl") == [
         base
         | {
             "hook_event_name": "PreToolUse",
             "tool_name": "Edit",
-            "tool_input": {"file_path": "a.py", "old_string": "1", "new_string": "2"},
+            "tool_input": {"file_path": str(project / "a.py"), "old_string": "1", "new_string": "2"},
+            "tool_use_id": "c1",
         },
-        base | {"hook_event_name": "PreToolUse", "tool_name": "Grep", "tool_input": {"pattern": "x", "path": "src"}},
+        base
+        | {
+            "hook_event_name": "PreToolUse",
+            "tool_name": "Grep",
+            "tool_input": {"pattern": "x", "path": "src"},
+            "tool_use_id": "c2",
+        },
     ]
     assert events(project / "ours.jsonl") == [
-        base | {"transcript_path": None, "hook_event_name": "PreToolUse", "tool_name": "edit_file", "tool_input": edit}
+        base
+        | {
+            "transcript_path": None,
+            "permission_mode": "ask",
+            "hook_event_name": "PreToolUse",
+            "tool_name": "edit_file",
+            "tool_input": edit,
+            "tool_use_id": "c1",
+        }
     ]
     assert events(project / "local.jsonl") == [base | {"hook_event_name": "Stop", "stop_hook_active": False}]
     assert Path(transcript).read_text() == ""  # an empty session: no messages yet
-    assert not (project / "notified").exists()  # an event code-puppy does not have
+    assert not (project / "notified").exists()  # nobody was asked for a permission
     assert reports(capsys) == ["code-puppy: shell_hooks: PreToolUse hook `sleep 5` timed out after 0.2s"]
 
 
@@ -258,7 +288,7 @@ async def test_a_claude_settings_file_that_cannot_be_read_is_one_line_and_the_ot
     claude_settings(
         project, ".claude/settings.json", {"Stop": [{"hooks": [{"type": "command", "command": "touch ran"}]}]}
     )
-    (project / ".claude" / "settings.local.json").write_text('{"hooks": {"Stop": [{"hooks": [{"type": "prompt"}]}]}}')
+    (project / ".claude" / "settings.local.json").write_text('{"hooks": {"Stop": [{"hooks": [{"command": 7}]}]}}')
     trust_project(project)
     host = await hooks(project)
     assert await host.turn_end(cast(Any, None), Session.in_memory()) is None
@@ -324,7 +354,7 @@ CLAUDE_CODE_NAMES = {
     "edit_file": ["Edit", "MultiEdit"],
     "grep": ["Grep"],
     "list_files": ["Glob", "LS"],
-    "delegate_task": ["Task"],
+    "delegate_task": ["Agent", "Task"],
 }
 """The documented mapping: the names of Claude Code's tools a matcher may use for each of code-puppy's."""
 
@@ -345,4 +375,80 @@ async def test_claude_codes_tool_names_select_the_same_tools_and_are_what_its_ho
         assert await host.pre_tool_call(tool, {}, Session.in_memory()) is None
         assert sorted((project / "fired.log").read_text().split()) == aliases, tool
     told = [event["tool_name"] for event in events(project / "told.jsonl")]
-    assert told == ["Bash", "Read", "Write", "Edit", "Grep", "Glob", "Task", "Bash", "web_fetch"]
+    # create_directory keeps its own name: a Bash hook would look for a command that is not there.
+    assert told == ["Bash", "Read", "Write", "Edit", "Grep", "Glob", "Task", "create_directory", "web_fetch"]
+
+
+async def test_events_and_hook_types_code_puppy_does_not_have_are_named_once_and_the_rest_runs(
+    code_puppy_home: Path, project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    touch = {"type": "command", "command": "touch denied.ran"}
+    claude_settings(
+        project,
+        ".claude/settings.json",
+        {
+            "PermissionDenied": [{"hooks": [touch]}],
+            "PostCompact": [{"hooks": [touch]}],
+            "Stop": [
+                {"hooks": [{"type": "prompt", "prompt": "Is it done?"}, {"type": "command", "command": "touch ran"}]},
+                {"hooks": [{"type": "prompt", "prompt": "Really?"}]},
+            ],
+        },
+    )
+    claude_settings(project, ".claude/settings.local.json", {"PermissionDenied": [{"hooks": [touch]}]})
+    trust_project(project)
+    host = await hooks(project)
+    assert await host.turn_end(cast(Any, None), Session.in_memory()) is None
+    assert await host.turn_end(cast(Any, None), Session.in_memory()) is None
+    assert (project / "ran").exists() and not (project / "denied.ran").exists()
+    shared = project / ".claude" / "settings.json"
+    assert reports(capsys) == [
+        f"code-puppy: note: {shared}: PermissionDenied hooks do not run: code-puppy has no such event",
+        f"code-puppy: note: {shared}: PostCompact hooks do not run: code-puppy has no such event",
+        f"code-puppy: note: {shared}: `prompt` hooks do not run: code-puppy runs command hooks",
+    ]
+
+
+async def test_the_transcript_is_appended_to_as_the_session_grows_never_rewritten(
+    code_puppy_home: Path, project: Path
+) -> None:
+    from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
+
+    claude_settings(project, ".claude/settings.json", {"Stop": [{"hooks": [{"type": "command", "command": "true"}]}]})
+    trust_project(project)
+    host = await hooks(project)
+    session = Session.in_memory()
+    first_turn = [ModelRequest(parts=[UserPromptPart("one")]), ModelResponse(parts=[TextPart("1")], model_name="m")]
+    await session.set_message_history(first_turn)
+    await host.turn_end(cast(Any, None), session)
+    path = code_puppy_home / "transcripts" / f"{session.id}.jsonl"
+    before = path.read_text()
+    await session.set_message_history([*first_turn, ModelRequest(parts=[UserPromptPart("two")])])
+    await host.turn_end(cast(Any, None), session)
+    after = path.read_text()
+    assert after.startswith(before)
+    records = [json.loads(line) for line in after.splitlines()]
+    assert [(r["type"], r["message"]) for r in records] == [
+        ("user", {"role": "user", "content": [{"type": "text", "text": "one"}]}),
+        (
+            "assistant",
+            {"role": "assistant", "content": [{"type": "text", "text": "1"}], "type": "message", "model": "m"},
+        ),
+        ("user", {"role": "user", "content": [{"type": "text", "text": "two"}]}),
+    ]
+    assert [r["parentUuid"] for r in records] == [None, records[0]["uuid"], records[1]["uuid"]]
+    assert {(r["sessionId"], r["cwd"], r["isSidechain"]) for r in records} == {(session.id, str(project), False)}
+    # A compaction shortens the history: a boundary record, then the shorter history, still appended.
+    await session.set_message_history([ModelRequest(parts=[UserPromptPart("summary")])])
+    await host.turn_end(cast(Any, None), session)
+    await session.set_message_history([ModelRequest(parts=[UserPromptPart("summary")]), first_turn[1]])
+    await host.turn_end(cast(Any, None), session)
+    final = path.read_text()
+    assert final.startswith(after)
+    added = [json.loads(line) for line in final.splitlines()[3:]]
+    assert [(r["type"], r.get("subtype"), r["parentUuid"]) for r in added] == [
+        ("system", "compact_boundary", records[2]["uuid"]),
+        ("user", None, added[0]["uuid"]),
+        ("assistant", None, added[1]["uuid"]),
+    ]
+    assert added[1]["message"]["content"] == [{"type": "text", "text": "summary"}]

@@ -247,6 +247,7 @@ class Builtins:
         kind = runtime.settings.history.compaction
         spending = runtime.project.spending
         spending.session_id = runtime.session.id  # the summary is this session's to pay for
+        await runtime.project.plugins.pre_compact("manual", args or None, runtime.session)
         report = await compact_history(
             runtime.session,
             runtime.model,

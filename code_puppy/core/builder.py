@@ -5,7 +5,8 @@ from __future__ import annotations
 import fnmatch
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -114,6 +115,7 @@ def build_pydantic_agent(settings: Settings, options: AgentOptions) -> Agent[Run
         ConfigError: A history processor or condition that cannot be imported or used.
     """
     root = options.project_root.resolve()
+    plugins = options.plugins
     spending = options.spending if options.spending is not None else Spending(prices=configured_prices(settings))
     # The history-processor and MCP code is imported only when configured: a run without either never pays for it.
     user_processing: list[AbstractCapability[Any]] = []
@@ -165,8 +167,9 @@ def build_pydantic_agent(settings: Settings, options: AgentOptions) -> Agent[Run
     # "always allow" scopes, sandbox and background commands.
     tools: list[AbstractCapability[Any]] = [
         policy,
-        # Outside the output limits, so plugins' post_tool_call gets the result the model gets.
-        *([options.plugins.post_tool_call_hook()] if options.plugins is not None else []),
+        # Outside the output limits, so plugins' post_tool_call gets the result the model gets (and its feedback is
+        # never cut off).
+        *([options.plugins.tool_call_hooks()] if options.plugins is not None else []),
         # Inside the policy (only the calls it let through are wrapped, after it decided on the command as
         # written) and the plugins' hooks (their post_tool_call sees the command as written too).
         SandboxedShell(policy, sandbox),
@@ -189,7 +192,7 @@ def build_pydantic_agent(settings: Settings, options: AgentOptions) -> Agent[Run
         ShellOutputs(),
     ]
     limits = TruncatedToolOutputs(bands=[Band(over=MAX_OUTPUT_CHARS, action=Truncate(max_chars=MAX_OUTPUT_CHARS))])
-    approvals = RequestInput(_ask_or_deny)
+    approvals = RequestInput(partial(_ask_or_deny, options.plugins))
     meter = CostMeter(spending)
     # One instance for the main agent and its delegates: a delegate's changes are the turn's too.
     checkpointing = [Checkpoints(options.checkpoints)] if options.checkpoints is not None else []
@@ -265,7 +268,11 @@ def build_pydantic_agent(settings: Settings, options: AgentOptions) -> Agent[Run
             # User policy first, compaction as the safety net on what remains (history/compaction.py): both see the
             # request as every capability above left it, and what they accept becomes the run's history.
             *user_processing,
-            *([PersistentCompaction(compaction)] if compaction is not None else []),
+            *(
+                [PersistentCompaction(compaction, before_store=plugins.pre_compact if plugins is not None else None)]
+                if compaction is not None
+                else []
+            ),
             # Custody of the run: step by step while it runs, then its whole transcript once it succeeds. The only
             # after_run implementer, so its position is inert; it sits last as the run's final custodian.
             TurnJournal(),
@@ -309,9 +316,27 @@ class TruncatedToolOutputs(ToolOutputLimits[Any]):
         return None
 
 
-async def _ask_or_deny(ctx: RunContext[Any], requests: DeferredToolRequests, token: str) -> DeferredToolResults | None:
+async def _ask_or_deny(
+    plugins: PluginHost | None, ctx: RunContext[Any], requests: DeferredToolRequests, token: str
+) -> DeferredToolResults | None:
     if (deps := deps_of(ctx)) is not None and deps.ask is not None:
-        return await deps.ask(ctx, requests, token)
+        if plugins is None:
+            return await deps.ask(ctx, requests, token)
+        # Plugins hear of each question before it is asked (Claude Code's Notification and PermissionRequest), and
+        # may answer it instead of the user.
+        answered: dict[str, bool | ToolDenied] = {}
+        for call in requests.approvals:
+            summary = str(requests.metadata.get(call.tool_call_id, {}).get("summary") or call.tool_name)
+            decision = await plugins.permission_request(call, summary, deps.session)
+            if decision is not None:
+                answered[call.tool_call_id] = decision.permission == "allow" or ToolDenied(decision.reason or "Denied.")
+        left = [call for call in requests.approvals if call.tool_call_id not in answered]
+        if not left and not requests.calls:
+            return requests.build_results(approvals=answered)
+        asked = await deps.ask(ctx, replace(requests, approvals=left), token)
+        if asked is None or not answered:
+            return asked
+        return replace(asked, approvals={**asked.approvals, **answered})
     reason = ToolDenied("Nobody can approve this call in a non-interactive run; it was denied. Do not retry it.")
     return requests.build_results(
         approvals={call.tool_call_id: reason for call in requests.approvals},

@@ -11,7 +11,7 @@ from pydantic_ai.messages import AgentStreamEvent, FunctionToolResultEvent
 
 from code_puppy.errors import one_line
 from code_puppy.history.errors import HistoryProcessingError
-from code_puppy.plugins import PromptBlocked
+from code_puppy.plugins import PromptBlocked, TurnStopped
 from code_puppy.sessions.costs import RequestCost
 from code_puppy.terminal_text import printable
 
@@ -85,6 +85,8 @@ def ending(outcome: TurnOutcome, *, stopped_by: Status | None = None) -> tuple[S
         message = status
     elif isinstance(error, PromptBlocked):
         status, message = "error", f"prompt blocked by plugin {error.plugin}: {error.reason}"
+    elif isinstance(error, TurnStopped):
+        status, message = "error", f"stopped by plugin {error.plugin}: {error.reason}"
     elif isinstance(error, UsageLimitExceeded):
         status, message = "limit", f"stopped by a limit: {error}"
     elif isinstance(error, TimeoutError):

@@ -325,6 +325,7 @@ class Project:
         if self.active_agent is not None:
             self.use_agent(self.active_agent)
         self.plugins.agent_command = self.agent_command
+        self.plugins.permission_mode = lambda: self.policy.mode
         if self._live.checkpoints is not None:
             self.plugins.tracked = self._live.checkpoints.tracked
         # Built while the first model request is out, rather than when its answer is first journaled. Not a daemon:
@@ -345,6 +346,7 @@ class Project:
             await self._agent.__aexit__(None, None, None)
         finally:
             try:
+                await self.plugins.session_end()
                 await self.plugins.shutdown()
             finally:
                 # Nothing the agent's commands started outlives the chat or the headless invocation.

@@ -19,6 +19,7 @@ from code_puppy.checkpoints.rewind import record_turn
 from code_puppy.core.builder import capability
 from code_puppy.core.events import EventSink
 from code_puppy.cost.spending import CostMeter
+from code_puppy.mentions import attachment
 from code_puppy.plugins import PromptBlocked
 from code_puppy.plugins.host import PluginHost
 from code_puppy.run.deps import RunDeps
@@ -163,10 +164,11 @@ async def run_turn(
     checkpoint of what it completed. A cancelled turn (Ctrl-C, SIGTERM) is checkpointed and returned, not raised.
     `limits` bound the whole turn.
 
-    Plugin hooks, in order: `user_prompt_submit` (once; a block ends the turn with `PromptBlocked`, nothing sent or
-    saved), then per run `agent_run_start`, the run, `agent_run_end` (after HistoryPersistence absorbed the run and
-    before `persist_result_history`; for a run that did not succeed, after its checkpoint), and after a successful
-    run `turn_end`, whose first follow-up (else `follow_up`'s) is the next run's prompt.
+    Plugin hooks, in order: `session_start` (the session's first turn in this process), `user_prompt_submit` (once;
+    a block ends the turn with `PromptBlocked`, nothing sent or saved; the context both return goes with the prompt
+    as attachments), then per run `agent_run_start`, the run, `agent_run_end` (after HistoryPersistence absorbed
+    the run and before `persist_result_history`; for a run that did not succeed, after its checkpoint), and after a
+    successful run `turn_end`, whose first follow-up (else `follow_up`'s) is the next run's prompt.
     """
     checkpoints = capability(agent, Checkpoints)
     if checkpoints is not None:
@@ -205,7 +207,10 @@ async def _run_turn(
     runs = 0
     try:
         if plugins is not None:
-            prompt = await plugins.user_prompt_submit(prompt, session)
+            context = await plugins.session_start(session)
+            prompt, more = await plugins.user_prompt_submit(prompt, session)
+            # The plugins' context goes beside the prompt, never into it: titles and the search index leave it out.
+            attachments = [*(attachment(text, "plugin context") for text in [*context, *more]), *attachments]
         for index in range(limits.max_continuations + 1):
             remaining = None if limits.max_requests is None else limits.max_requests - usage.requests
             left = None if deadline is None else deadline - time.monotonic()

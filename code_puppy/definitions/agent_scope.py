@@ -7,14 +7,16 @@ user's decides first. What passes still goes through the permission policy, plug
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import KW_ONLY, dataclass, replace
 from pathlib import Path
 from typing import Any, cast
 
 from pydantic_ai import RunContext, ToolDefinition
-from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.capabilities import AbstractCapability, WrapRunHandler
 from pydantic_ai.exceptions import ApprovalRequired, SkipToolExecution
 from pydantic_ai.messages import ToolCallPart
+from pydantic_ai.run import AgentRunResult
 from pydantic_ai.tools import ToolDenied
 from pydantic_ai_harness.planning import Planning
 from pydantic_ai_harness.subagents import SubAgents
@@ -31,6 +33,15 @@ ALWAYS_OFFERED = frozenset({LOAD_SKILL_TOOL})
 SHELL_COMPANIONS = frozenset({*SHELL_TOOL_NAMES, "check_command", "stop_command"})
 """Tools that come with `shell`: checking on and stopping what it started."""
 DELEGATE_TOOL = "delegate_task"
+
+
+_running: ContextVar[AgentDefinition | None] = ContextVar("code_puppy.running_agent", default=None)
+
+
+def running_agent() -> AgentDefinition | None:
+    """The file-defined agent whose run the code running belongs to (a delegate's, or the one in charge), or None
+    for code-puppy itself: its frontmatter `hooks:` apply (the bundled shell_hooks plugin)."""
+    return _running.get()
 
 
 @dataclass
@@ -56,6 +67,13 @@ class AgentScope(AbstractCapability[Any]):
 
     def get_instructions(self) -> Any:
         return self._instructions
+
+    async def wrap_run(self, ctx: RunContext[Any], *, handler: WrapRunHandler) -> AgentRunResult[Any]:
+        token = _running.set(self.definition)
+        try:
+            return await handler()
+        finally:
+            _running.reset(token)
 
     def _instructions(self, ctx: RunContext[Any]) -> str:
         definition = self.definition

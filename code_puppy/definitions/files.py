@@ -19,7 +19,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar, cast
 
 from code_puppy.definitions.frontmatter import FrontmatterError, split_frontmatter, split_items
 from code_puppy.options import BY_REACH
@@ -111,6 +111,8 @@ class AgentDefinition:
     grant: ToolGrant = field(default_factory=ToolGrant)
     permission_mode: str | None = None
     """A mode this agent runs in at most (it never loosens the user's)."""
+    hooks: dict[str, Any] | None = field(default=None, hash=False)
+    """Its frontmatter `hooks:` (Claude Code's shape), run for its runs by the bundled shell_hooks plugin."""
 
 
 @dataclass(frozen=True)
@@ -282,6 +284,7 @@ def _read_agent(path: Path, scope: Scope, problems: list[Problem], not_agents: l
         model=_text(fields.get("model")) or None,
         grant=_agent_grant(path, fields, problems),
         permission_mode=mode,
+        hooks=_frontmatter_hooks(text) if re.search(r"(?m)^hooks:", text) else None,
     )
 
 
@@ -302,6 +305,18 @@ def _agent_grant(path: Path, fields: dict[str, str | list[str]], problems: list[
         patterns = ", ".join(denied.shell_patterns)
         problems.append(Problem(path, f"disallowedTools names commands ({patterns}): the whole shell is taken away"))
     return grant.without(denied.tools or frozenset())
+
+
+def _frontmatter_hooks(text: str) -> dict[str, Any] | None:
+    """The `hooks:` mapping of a file's frontmatter, read as YAML (it nests); None when there is none to read."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(text.lstrip("\ufeff").split("\n---", 1)[0].removeprefix("---"))
+    except yaml.YAMLError:
+        return None
+    hooks: object = cast(dict[str, Any], data).get("hooks") if isinstance(data, dict) else None
+    return cast(dict[str, Any], hooks) if isinstance(hooks, dict) else None
 
 
 def load_skill_infos(project_root: Path) -> Loaded[SkillInfo]:

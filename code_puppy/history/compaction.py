@@ -11,8 +11,8 @@ prompt, which the group model protects.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import KW_ONLY, dataclass
 from typing import Any
 
 from pydantic_ai import RunContext
@@ -79,6 +79,11 @@ class PersistentCompaction(WrapperCapability[Any]):
     Everything else (its `for_run`, instructions, ordering) is the wrapped strategy's own.
     """
 
+    _: KW_ONLY
+    before_store: Callable[[str, str | None, Session], Awaitable[None]] | None = None
+    """Told (`"auto"`, no instructions, the session) before an accepted compaction of a main-conversation run replaces
+    its history: the plugins' `pre_compact`."""
+
     async def before_model_request(
         self, ctx: RunContext[Any], request_context: ModelRequestContext
     ) -> ModelRequestContext:
@@ -86,10 +91,13 @@ class PersistentCompaction(WrapperCapability[Any]):
         request_context = await super().before_model_request(ctx, request_context)
         after = request_context.messages
         if len(after) != len(before) or any(new is not old for new, old in zip(after, before, strict=True)):
+            deps = deps_of(ctx) if in_main_run() else None
+            if deps is not None and self.before_store is not None:
+                await self.before_store("auto", None, deps.session)
             # In the form the next run would normalize it to (a summary request merged with the request after
             # it), so the stored history does not branch a second time when the next run starts from it.
             ctx.messages[:] = repair_messages(after, repair_last_response=False)
-            if (deps := deps_of(ctx)) is not None and in_main_run():
+            if deps is not None:
                 rewrote_history(deps.session)
         return request_context
 

@@ -18,6 +18,7 @@ from pydantic_ai.tools import ToolDenied
 from code_puppy.options import PermissionMode
 from code_puppy.paths import AGENT_CONFIG_DIRS, AGENT_CONFIG_FILES, GIT_CONFIG, WORKTREES_DIR, config_dir, in_worktrees
 from code_puppy.permissions.claude_rules import ClaudeRules
+from code_puppy.plugins import ToolDecision
 from code_puppy.run.deps import deps_of
 from code_puppy.tools import (
     ALWAYS_ALLOWED_TOOL_NAMES,
@@ -31,9 +32,9 @@ if TYPE_CHECKING:
     from code_puppy.sessions.session import Session
 
 Decision = Literal["allow", "ask", "deny"]
-PreToolCall = Callable[[str, dict[str, Any], "Session"], Awaitable[str | None]]
-"""Plugins' `pre_tool_call` for one call (tool name, arguments, the run's session): what the model is told when it is
-blocked, or None."""
+PreToolCall = Callable[[str, dict[str, Any], "Session", str], Awaitable[ToolDecision | None]]
+"""Plugins' `pre_tool_call` for one call (tool name, arguments, the run's session, the call's id): their decision (a
+denial's reason is what the model is told), or None."""
 
 _UNSAFE_SHELL = re.compile(r"[<>`\n\r]|\$\(|(?<![&|])&(?![&|])|[()]")
 """Redirection, command substitution, background jobs and subshells: never matched by an allow-list entry."""
@@ -95,6 +96,10 @@ class PermissionPolicy(AbstractCapability[Any]):
     _asked_plugins: set[tuple[str | None, str]] = field(
         default_factory=set[tuple[str | None, str]], init=False, repr=False
     )
+    _hooked: dict[tuple[str | None, str], ToolDecision] = field(
+        default_factory=dict[tuple[str | None, str], ToolDecision], init=False, repr=False
+    )
+    """The plugins' decisions on calls waiting for the user's answer: this hook runs again once it is given."""
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
@@ -145,21 +150,40 @@ class PermissionPolicy(AbstractCapability[Any]):
         # itself reaches it only then.
         deps = deps_of(ctx)
         key = (ctx.run_id, call.tool_call_id)
+        hooked = self._hooked.pop(key, None)
         if self.pre_tool_call is not None and deps is not None and key not in self._asked_plugins:
             self._asked_plugins.add(key)
-            if blocked := await self.pre_tool_call(call.tool_name, args, deps.session):
-                raise SkipToolExecution(ToolDenied(blocked))
+            hooked = await self.pre_tool_call(call.tool_name, args, deps.session, call.tool_call_id)
+            if hooked is not None and hooked.permission == "deny":
+                raise SkipToolExecution(ToolDenied(hooked.reason))
+        if hooked is not None and hooked.args is not None:
+            args = _taken(hooked.args, tool_def)
         if ctx.tool_call_approved:
             return args
         mcp_permission = _mcp_permission(tool_def)
         decision, reason = self.decide(call.tool_name, args, mcp_permission=mcp_permission)
+        if hooked is not None and hooked.permission == "allow" and decision == "ask" and not reason:
+            decision = "allow"  # the mode's own question only: a protected path's or a risky option's stays
+        elif hooked is not None and hooked.permission == "ask" and decision == "allow":
+            decision = "ask"
+            why = f" ({hooked.reason})" if hooked.reason else ""
+            reason = (
+                f"A hook asks for the user's approval of `{call.tool_name}`{why}, and this run is non-interactive, so "
+                "it was denied. Do not retry it; say what you would have done."
+            )
         if decision == "allow":
             return args
         if decision == "ask" and _interactive(ctx):
+            summary = self.summary(call.tool_name, args, mcp_permission)
+            if hooked is not None and hooked.permission == "ask":  # asked each time: no "always" covers it
+                self._hooked[key] = hooked
+                why = f" ({hooked.reason})" if hooked.reason else ""
+                raise ApprovalRequired(metadata={"scope": None, "summary": f"{summary}; a hook asks{why}"})
             scope = self.scope(call.tool_name, args, mcp_permission)
             if scope in self.session_allowed:
                 return args
-            summary = self.summary(call.tool_name, args, mcp_permission)
+            if hooked is not None:
+                self._hooked[key] = hooked
             raise ApprovalRequired(metadata={"scope": scope, "summary": summary})
         if decision == "ask" and not reason:
             reason = (
@@ -381,3 +405,9 @@ def _interactive(ctx: RunContext[Any]) -> bool:
 def _mcp_permission(tool_def: ToolDefinition) -> str | None:
     permission = (tool_def.metadata or {}).get(MCP_PERMISSION_KEY)
     return permission if isinstance(permission, str) else None
+
+
+def _taken(args: dict[str, Any], tool_def: ToolDefinition) -> dict[str, Any]:
+    """A hook's arguments for a call, without the keys the tool does not take."""
+    properties = tool_def.parameters_json_schema.get("properties")
+    return {key: value for key, value in args.items() if not isinstance(properties, dict) or key in properties}

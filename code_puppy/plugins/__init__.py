@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import pluggy
 
@@ -40,6 +40,46 @@ class PromptBlocked(Exception):
         """The plugin that raised it; code-puppy sets it."""
 
 
+class TurnStopped(Exception):
+    """Raised by a tool-call hook (or carried by a `ToolDecision`'s `stop`) to end the turn now: the call does not run,
+    the run ends, what it completed is saved, and `reason` is shown to the user (not to the model)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.plugin: str | None = None
+        """The plugin that stopped the turn; code-puppy sets it."""
+
+
+@dataclass(frozen=True)
+class ToolDecision:
+    """What a `pre_tool_call` hook may return instead of a reason: a permission decision, new arguments, a stop.
+
+    A plain string is still a denial (`ToolDecision(permission="deny", reason=...)`).
+    """
+
+    permission: Literal["allow", "ask", "deny"] | None = None
+    """`allow` runs the call without the question the permission mode would ask; never past a denial, the question a
+    protected path (agent config, `.git/hooks`) or a risky option always asks, or the sandbox. `ask` asks the user
+    even where the mode would let the call run (nobody to ask: denied). `deny` blocks it and the model is told
+    `reason`. None leaves the decision to the permission mode."""
+    reason: str = ""
+    """Why: what the model is told of a denial, or shown in the question for `ask`."""
+    args: dict[str, Any] | None = None
+    """Arguments (code-puppy's names) the call runs with instead of the model's; keys the tool does not take are
+    dropped, and the permission policy decides on these."""
+    stop: str | None = None
+    """End the turn instead of running the call (`TurnStopped`); the user is told this."""
+
+
+@dataclass(frozen=True)
+class Context:
+    """Text for the model that goes with the user's prompt in a part of its own, never merged into what the user
+    typed (titles and the search index leave it out): what `user_prompt_submit` or `session_start` may return."""
+
+    text: str
+
+
 class RegisterCommand(Protocol):
     """What `register_commands` receives: adds the slash command `/NAME` to the interactive chat.
 
@@ -66,6 +106,12 @@ class SessionView:
     project_dir: Path
     _agent_command: AgentCommand | None = field(default=None, repr=False)
     _tracked: Tracked | None = field(default=None, repr=False)
+    _mode: Callable[[], str] | None = field(default=None, repr=False)
+
+    @property
+    def permission_mode(self) -> str:
+        """The permission mode the session's calls are decided in now (`ask`, `accept-edits`, `auto`, …)."""
+        return self._mode() if self._mode is not None else "ask"
 
     def tracked(self) -> AbstractAsyncContextManager[None]:
         """Enclose a command a hook runs in the project: what it changes counts as the agent's, in the turn's

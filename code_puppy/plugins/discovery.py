@@ -77,19 +77,30 @@ def load_plugins(
 
 def claude_hooks_present(project_root: Path) -> bool:
     """Whether a Claude Code settings file (the project's, or the user's unless `CODE_PUPPY_HOME` relocates
-    everything) has hooks: the bundled shell_hooks plugin runs them, the project's only once trusted."""
-    from code_puppy.paths import code_puppy_home
+    everything) or a file-defined agent's frontmatter has hooks: the bundled shell_hooks plugin runs them, the
+    project's only once trusted."""
+    from code_puppy.paths import AGENT_CONFIG_DIRS, code_puppy_home
 
     files = [project_root / ".claude" / "settings.json", project_root / ".claude" / "settings.local.json"]
+    agents = [project_root / layout / "agents" for layout in AGENT_CONFIG_DIRS] + [config_dir() / "agents"]
     if code_puppy_home() is None:
         files.append(Path.home() / ".claude" / "settings.json")
+        agents += [Path.home() / layout / "agents" for layout in (".claude", ".agents")]
     for path in files:
         try:
             if '"hooks"' in path.read_text(encoding="utf-8"):
                 return True
         except (OSError, UnicodeDecodeError):
             continue
-    return False
+    return any(_frontmatter_has_hooks(path) for folder in agents if folder.is_dir() for path in folder.rglob("*.md"))
+
+
+def _frontmatter_has_hooks(path: Path) -> bool:
+    try:
+        head, _, rest = path.read_text(encoding="utf-8").partition("\n---")
+    except (OSError, UnicodeDecodeError):
+        return False
+    return head.startswith("---") and bool(rest) and any(line.startswith("hooks:") for line in head.splitlines())
 
 
 def bundled_plugins_dir() -> Path | None:

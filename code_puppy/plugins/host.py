@@ -13,7 +13,8 @@ import json
 import sys
 import time
 import traceback
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, TextIO, cast
 
@@ -21,7 +22,8 @@ import pluggy
 from pydantic_ai import Agent, RunContext, ToolDefinition
 from pydantic_ai.agent import AgentRunResult
 from pydantic_ai.capabilities import AbstractCapability, Hooks
-from pydantic_ai.messages import ToolCallPart
+from pydantic_ai.exceptions import ApprovalRequired, CallDeferred, SkipToolExecution
+from pydantic_ai.messages import ToolCallPart, ToolReturn
 
 from code_puppy.config import Settings, data_dir
 from code_puppy.errors import one_line
@@ -29,10 +31,13 @@ from code_puppy.paths import write_json
 from code_puppy.plugins import (
     PROJECT_NAME,
     AgentCommand,
+    Context,
     PromptBlocked,
     RegisterCommand,
     SessionView,
+    ToolDecision,
     Tracked,
+    TurnStopped,
     hookspecs,
 )
 from code_puppy.run.deps import deps_of
@@ -76,6 +81,10 @@ class PluginHost:
         """How `SessionView.run_agent_command` runs a command; set once the permission policy exists."""
         self.tracked: Tracked | None = None
         """What `SessionView.tracked` encloses a hook's command in: the checkpoints' snapshots; set with the agent."""
+        self.permission_mode: Callable[[], str] | None = None
+        """The live permission mode, for `SessionView.permission_mode`; set with the agent."""
+        self.started: dict[str, Session] = {}
+        """The sessions `session_start` was called for, by id: `session_end` is called for each at the end."""
         self._stderr = stderr
         self._reported: set[str] = set()
         self._order: dict[str, int] = {}
@@ -119,20 +128,78 @@ class PluginHost:
         print(f"code-puppy: plugin {name}: {error}", file=stream, flush=True)
 
     def view(self, session: Session) -> SessionView:
-        return SessionView(session, self.project_dir, self.agent_command, self.tracked)
+        return SessionView(session, self.project_dir, self.agent_command, self.tracked, self.permission_mode)
 
-    def post_tool_call_hook(self) -> Hooks[Any]:
-        """`post_tool_call` as a capability, for the runs' sessions (`RunDeps.session`); place it outside the output
-        limits to pass on the result the model gets."""
+    def tool_call_hooks(self) -> Hooks[Any]:
+        """`post_tool_call` (its feedback added to the result), `tool_call_failed` and, around `delegate_task`,
+        `subagent_start`/`subagent_stop`, as a capability for the runs' sessions (`RunDeps.session`); place it inside
+        the permission policy (it sees only the calls let through) and outside the output limits (it gets the result
+        the model gets)."""
+
+        async def before_tool_execute(
+            ctx: RunContext[Any], /, *, call: ToolCallPart, tool_def: ToolDefinition, args: dict[str, Any]
+        ) -> dict[str, Any]:
+            if call.tool_name == DELEGATE and (deps := deps_of(ctx)) is not None:
+                name, prompt = _delegated(args)
+                await self._call_all(
+                    "subagent_start",
+                    agent_name=name,
+                    prompt=prompt,
+                    tool_call_id=call.tool_call_id,
+                    session=self.view(deps.session),
+                )
+            return args
 
         async def after_tool_execute(
             ctx: RunContext[Any], /, *, call: ToolCallPart, tool_def: ToolDefinition, args: dict[str, Any], result: Any
         ) -> Any:
-            if (deps := deps_of(ctx)) is not None:
-                await self.post_tool_call(call.tool_name, args, result, deps.session)
-            return result
+            if (deps := deps_of(ctx)) is None:
+                return result
+            if call.tool_name == DELEGATE:
+                await self._subagent_stop(call, args, _text_of(result), deps.session)
+            feedback = await self.post_tool_call(call.tool_name, args, result, deps.session, call.tool_call_id)
+            return _with_feedback(result, feedback) if feedback else result
 
-        return Hooks[Any](after_tool_execute=after_tool_execute)
+        async def tool_execute(
+            ctx: RunContext[Any],
+            /,
+            *,
+            call: ToolCallPart,
+            tool_def: ToolDefinition,
+            args: dict[str, Any],
+            handler: Callable[[dict[str, Any]], Awaitable[Any]],
+        ) -> Any:
+            try:
+                return await handler(args)
+            except (SkipToolExecution, CallDeferred, ApprovalRequired, TurnStopped):
+                raise  # denied, waiting for an answer, or stopped: not a failure of the call
+            except Exception as error:  # ModelRetry too: a missing file, an edit anchor not found
+                if (deps := deps_of(ctx)) is not None:
+                    if call.tool_name == DELEGATE:
+                        await self._subagent_stop(call, args, None, deps.session)
+                    await self._call_all(
+                        "tool_call_failed",
+                        tool_name=call.tool_name,
+                        args=copy.deepcopy(args),
+                        error=one_line(error) or type(error).__name__,
+                        tool_call_id=call.tool_call_id,
+                        session=self.view(deps.session),
+                    )
+                raise
+
+        return Hooks[Any](
+            before_tool_execute=before_tool_execute,
+            after_tool_execute=after_tool_execute,
+            tool_execute=tool_execute,
+        )
+
+    async def _subagent_stop(
+        self, call: ToolCallPart, args: dict[str, Any], result: str | None, session: Session
+    ) -> None:
+        name, _ = _delegated(args)
+        await self._call_all(
+            "subagent_stop", agent_name=name, result=result, tool_call_id=call.tool_call_id, session=self.view(session)
+        )
 
     def _implementations(self, hook: str) -> list[pluggy.HookImpl]:
         """The hook's implementations in plugin order, `tryfirst` ones first and `trylast` ones last."""
@@ -179,22 +246,62 @@ class PluginHost:
     async def register_commands(self, register: RegisterCommand) -> None:
         await self._call_all("register_commands", register=register)
 
-    async def user_prompt_submit(self, prompt: str, session: Session) -> str:
-        """The prompt as the plugins rewrote it, in order; `PromptBlocked` (naming the plugin) when one blocks it."""
+    async def user_prompt_submit(self, prompt: str, session: Session) -> tuple[str, list[str]]:
+        """The prompt as the plugins rewrote it, in order, and the context they returned for the model;
+        `PromptBlocked` (naming the plugin) when one blocks it."""
         view = self.view(session)
+        context: list[str] = []
         for impl in self._implementations("user_prompt_submit"):
             try:
-                arguments = {"prompt": prompt, "session": view}
-                rewritten = self._text("user_prompt_submit", await self._call(impl, arguments))
+                returned = await self._call(impl, {"prompt": prompt, "session": view})
+                if isinstance(returned, Context):
+                    context += [returned.text] if returned.text.strip() else []
+                elif rewritten := self._text("user_prompt_submit", returned):
+                    prompt = rewritten
             except PromptBlocked as blocked:
                 blocked.plugin = impl.plugin_name
                 raise
             except Exception as exc:
                 self.fail(impl.plugin_name, f"user_prompt_submit raised {one_line(exc, typed=True)}", exc)
-                continue
-            if rewritten:
-                prompt = rewritten
-        return prompt
+        return prompt, context
+
+    async def session_start(self, session: Session) -> list[str]:
+        """`session_start`, the first time `session` has a turn in this process: the context it returned."""
+        if session.id in self.started:
+            return []
+        self.started[session.id] = session
+        source = "resume" if session.messages else "startup"
+        context: list[str] = []
+        for name, value in await self._call_all("session_start", source=source, session=self.view(session)):
+            text = value.text if isinstance(value, Context) else value
+            try:
+                context += [text] if self._text("session_start", text) else []
+            except TypeError as exc:
+                self.fail(name, str(exc), exc)
+        return context
+
+    async def session_end(self) -> None:
+        """`session_end` for every session `session_start` was called for."""
+        for session in self.started.values():
+            await self._call_all("session_end", reason="exit", session=self.view(session))
+        self.started.clear()
+
+    async def permission_request(self, call: ToolCallPart, summary: str, session: Session) -> ToolDecision | None:
+        """The first plugin's answer (`allow` or `deny`) to a question about to be asked, or None: ask the user."""
+        for name, value in await self._call_all(
+            "permission_request",
+            tool_name=call.tool_name,
+            args=call.args_as_dict(),
+            summary=summary,
+            tool_call_id=call.tool_call_id,
+            session=self.view(session),
+        ):
+            if isinstance(value, ToolDecision) and value.permission in ("allow", "deny"):
+                return replace(value, reason=f"Denied by plugin {name}: {value.reason}" if value.reason else "")
+        return None
+
+    async def pre_compact(self, trigger: str, instructions: str | None, session: Session) -> None:
+        await self._call_all("pre_compact", trigger=trigger, instructions=instructions, session=self.view(session))
 
     async def agent_run_start(self, agent: Agent[Any, str], prompt: str, session: Session) -> None:
         await self._call_all("agent_run_start", agent=agent, prompt=prompt, session=self.view(session))
@@ -208,24 +315,61 @@ class PluginHost:
     ) -> None:
         await self._call_all("agent_run_end", agent=agent, result=result, error=error, session=self.view(session))
 
-    async def pre_tool_call(self, tool_name: str, args: dict[str, Any], session: Session) -> str | None:
-        """What the model is told when a plugin blocks the call, or None; a hook that raises blocks (fail closed)."""
+    async def pre_tool_call(
+        self, tool_name: str, args: dict[str, Any], session: Session, tool_call_id: str = ""
+    ) -> ToolDecision | None:
+        """The plugins' decision on one call, or None when none has one: a denial's `reason` is what the model is told
+        (`Blocked by plugin NAME: …`); `args` are the arguments as the last plugin changed them. A hook that raises
+        denies (fail closed); a stop raises `TurnStopped`, naming the plugin."""
         arguments = {"tool_name": tool_name, "args": copy.deepcopy(args), "session": self.view(session)}
+        arguments["tool_call_id"] = tool_call_id
+        decided: ToolDecision | None = None
         for impl in self._implementations("pre_tool_call"):
             try:
-                reason = self._text("pre_tool_call", await self._call(impl, arguments))
+                returned = await self._call(impl, arguments)
+                if not isinstance(returned, ToolDecision):
+                    returned = (
+                        ToolDecision("deny", reason) if (reason := self._text("pre_tool_call", returned)) else None
+                    )
+            except TurnStopped as stopped:
+                stopped.plugin = impl.plugin_name
+                raise
             except Exception as exc:
                 what = one_line(exc, typed=True)
                 self.fail(impl.plugin_name, f"pre_tool_call raised {what}", exc)
-                return f"Blocked by plugin {impl.plugin_name}: its pre_tool_call hook failed ({what})"
-            if reason:
-                return f"Blocked by plugin {impl.plugin_name}: {reason}"
-        return None
+                return ToolDecision(
+                    "deny", f"Blocked by plugin {impl.plugin_name}: its pre_tool_call hook failed ({what})"
+                )
+            if returned is None:
+                continue
+            if returned.stop is not None:
+                stopped = TurnStopped(returned.stop)
+                stopped.plugin = impl.plugin_name
+                raise stopped
+            if returned.permission == "deny":
+                return ToolDecision("deny", f"Blocked by plugin {impl.plugin_name}: {returned.reason or 'denied'}")
+            if returned.args is not None:
+                arguments["args"] = copy.deepcopy(returned.args)
+            decided = returned if decided is None else _together(decided, returned)
+        return decided
 
-    async def post_tool_call(self, tool_name: str, args: dict[str, Any], result: Any, session: Session) -> None:
-        await self._call_all(
-            "post_tool_call", tool_name=tool_name, args=copy.deepcopy(args), result=result, session=self.view(session)
-        )
+    async def post_tool_call(
+        self, tool_name: str, args: dict[str, Any], result: Any, session: Session, tool_call_id: str = ""
+    ) -> list[str]:
+        """The plugins' feedback for the model, each line naming its plugin; `TurnStopped` from a hook is raised on."""
+        arguments = {"tool_name": tool_name, "args": copy.deepcopy(args), "result": result}
+        arguments |= {"tool_call_id": tool_call_id, "session": self.view(session)}
+        feedback: list[str] = []
+        for impl in self._implementations("post_tool_call"):
+            try:
+                if text := self._text("post_tool_call", await self._call(impl, arguments)):
+                    feedback.append(f"[plugin {impl.plugin_name}] {text}")
+            except TurnStopped as stopped:
+                stopped.plugin = impl.plugin_name
+                raise
+            except Exception as exc:
+                self.fail(impl.plugin_name, f"post_tool_call raised {one_line(exc, typed=True)}", exc)
+        return feedback
 
     async def turn_end(self, result: AgentRunResult[str], session: Session) -> str | None:
         """The first non-empty follow-up prompt in plugin order; every plugin is asked."""
@@ -237,6 +381,39 @@ class PluginHost:
             except TypeError as exc:
                 self.fail(name, str(exc), exc)
         return prompts[0] if prompts else None
+
+
+DELEGATE = "delegate_task"
+"""The tool that runs a sub-agent: `subagent_start`/`subagent_stop` around it."""
+
+
+def _delegated(args: dict[str, Any]) -> tuple[str, str]:
+    """The agent a `delegate_task` call runs, and its prompt."""
+    return str(args.get("agent_name") or ""), str(args.get("task") or "")
+
+
+def _together(earlier: ToolDecision, later: ToolDecision) -> ToolDecision:
+    """Two plugins' decisions on one call as one: a question wins over an allowance, later arguments over earlier."""
+    first = earlier.permission == "ask" or later.permission is None
+    permission, reason = (earlier.permission, earlier.reason) if first else (later.permission, later.reason)
+    return ToolDecision(permission, reason, later.args if later.args is not None else earlier.args)
+
+
+def _text_of(result: Any) -> str:
+    return result if isinstance(result, str) else str(getattr(result, "return_value", result))
+
+
+def _with_feedback(result: Any, feedback: list[str]) -> Any:
+    """`result` with the plugins' feedback after it: appended to a text result, as a user part beside any other."""
+    text = "\n\n".join(feedback)
+    if isinstance(result, str):
+        return f"{result}\n\n{text}"
+    if isinstance(result, ToolReturn):
+        returned = cast(ToolReturn[Any], result)
+        content = returned.content
+        items: list[Any] = list(cast(list[Any], content)) if isinstance(content, list) else [content] if content else []
+        return replace(returned, content=[*items, text])
+    return ToolReturn(return_value=result, content=text)
 
 
 def remembered_errors() -> dict[str, str]:

@@ -5,24 +5,15 @@
                                      # Write, Edit, Read, Grep, Glob) work too; "" or "*" matches every tool
     hooks = [{ type = "command", command = "python3 .hooks/guard.py", timeout = 30 }]
 
-Events: PreToolUse, PostToolUse, UserPromptSubmit, Stop. Each matching command runs through the shell in the project
-directory (also in `$CLAUDE_PROJECT_DIR` and `$CODE_PUPPY_PROJECT_DIR`) with the event as JSON on stdin:
-`session_id`, `transcript_path` (null), `cwd`, `hook_event_name`, plus `tool_name`/`tool_input` (PreToolUse,
-PostToolUse), `tool_response` (PostToolUse), `prompt` (UserPromptSubmit), `stop_hook_active` (Stop).
+Events: PreToolUse, PostToolUse, PostToolUseFailure, UserPromptSubmit, Stop, SubagentStart, SubagentStop,
+SessionStart, SessionEnd, PreCompact, Notification, PermissionRequest. Each matching command runs through the shell in
+the project directory (also in `$CLAUDE_PROJECT_DIR` and `$CODE_PUPPY_PROJECT_DIR`) with the event as JSON on stdin.
 
 Hooks in Claude Code's own files are read too, so a repository set up for Claude Code keeps its hooks: the user's
-`~/.claude/settings.json` (unless `CODE_PUPPY_HOME` relocates everything) and the project's `.claude/settings.json`
-and `.claude/settings.local.json`, the project's only once `code-puppy trust` recorded them as they are (they run
-commands). Those hooks get the event as Claude Code sends it: its tool names (`Bash`, `Write`, `Edit`, `Read`, …) in
-`tool_name`, its field names in `tool_input` (`file_path`, `old_string`/`new_string`, `content`, `command`), and
-`transcript_path` naming a JSONL export of the session (one pydantic-ai message per line).
-
-Exit 0 lets things go on (UserPromptSubmit: stdout is added to the prompt as context); exit 2 blocks with stderr as
-the reason: PreToolUse blocks the call and the model is told, UserPromptSubmit blocks the prompt, Stop sends the
-reason to the model as a follow-up prompt, PostToolUse shows it to the user (the call already ran). Exit 0 with
-`{"decision": "block", "reason": …}` on stdout blocks the same way, as does PreToolUse's
-`{"hookSpecificOutput": {"permissionDecision": "deny", "permissionDecisionReason": …}}`. Any other exit code (a crash)
-or a timeout (default 60 s) is reported in one line, with the last line of stderr, and blocks nothing.
+`~/.claude/settings.json` (unless `CODE_PUPPY_HOME` relocates everything), the project's `.claude/settings.json` and
+`.claude/settings.local.json` (only once `code-puppy trust` recorded them as they are: they run commands), and the
+`hooks:` of the file-defined agent running. Those hooks get the event as Claude Code sends it (`claude.py`) and a
+`transcript_path` in Claude Code's JSONL shape (`transcript.py`). The plugins README says what each output does.
 """
 
 from __future__ import annotations
@@ -34,70 +25,87 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from typing import Any
 
 import code_puppy
+from code_puppy.plugins import Context, ToolDecision, TurnStopped
 from code_puppy.plugins.options import plugin_options
 from code_puppy.plugins.process import Completed, run_shell
 
-CLAUDE_TOOL_NAMES = {
-    "Bash": "shell",
-    "Read": "read_file",
-    "Write": "write_file",
-    "Edit": "edit_file",
-    "MultiEdit": "edit_file",
-    "Grep": "grep",
-    "Glob": "list_files",
-    "LS": "list_files",
-    "Task": "delegate_task",
-}
-"""Claude Code's tool names, so that matchers written for it select the same code-puppy tools."""
-CLAUDE_NAME_OF = {"shell": "Bash", "read_file": "Read", "write_file": "Write", "edit_file": "Edit", "grep": "Grep"}
-CLAUDE_NAME_OF |= {"list_files": "Glob", "delegate_task": "Task", "create_directory": "Bash"}
-"""The name a hook from Claude Code's files is told for each code-puppy tool."""
-CLAUDE_FIELDS = {"path": "file_path", "old_text": "old_string", "new_text": "new_string"}
-"""code-puppy's file-tool argument names, as Claude Code's hooks read them."""
-CLAUDE_SETTINGS = (".claude/settings.json", ".claude/settings.local.json")
-"""A project's Claude Code settings files, relative to its root."""
+from .claude import CLAUDE_MODES, CLAUDE_NAME_OF, CLAUDE_TOOL_NAMES, claude_event, ours
+from .settings import Command, Config, agent_config, claude_config
+from .transcript import transcript_path
 
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Command(_Strict):
-    type: Literal["command"] = "command"
-    command: str
-    timeout: float = Field(default=60, gt=0)
-    """Seconds before the command is killed."""
-
-
-class Matcher(_Strict):
-    matcher: str = ""
-    hooks: list[Command]
-
-
-class Config(_Strict):
-    PreToolUse: list[Matcher] = []
-    PostToolUse: list[Matcher] = []
-    UserPromptSubmit: list[Matcher] = []
-    Stop: list[Matcher] = []
+_config = Config()
+_stop_hook_active = False
+"""Whether the current run is the follow-up a Stop hook asked for (Claude Code's `stop_hook_active`)."""
 
 
 @dataclass(frozen=True)
 class Hook:
     command: Command
     claude: bool
-    """From Claude Code's settings files: sent Claude Code's tool and field names."""
+    """From Claude Code's files (or an agent's frontmatter): sent Claude Code's tool and field names."""
 
 
-_config = Config()
-_claude: dict[Path, Config] = {}
-"""Hooks from Claude Code's settings files, by project directory; read once."""
-_stop_hook_active = False
-"""Whether the current run is the follow-up a Stop hook asked for (Claude Code's `stop_hook_active`)."""
+@dataclass(frozen=True)
+class Ran:
+    """How one hook command ended, and what it asked for."""
+
+    command: str
+    claude: bool
+    done: Completed
+
+    @property
+    def output(self) -> dict[str, Any]:
+        """Its JSON output (exit 0 only), or an empty object."""
+        value = self.json
+        return value if isinstance(value, dict) else {}  # pyright: ignore[reportUnknownVariableType]
+
+    @property
+    def json(self) -> object:
+        """What it printed on exit 0, read as JSON; None when it is not JSON."""
+        if self.done.returncode != 0:
+            return None
+        try:
+            return json.loads(self.done.stdout)
+        except ValueError:
+            return None
+
+    @property
+    def specific(self) -> dict[str, Any]:
+        specific = self.output.get("hookSpecificOutput")
+        return specific if isinstance(specific, dict) else {}  # pyright: ignore[reportUnknownVariableType]
+
+    @property
+    def blocked(self) -> str | None:
+        """Why it blocks (exit 2: its stderr; exit 0: a JSON decision, PreToolUse's `deny` too), or None."""
+        if self.done.returncode == 2:
+            return self.done.stderr.strip() or f"blocked by the hook `{self.command}`"
+        if self.specific.get("permissionDecision") == "deny":
+            return str(self.specific.get("permissionDecisionReason") or f"denied by the hook `{self.command}`")
+        if self.output.get("decision") == "block":
+            return str(self.output.get("reason") or f"blocked by the hook `{self.command}`")
+        return None
+
+    @property
+    def stop(self) -> str | None:
+        """What the user is told when the hook ends the turn (`"continue": false`), or None."""
+        if self.output.get("continue") is False:
+            return str(self.output.get("stopReason") or f"the hook `{self.command}` stopped the turn")
+        return None
+
+    @property
+    def context(self) -> str | None:
+        """Text for the model: `hookSpecificOutput.additionalContext`."""
+        extra = self.specific.get("additionalContext")
+        return extra.strip() if isinstance(extra, str) and extra.strip() else None
+
+    @property
+    def printed(self) -> str | None:
+        """Plain (non-JSON) text a successful hook printed."""
+        text = self.done.stdout.strip()
+        return text if self.done.returncode == 0 and text and self.json is None else None
 
 
 @code_puppy.hookimpl
@@ -107,211 +115,228 @@ def startup(settings: Any) -> None:
 
 
 @code_puppy.hookimpl
-async def user_prompt_submit(prompt: str, session: Any) -> str | None:
-    global _stop_hook_active
-    _stop_hook_active = False
-    context: list[str] = []
-    for command, done in await _run("UserPromptSubmit", session, None, {"prompt": prompt}):
-        if (reason := _block_reason(command, done)) is not None:
-            raise code_puppy.PromptBlocked(reason)
-        if done.returncode == 0 and done.stdout.strip():
-            output = _json(done.stdout)
-            extra = output.get("hookSpecificOutput", {}).get("additionalContext") if output is not None else done.stdout
-            if isinstance(extra, str) and extra.strip():
-                context.append(extra.strip())
-    return "\n\n".join([prompt, *context]) if context else None
+async def session_start(source: str, session: Any) -> Context | None:
+    fields = {"source": source, "model": session.model}
+    context = [text for ran in await _run("SessionStart", session, source, fields) if (text := _context(ran))]
+    return Context("\n\n".join(context)) if context else None
 
 
 @code_puppy.hookimpl
-async def pre_tool_call(tool_name: str, args: dict[str, Any], session: Any) -> str | None:
-    event = {"tool_name": tool_name, "tool_input": args}
-    for command, done in await _run("PreToolUse", session, tool_name, event):
-        if (reason := _block_reason(command, done)) is not None:
-            return reason
+async def session_end(session: Any) -> None:
+    await _run("SessionEnd", session, "other", {"reason": "other"})
+
+
+@code_puppy.hookimpl
+async def user_prompt_submit(prompt: str, session: Any) -> Context | None:
+    global _stop_hook_active
+    _stop_hook_active = False
+    context: list[str] = []
+    for ran in await _run("UserPromptSubmit", session, None, {"prompt": prompt}):
+        if (reason := ran.stop or ran.blocked) is not None:
+            raise code_puppy.PromptBlocked(reason)
+        if text := _context(ran):
+            context.append(text)
+    return Context("\n\n".join(context)) if context else None
+
+
+@code_puppy.hookimpl
+async def pre_tool_call(tool_name: str, args: dict[str, Any], tool_call_id: str, session: Any) -> ToolDecision | None:
+    permission: str | None = None
+    reason = ""
+    updated: dict[str, Any] | None = None
+    for ran in await _run("PreToolUse", session, tool_name, _tool_fields(tool_name, args, tool_call_id)):
+        if ran.stop is not None:
+            return ToolDecision(stop=ran.stop)
+        if (blocked := ran.blocked) is not None:
+            return ToolDecision("deny", blocked)
+        legacy = {"approve": "allow"}.get(str(ran.output.get("decision", "")))  # Claude Code's older spelling
+        decided = ran.specific.get("permissionDecision") or legacy
+        if decided in ("allow", "ask") and permission != "ask":
+            permission, reason = decided, str(ran.specific.get("permissionDecisionReason") or "")
+        if isinstance(new := ran.specific.get("updatedInput"), dict):
+            changed: dict[str, Any] = new  # pyright: ignore[reportUnknownVariableType]
+            updated = ours(tool_name, changed, Path(session.project_dir)) if ran.claude else changed
+    if permission is None and updated is None:
+        return None
+    return ToolDecision(permission, reason, args | updated if updated is not None else None)  # pyright: ignore[reportArgumentType]
+
+
+@code_puppy.hookimpl
+async def post_tool_call(
+    tool_name: str, args: dict[str, Any], result: Any, tool_call_id: str, session: Any
+) -> str | None:
+    fields = _tool_fields(tool_name, args, tool_call_id) | {"tool_response": result}
+    feedback: list[str] = []
+    for ran in await _run("PostToolUse", session, tool_name, fields):
+        if ran.stop is not None:
+            raise TurnStopped(ran.stop)
+        if (reason := ran.blocked) is not None:
+            _report("PostToolUse", ran.command, f"says (after the call ran; the model is told): {reason}")
+            feedback.append(f"PostToolUse hook `{_one_line(ran.command)}` says: {reason}")
+        if text := ran.context:
+            feedback.append(text)
+    return "\n\n".join(feedback) or None
+
+
+@code_puppy.hookimpl
+async def tool_call_failed(tool_name: str, args: dict[str, Any], error: str, tool_call_id: str, session: Any) -> None:
+    fields = _tool_fields(tool_name, args, tool_call_id) | {"error": error, "is_interrupt": False}
+    await _run("PostToolUseFailure", session, tool_name, fields)
+
+
+@code_puppy.hookimpl
+async def permission_request(
+    tool_name: str, args: dict[str, Any], summary: str, tool_call_id: str, session: Any
+) -> ToolDecision | None:
+    notice = {"message": f"code-puppy needs your permission: {summary}", "notification_type": "permission_prompt"}
+    request = _tool_fields(tool_name, args, tool_call_id) | {"permission_suggestions": []}
+    await _run("Notification", session, "permission_prompt", notice | {"title": "Permission needed"})
+    for ran in await _run("PermissionRequest", session, tool_name, request):
+        decision = ran.specific.get("decision")
+        behavior = decision.get("behavior") if isinstance(decision, dict) else None  # pyright: ignore[reportUnknownMemberType]
+        if behavior == "allow":
+            return ToolDecision("allow")
+        if behavior == "deny" or ran.blocked is not None:
+            message = decision.get("message") if isinstance(decision, dict) else None  # pyright: ignore[reportUnknownMemberType]
+            return ToolDecision("deny", str(message or ran.blocked or f"denied by the hook `{ran.command}`"))
     return None
 
 
 @code_puppy.hookimpl
-async def post_tool_call(tool_name: str, args: dict[str, Any], result: Any, session: Any) -> None:
-    event = {"tool_name": tool_name, "tool_input": args, "tool_response": result}
-    for command, done in await _run("PostToolUse", session, tool_name, event):
-        if (reason := _block_reason(command, done)) is not None:
-            _report("PostToolUse", command, f"says (after the call ran): {reason}")
+async def subagent_start(agent_name: str, tool_call_id: str, session: Any) -> None:
+    await _run("SubagentStart", session, agent_name, {"agent_id": tool_call_id, "agent_type": agent_name})
+
+
+@code_puppy.hookimpl
+async def subagent_stop(agent_name: str, result: str | None, tool_call_id: str, session: Any) -> None:
+    fields = {"agent_id": tool_call_id, "agent_type": agent_name, "stop_hook_active": False}
+    for ran in await _run("SubagentStop", session, agent_name, fields | {"last_assistant_message": result}):
+        if (reason := ran.blocked) is not None:  # the agent's run is over: Claude Code would go on with it
+            _report("SubagentStop", ran.command, f"says (after the agent finished): {reason}")
+
+
+@code_puppy.hookimpl
+async def pre_compact(trigger: str, instructions: str | None, session: Any) -> None:
+    await _run("PreCompact", session, trigger, {"trigger": trigger, "custom_instructions": instructions or ""})
 
 
 @code_puppy.hookimpl
 async def turn_end(session: Any) -> str | None:
     global _stop_hook_active
     results = await _run("Stop", session, None, {"stop_hook_active": _stop_hook_active})
-    reasons = [reason for command, done in results if (reason := _block_reason(command, done)) is not None]
-    _stop_hook_active = bool(reasons)
-    return "\n\n".join(reasons) or None
+    stopped = any(ran.stop is not None for ran in results)
+    reasons = [reason for ran in results if (reason := ran.blocked) is not None]
+    _stop_hook_active = bool(reasons) and not stopped
+    return None if stopped else "\n\n".join(reasons) or None
 
 
-async def _run(
-    event_name: str, session: Any, tool_name: str | None, fields: dict[str, Any]
-) -> list[tuple[str, Completed]]:
-    """Run the event's matching commands at the same time; (command, how it ended) in config order."""
+def _tool_fields(tool_name: str, args: dict[str, Any], tool_call_id: str) -> dict[str, Any]:
+    return {"tool_name": tool_name, "tool_input": args, "tool_use_id": tool_call_id}
+
+
+def _context(ran: Ran) -> str | None:
+    return ran.context or ran.printed
+
+
+async def _run(event_name: str, session: Any, target: str | None, fields: dict[str, Any]) -> list[Ran]:
+    """Run the event's matching commands at the same time; how each ended, in config order. `target` is what a
+    matcher matches (a tool name, a session's source, an agent's name); None runs every command of the event."""
+    project = Path(session.project_dir)
     hooks = [
         Hook(command, claude)
-        for config, claude in ((_config, False), (_claude_config(Path(session.project_dir)), True))
+        for config, claude in _configs(project)
         for matcher in getattr(config, event_name)
-        if tool_name is None or _matches(matcher.matcher, tool_name)
+        if target is None or _matches(matcher.matcher, target, tool="tool_name" in fields)
         for command in matcher.hooks
     ]
     if not hooks:
         return []
-    project = str(session.project_dir)
-    event = {"session_id": session.id, "transcript_path": None, "cwd": project, "hook_event_name": event_name}
-    ours = json.dumps(event | fields, default=str)
-    theirs = ours
+    event = {"session_id": session.id, "transcript_path": None, "cwd": str(project)}
+    event |= {"permission_mode": session.permission_mode, "hook_event_name": event_name}
+    ours_ = json.dumps(event | fields, default=str)
+    theirs = ours_
     if any(hook.claude for hook in hooks):
-        theirs = json.dumps(event | _as_claude(fields) | {"transcript_path": _transcript(session)}, default=str)
-    env = os.environ | {"CLAUDE_PROJECT_DIR": project, "CODE_PUPPY_PROJECT_DIR": project}
+        claude = claude_event(fields, project) | {"transcript_path": transcript_path(session)}
+        mode = CLAUDE_MODES.get(session.permission_mode, session.permission_mode)
+        theirs = json.dumps(event | claude | {"permission_mode": mode}, default=str)
+    env = os.environ | {"CLAUDE_PROJECT_DIR": str(project), "CODE_PUPPY_PROJECT_DIR": str(project)}
     runs = [
         run_shell(
             hook.command.command,
-            cwd=session.project_dir,
+            cwd=project,
             timeout=hook.command.timeout,
-            stdin=theirs if hook.claude else ours,
+            stdin=theirs if hook.claude else ours_,
             env=env,
         )
         for hook in hooks
     ]
-    commands = [hook.command for hook in hooks]
     async with session.tracked():  # what a hook changes is part of the turn's checkpoint, so a rewind undoes it
-        results = list(zip(commands, await asyncio.gather(*runs), strict=True))
-    for command, done in results:
-        if done.returncode is None:
-            _report(event_name, command.command, f"timed out after {command.timeout:g}s")
-        elif done.returncode not in (0, 2):
+        results = [
+            Ran(hook.command.command, hook.claude, done)
+            for hook, done in zip(hooks, await asyncio.gather(*runs), strict=True)
+        ]
+    for hook, ran in zip(hooks, results, strict=True):
+        if ran.done.returncode is None:
+            _report(event_name, ran.command, f"timed out after {hook.command.timeout:g}s")
+        elif ran.done.returncode not in (0, 2):
             # A crash's last line says what went wrong (a Python traceback's first says nothing).
-            last = done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "no output"
-            _report(event_name, command.command, f"exited {done.returncode}: {last}")
-    return [(command.command, done) for command, done in results]
+            last = ran.done.stderr.strip().splitlines()[-1] if ran.done.stderr.strip() else "no output"
+            _report(event_name, ran.command, f"exited {ran.done.returncode}: {last}")
+    return results
 
 
-def _claude_config(project_dir: Path) -> Config:
-    """The hooks of Claude Code's settings files for this project: the user's, and the project's once trusted."""
-    if project_dir in _claude:
-        return _claude[project_dir]
-    from code_puppy.paths import code_puppy_home
+def _configs(project: Path) -> list[tuple[Config, bool]]:
+    """Every source of hooks for this moment: ours, Claude Code's files, and the running agent's frontmatter."""
+    configs = [(_config, False), (claude_config(project), True)]
+    from code_puppy.definitions.agent_scope import running_agent
+
+    if (agent := running_agent()) is not None and agent.hooks:
+        configs.append((_agent_config(agent, project), True))
+    return configs
+
+
+_agents: dict[Path, Config] = {}
+"""Each running agent's hooks, by its file; read once."""
+
+
+def _agent_config(agent: Any, project: Path) -> Config:
+    """An agent's frontmatter hooks: a user's as they are, a project's only as `code-puppy trust` recorded its file."""
+    if agent.path not in _agents:
+        where = f"{agent.path} (agent {agent.name})"
+        _agents[agent.path] = Config()
+        if agent.scope != "project" or _trusted(agent.path, project, where):
+            _agents[agent.path] = agent_config(agent.hooks, where)
+    return _agents[agent.path]
+
+
+def _trusted(path: Path, project: Path, where: str) -> bool:
     from code_puppy.trust import project_trust
 
-    files = [] if code_puppy_home() is not None else [Path.home() / ".claude" / "settings.json"]
-    trust = project_trust(project_dir)
-    for relative in CLAUDE_SETTINGS:
-        if not (project_dir / relative).is_file():
-            continue
-        if trust.trusts(relative):
-            files.append(project_dir / relative)
-        elif _has_hooks(project_dir / relative):
-            why = trust.why_not(relative)
-            print(f"code-puppy: note: {relative}: its hooks do not run: {why} (`code-puppy trust`)", file=sys.stderr)
-    merged: dict[str, list[Matcher]] = {}
-    for path in files:
-        for name, matchers in _read_claude_hooks(path).items():
-            merged.setdefault(name, []).extend(matchers)
-    _claude[project_dir] = Config.model_validate(merged)
-    return _claude[project_dir]
-
-
-def _has_hooks(path: Path) -> bool:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    relative = path.resolve().relative_to(project.resolve()).as_posix()
+    trust = project_trust(project)
+    if not trust.trusts(relative):
+        why = trust.why_not(relative)
+        print(f"code-puppy: note: {where}: its hooks do not run: {why} (`code-puppy trust`)", file=sys.stderr)
         return False
-    return isinstance(data, dict) and bool(data.get("hooks"))  # pyright: ignore[reportUnknownMemberType]
+    return True
 
 
-def _read_claude_hooks(path: Path) -> dict[str, list[Matcher]]:
-    """The `hooks` of one Claude Code settings file, for the events code-puppy has; a bad file is one line."""
-    if not path.is_file():
-        return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        hooks = data.get("hooks", {}) if isinstance(data, dict) else {}
-        events = Config.model_fields
-        return {
-            name: [Matcher.model_validate(_known_keys(matcher)) for matcher in matchers]
-            for name, matchers in (hooks.items() if isinstance(hooks, dict) else [])
-            if name in events
-        }
-    except (OSError, ValueError, ValidationError, AttributeError, TypeError) as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        print(f"code-puppy: warning: {path}: its hooks cannot be read ({first}); ignored", file=sys.stderr)
-        return {}
-
-
-def _known_keys(matcher: Any) -> dict[str, Any]:
-    """A Claude Code matcher group without the keys code-puppy does not act on (a hook's `type` other than
-    `command` is rejected by validation)."""
-    hooks = [{key: hook[key] for key in ("type", "command", "timeout") if key in hook} for hook in matcher["hooks"]]
-    return {"matcher": matcher.get("matcher", ""), "hooks": hooks}
-
-
-def _as_claude(fields: dict[str, Any]) -> dict[str, Any]:
-    """An event's fields as Claude Code names them."""
-    if "tool_name" not in fields:
-        return fields
-    name = fields["tool_name"]
-    tool_input = fields.get("tool_input") or {}
-    renamed = (
-        tool_input if name == "grep" else {CLAUDE_FIELDS.get(key, key): value for key, value in tool_input.items()}
-    )
-    return fields | {"tool_name": CLAUDE_NAME_OF.get(name, name), "tool_input": renamed}
-
-
-def _transcript(session: Any) -> str | None:
-    """A JSONL export of the session so far, for hooks that read `transcript_path`."""
-    from pydantic_ai.messages import ModelMessagesTypeAdapter
-
-    from code_puppy.paths import data_dir
-
-    path = data_dir() / "transcripts" / f"{session.id}.jsonl"
-    try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        lines = [
-            json.dumps(message) for message in ModelMessagesTypeAdapter.dump_python(list(session.messages), mode="json")
-        ]
-        path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    except OSError:
-        return None
-    return str(path)
-
-
-def _matches(pattern: str, tool_name: str) -> bool:
+def _matches(pattern: str, target: str, *, tool: bool) -> bool:
     if pattern in ("", "*"):
         return True
-    names = [tool_name, *(claude for claude, ours in CLAUDE_TOOL_NAMES.items() if ours == tool_name)]
+    names = [target]
+    if tool:
+        names += [claude for claude, ours in CLAUDE_TOOL_NAMES.items() if ours == target]
+        names += [CLAUDE_NAME_OF[target]] if target in CLAUDE_NAME_OF else []
     try:
         return any(re.fullmatch(pattern, name) for name in names)
     except re.error:
         return pattern in names
 
 
-def _block_reason(command: str, done: Completed) -> str | None:
-    """Why the hook blocks (exit 2: its stderr; exit 0: a JSON decision), or None."""
-    if done.returncode == 2:
-        return done.stderr.strip() or f"blocked by the hook `{command}`"
-    if done.returncode != 0 or not (output := _json(done.stdout)):
-        return None
-    specific = output.get("hookSpecificOutput")
-    if isinstance(specific, dict) and specific.get("permissionDecision") == "deny":
-        return str(specific.get("permissionDecisionReason") or f"denied by the hook `{command}`")
-    if output.get("decision") == "block":
-        return str(output.get("reason") or f"blocked by the hook `{command}`")
-    return None
-
-
-def _json(text: str) -> dict[str, Any] | None:
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
+def _one_line(command: str) -> str:
+    return " ".join(command.split())
 
 
 def _report(event_name: str, command: str, what: str) -> None:
-    shown = " ".join(command.split())  # a multi-line command on one line too
-    print(f"code-puppy: shell_hooks: {event_name} hook `{shown}` {what}", file=sys.stderr, flush=True)
+    print(f"code-puppy: shell_hooks: {event_name} hook `{_one_line(command)}` {what}", file=sys.stderr, flush=True)

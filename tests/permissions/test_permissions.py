@@ -14,6 +14,7 @@ from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults, RunCont
 from code_puppy.config import PermissionMode, Settings
 from code_puppy.core.builder import AgentOptions, build_pydantic_agent, capability
 from code_puppy.permissions.policy import PermissionPolicy, allowed_by_list, mcp_allowed
+from code_puppy.plugins import ToolDecision
 from code_puppy.run.deps import RunDeps
 from code_puppy.sessions.session import Session
 from code_puppy.tools import is_read_only
@@ -550,9 +551,9 @@ async def test_interactive_ask_asks_about_a_command_the_shell_computes_and_the_a
 async def test_plugins_are_asked_once_per_call_though_it_waits_for_approval_and_can_block_it(project: Path) -> None:
     asked: list[tuple[str, dict[str, Any]]] = []
 
-    async def pre_tool_call(tool: str, args: dict[str, Any], session: Session) -> str | None:
+    async def pre_tool_call(tool: str, args: dict[str, Any], session: Session, call_id: str) -> ToolDecision | None:
         asked.append((tool, args))
-        return "no secrets" if args.get("path") == "secret.txt" else None
+        return ToolDecision("deny", "no secrets") if args.get("path") == "secret.txt" else None
 
     script = scripted(
         [
