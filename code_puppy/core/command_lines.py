@@ -90,12 +90,17 @@ async def _refusal(conversation: Conversation, command: FileCommand, line: str, 
     args: dict[str, Any] = {"command": line}
     policy = project.policy
     plugins = policy.pre_tool_call
-    if plugins is not None and (blocked := await plugins("shell", args, conversation.session)):
-        return blocked
+    hooked = await plugins("shell", args, conversation.session, "") if plugins is not None else None
+    if hooked is not None and hooked.permission == "deny":
+        return hooked.reason
     scope = project.live.scope
     if scope.mode != policy.mode:  # the agent in charge runs in a stricter mode
         policy = replace(policy, mode=scope.mode)
     decision, reason = policy.decide("shell", args)
+    if hooked is not None and hooked.permission == "allow" and decision == "ask" and not reason:
+        decision = "allow"  # as for the model's calls: the mode's own question only
+    elif hooked is not None and hooked.permission == "ask" and decision == "allow":
+        decision = "ask"
     if decision == "allow" or (decision == "ask" and policy.scope("shell", args) in policy.session_allowed):
         return None
     if decision == "ask" and ask is not None:
