@@ -3,15 +3,11 @@ and a trusted project's), and a running file-defined agent's frontmatter `hooks:
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
-CLAUDE_SETTINGS = (".claude/settings.json", ".claude/settings.local.json")
-"""A project's Claude Code settings files, relative to its root."""
 
 
 class _Strict(BaseModel):
@@ -57,22 +53,18 @@ def claude_config(project_dir: Path) -> Config:
     """The hooks of Claude Code's settings files for this project: the user's, and the project's once trusted."""
     if project_dir in _claude:
         return _claude[project_dir]
-    from code_puppy.paths import code_puppy_home
-    from code_puppy.trust import project_trust
+    from code_puppy.permissions.claude_settings import claude_settings_files
 
-    files = [] if code_puppy_home() is not None else [Path.home() / ".claude" / "settings.json"]
-    trust = project_trust(project_dir)
-    for relative in CLAUDE_SETTINGS:
-        if not (project_dir / relative).is_file():
-            continue
-        if trust.trusts(relative):
-            files.append(project_dir / relative)
-        elif _has_hooks(project_dir / relative):
-            why = trust.why_not(relative)
-            print(f"code-puppy: note: {relative}: its hooks do not run: {why} (`code-puppy trust`)", file=sys.stderr)
+    files, _ = claude_settings_files(project_dir)  # a file that cannot be read is named by the permission rules
     merged: dict[str, list[Matcher]] = {}
-    for path in files:
-        for name, matchers in _read_claude_hooks(path).items():
+    for file in files:
+        if not file.data.get("hooks"):
+            continue
+        if not file.trusted:
+            note = f"code-puppy: note: {file.shown}: its hooks do not run: {file.why_not} (`code-puppy trust`)"
+            print(note, file=sys.stderr)
+            continue
+        for name, matchers in _read_claude_hooks(file.data["hooks"], file.shown).items():
             merged.setdefault(name, []).extend(matchers)
     _claude[project_dir] = Config.model_validate(merged)
     return _claude[project_dir]
@@ -88,23 +80,13 @@ def agent_config(hooks: Any, where: str) -> Config:
         return Config()
 
 
-def _has_hooks(path: Path) -> bool:
+def _read_claude_hooks(hooks: Any, where: str) -> dict[str, list[Matcher]]:
+    """The `hooks` of one Claude Code settings file, for the events code-puppy has; a bad one is one line."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(data, dict) and bool(data.get("hooks"))  # pyright: ignore[reportUnknownMemberType]
-
-
-def _read_claude_hooks(path: Path) -> dict[str, list[Matcher]]:
-    """The `hooks` of one Claude Code settings file, for the events code-puppy has; a bad file is one line."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        hooks = data.get("hooks", {}) if isinstance(data, dict) else {}
-        return _known_events(hooks, str(path))
-    except (OSError, ValueError, ValidationError, AttributeError, TypeError, KeyError) as exc:
+        return _known_events(hooks, where)
+    except (ValidationError, AttributeError, TypeError, KeyError) as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        print(f"code-puppy: warning: {path}: its hooks cannot be read ({first}); ignored", file=sys.stderr)
+        print(f"code-puppy: warning: {where}: its hooks cannot be read ({first}); ignored", file=sys.stderr)
         return {}
 
 
