@@ -19,6 +19,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +57,9 @@ _RULE = re.compile(r"(?P<tool>[A-Za-z_][\w*-]*)(?:\((?P<specifier>.*)\))?", re.D
 _COMMAND_SPLIT = re.compile(r"&&|\|\||[;|&\n`()]|\$\(")
 """Where a denied or asked-for command may hide inside a command line: every simple command, in a pipeline, a
 list, a subshell or a substitution, is checked on its own."""
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+_WRAPPERS = frozenset({"env", "command", "exec", "nohup", "sudo", "time", "nice", "builtin"})
+"""Words that run the command after them: a deny rule looks past them."""
 RuleList = Literal["deny", "ask", "allow"]
 
 
@@ -85,7 +89,7 @@ class Rule:
             return self.covers_path(args.get("path", "."))
         command = str(args.get("command", ""))
         patterns = self.command_patterns()
-        segments = (" ".join(part.split()) for part in _COMMAND_SPLIT.split(command))
+        segments = [form for part in _COMMAND_SPLIT.split(command) for form in _forms(part)]
         return any(fnmatch.fnmatchcase(segment, pattern) for segment in segments if segment for pattern in patterns)
 
     def command_patterns(self) -> tuple[str, ...]:
@@ -215,6 +219,24 @@ def claude_permissions(files: Sequence[ClaudeSettingsFile], project_root: Path) 
             notes.append(f"{file.shown}: settings code-puppy does not use, ignored: {_listed(ignored)}")
     rules = ClaudeRules(deny=tuple(lists["deny"]), ask=tuple(lists["ask"]), allow=tuple(lists["allow"]))
     return ClaudePermissions(rules, default_mode, tuple(notes))
+
+
+def _forms(segment: str) -> list[str]:
+    """One simple command as written (spaces squeezed) and as it runs: quotes removed, leading `VAR=value`
+    assignments and wrappers (`env`, `command`, `sudo`, …) dropped, the program without its folder
+    (`FOO=1 /usr/bin/git push` is `git push`)."""
+    written = " ".join(segment.split())
+    try:
+        words = shlex.split(segment)
+    except ValueError:
+        return [written]
+    wrapped = False
+    while len(words) > 1 and (_ASSIGNMENT.match(words[0]) or words[0] in _WRAPPERS or (wrapped and words[0][0] == "-")):
+        wrapped = wrapped or words[0] in _WRAPPERS
+        words = words[1:]
+    if words:
+        words[0] = words[0].rsplit("/", 1)[-1]
+    return [written, " ".join(words)]
 
 
 def _rule(text: object, source: str, root: Path) -> Rule | None:

@@ -83,6 +83,10 @@ def trusted(code_puppy_home: Path, project: Path) -> Path:
         ("shell", {"command": "git push origin main"}, None, "deny"),
         ("shell", {"command": "git status && git push -f"}, None, "deny"),
         ("shell", {"command": "echo $(git push)"}, None, "deny"),
+        # As the command runs: past assignments, wrappers, quotes and the program's folder.
+        ("shell", {"command": "GIT_TRACE=1 git push"}, None, "deny"),
+        ("shell", {"command": "env -i /usr/bin/git push origin"}, None, "deny"),
+        ("shell", {"command": "'git' push"}, None, "deny"),
         ("shell", {"command": "git pushy"}, None, "ask"),
         ("shell", {"command": "npm run test"}, None, "allow"),
         ("shell", {"command": "npm run test -- --watch"}, None, "ask"),
