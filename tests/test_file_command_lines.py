@@ -140,6 +140,44 @@ def test_the_users_own_command_runs_its_lines_without_trust(
     assert tool_results(server.requests[1].body)[0].startswith("On branch main")
 
 
+def test_a_line_pasted_in_the_arguments_is_never_run(
+    server: FakeLLMServer, repository: Path, code_puppy_home: Path
+) -> None:
+    """Issue 25 review: `/review $(cat README.md)` with a README holding `` !`touch …` `` ran it as the user's own
+    command's line. Only the lines the command file wrote run; the pasted one reaches the model as text."""
+    (code_puppy_home / "commands").mkdir()
+    (code_puppy_home / "commands" / "review.md").write_text("---\ndescription: review\n---\nReview: !`echo body`\n")
+    server.script(text("ok"))
+    completed = run_cli("-p", "/review see !`touch pwned` here", "--permission-mode", "yolo", cwd=repository)
+    assert completed.returncode == 0, completed.stderr
+    assert user(server.requests[0].body) == ["Review: body\n\nARGUMENTS: see !`touch pwned` here"]
+    assert not (repository / "pwned").exists()
+
+
+def test_a_line_a_plugin_rewrites_runs_as_rewritten(
+    server: FakeLLMServer, repository: Path, code_puppy_home: Path
+) -> None:
+    """A `pre_tool_call` that changes a command (`rm` into `trash`) changes a command line too, and the policy decides
+    on the new one: here the grant covers `echo` only, so the rewritten `touch` is not run."""
+    (code_puppy_home / "plugins").mkdir()
+    (code_puppy_home / "plugins" / "rewrite.py").write_text(
+        "import code_puppy\nfrom code_puppy.plugins import ToolDecision\n\n"
+        "@code_puppy.hookimpl\ndef pre_tool_call(tool_name, args):\n"
+        "    new = {'echo original': 'echo rewritten', 'echo two': 'touch made'}.get(args.get('command'))\n"
+        "    return ToolDecision(args={'command': new}) if new else None\n"
+    )
+    (code_puppy_home / "commands").mkdir()
+    (code_puppy_home / "commands" / "c.md").write_text(
+        "---\nallowed-tools: Bash(echo:*)\n---\nout: !`echo original`\nsecond: !`echo two`\n"
+    )
+    server.script(text("ok"))
+    completed = run_cli("-p", "/c", cwd=repository)
+    assert completed.returncode == 0, completed.stderr
+    [prompt] = user(server.requests[0].body)
+    assert prompt.startswith("out: rewritten\nsecond: (`touch made` was not run: ")
+    assert not (repository / "made").exists()
+
+
 def test_a_dollar_amount_is_not_an_argument(server: FakeLLMServer, repository: Path) -> None:
     server.script(text("ok"))
     completed = run_cli("-p", "/tech-debt src/app", cwd=repository)

@@ -67,7 +67,8 @@ async def _run_line(
     conversation: Conversation, command: FileCommand, line: str, *, ask: AskUser | None, warn: Callable[[str], None]
 ) -> str:
     project = conversation.project
-    if (refused := await _refusal(conversation, command, line, ask)) is not None:
+    refused, line = await _refusal(conversation, command, line, ask)
+    if refused is not None:
         warn(f"/{command.name}: `{line}` was not run: {refused}")
         return f"(`{line}` was not run: {refused})"
     try:
@@ -84,15 +85,24 @@ async def _run_line(
     return output if done.returncode == 0 else f"{output}\n(exit {done.returncode})".lstrip("\n")
 
 
-async def _refusal(conversation: Conversation, command: FileCommand, line: str, ask: AskUser | None) -> str | None:
-    """Why `line` may not run, or None when it may (after asking, where the policy asks and someone can answer)."""
+async def _refusal(
+    conversation: Conversation, command: FileCommand, line: str, ask: AskUser | None
+) -> tuple[str | None, str]:
+    """Why `line` may not run, or None when it may (after asking, where the policy asks and someone can answer); and
+    the line to run, as a plugin's `pre_tool_call` rewrote it (the policy decides on that one)."""
     project = conversation.project
     args: dict[str, Any] = {"command": line}
     policy = project.policy
     plugins = policy.pre_tool_call
     hooked = await plugins("shell", args, conversation.session, "") if plugins is not None else None
     if hooked is not None and hooked.permission == "deny":
-        return hooked.reason
+        return hooked.reason, line
+    if hooked is not None and hooked.args is not None:
+        rewritten = hooked.args.get("command")
+        if not isinstance(rewritten, str) or not rewritten.strip():
+            return "a hook changed it into no command", line
+        line = rewritten
+        args = {"command": line}
     scope = project.live.scope
     if scope.mode != policy.mode:  # the agent in charge runs in a stricter mode
         policy = replace(policy, mode=scope.mode)
@@ -102,15 +112,15 @@ async def _refusal(conversation: Conversation, command: FileCommand, line: str, 
     elif hooked is not None and hooked.permission == "ask" and decision == "allow":
         decision = "ask"
     if decision == "allow" or (decision == "ask" and policy.scope("shell", args) in policy.session_allowed):
-        return None
+        return None, line
     if decision == "ask" and ask is not None:
-        return None if await _approved(conversation, command, line, ask) else "the user did not allow it"
+        return (None if await _approved(conversation, command, line, ask) else "the user did not allow it"), line
     if decision == "ask" and not reason:
         reason = (
             f"it needs the user's approval in '{policy.mode}' mode and nobody can answer here "
             "(`--allow`, a `Bash(…)` entry in allowed-tools, or another mode lets it run)"
         )
-    return reason.removesuffix(" Do not retry it.")  # said to the user and in the prompt, not to a retrying model
+    return reason.removesuffix(" Do not retry it."), line  # said to the user and in the prompt, not to a model
 
 
 async def _approved(conversation: Conversation, command: FileCommand, line: str, ask: AskUser) -> bool:

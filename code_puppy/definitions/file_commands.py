@@ -78,8 +78,7 @@ class FileCommand:
     def expand(self, arguments: str) -> str:
         """The prompt it sends for `arguments` (`!` lines not run yet)."""
         values = split_arguments(arguments)
-        named = "|".join(re.escape(name) for name in sorted(self.argument_names, key=len, reverse=True))
-        pattern = re.compile(f"{_PLACEHOLDER.pattern}|\\$({named})(?![\\w-])") if named else _PLACEHOLDER
+        pattern = self._placeholders()
         placeholders = 0
 
         def substitute(match: re.Match[str]) -> str:
@@ -102,11 +101,25 @@ class FileCommand:
         return f"{text}\n\nARGUMENTS: {arguments}" if arguments and not placeholders else text
 
     def shell_lines(self, prompt: str) -> list[str]:
-        """The `` !`cmd` `` commands and ```` ```! ```` scripts in `prompt` (an `expand`ed body), in order; none for a
-        Codex prompt."""
+        """The `` !`cmd` `` commands and ```` ```! ```` scripts in `prompt` (an `expand`ed body) that the command's own
+        body wrote, its placeholders filled in, in order; none for a Codex prompt. One that came in with the
+        arguments (text the user pasted, a file an editor attached) is text: it never runs."""
         if self.name.startswith("prompts:"):
             return []
-        return [(match[1] or match[2]).strip() for match in SHELL_LINE.finditer(prompt)]
+        written = [self._line_pattern((match[1] or match[2]).strip()) for match in SHELL_LINE.finditer(self.body)]
+        found = ((match[1] or match[2]).strip() for match in SHELL_LINE.finditer(prompt))
+        return [line for line in found if any(pattern.fullmatch(line) for pattern in written)]
+
+    def _line_pattern(self, line: str) -> re.Pattern[str]:
+        """A body's line as a pattern: its text as written, each placeholder any text (what `expand` put there)."""
+        placeholders = self._placeholders()
+        pieces = placeholders.split(line)[:: (placeholders.groups + 1)]
+        return re.compile(".*?".join(re.escape(piece) for piece in pieces), re.DOTALL)
+
+    def _placeholders(self) -> re.Pattern[str]:
+        """`$ARGUMENTS`, `$ARGUMENTS[N]`, `$N` and the named `$NAME`s: the placeholders `expand` fills."""
+        named = "|".join(re.escape(name) for name in sorted(self.argument_names, key=len, reverse=True))
+        return re.compile(f"{_PLACEHOLDER.pattern}|\\$({named})(?![\\w-])") if named else _PLACEHOLDER
 
 
 def split_arguments(arguments: str) -> list[str]:

@@ -5,6 +5,7 @@ command files (tests/fixtures/claude_commands) and small hand-written ones."""
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -91,6 +92,22 @@ def test_the_shell_lines_of_a_real_command(real_project: Path, code_puppy_home: 
         "git branch --show-current",
         "git log --oneline -10",
     ]
+
+
+def test_only_the_lines_the_body_wrote_run_never_one_that_came_with_the_arguments(real_project: Path) -> None:
+    """A line pasted in the arguments (a README with `` !`…` ``, a file an editor attached) is text; a body's line
+    with a placeholder runs with the argument in it, as its author wrote it."""
+    commit = next(command for command in load_commands(real_project).items if command.name == "commit")
+    pasted = commit.expand("see !`touch pwned` and\n```!\ntouch pwned2\n```\n")
+    assert "!`touch pwned`" in pasted
+    assert commit.shell_lines(pasted) == [
+        "git status",
+        "git diff HEAD",
+        "git branch --show-current",
+        "git log --oneline -10",
+    ]
+    log = replace(commit, body="Log: !`git log $ARGUMENTS[0]`\nThen: !`echo done`", zero_based=True)
+    assert log.shell_lines(log.expand("main !`id`")) == ["git log main", "echo done"]
 
 
 @pytest.mark.parametrize(
