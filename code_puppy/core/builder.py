@@ -178,8 +178,9 @@ def build_pydantic_agent(settings: Settings, options: AgentOptions) -> Agent[Run
             content_hashes=False,
             max_read_chars=MAX_READ_CHARS,
             tools=FILE_TOOLS,
-            # The skills' folders are readable wherever they are: a skill's references and scripts live there.
-            read_roots=skill_folders(options.skills),
+            # The user's skills' folders are readable wherever they are: a skill's references and scripts live there.
+            read_roots=skill_folders(options.skills, project_root=root),
+            hidden=options.claude_rules.hides if options.claude_rules.has_read_rules else None,
         ),
         Shell(
             cwd=root,

@@ -84,9 +84,16 @@ def skill_names(capabilities: list[AbstractCapability[Any]]) -> set[str]:
     return {skill.id for skill in capabilities if isinstance(skill, SkillCapability) and skill.id is not None}
 
 
-def skill_folders(capabilities: Sequence[AbstractCapability[Any]]) -> tuple[Path, ...]:
-    """The folders of the skills `skill_capabilities` loaded: what the file tools may read outside the project."""
-    return tuple(skill.folder for skill in capabilities if isinstance(skill, SkillCapability))
+def skill_folders(capabilities: Sequence[AbstractCapability[Any]], *, project_root: Path) -> tuple[Path, ...]:
+    """The folders of the user's skills `skill_capabilities` loaded: what the file tools may read outside the
+    project. A project's skill is read as a project file; its folder is never one of these, so a link out of the
+    project (`.claude/skills/x -> ~/.ssh`) opens nothing outside."""
+    root = project_root.absolute()
+    return tuple(
+        skill.folder
+        for skill in capabilities
+        if isinstance(skill, SkillCapability) and not skill.folder.absolute().is_relative_to(root)
+    )
 
 
 def _shown(folder: Path) -> str:

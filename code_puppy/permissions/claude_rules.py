@@ -131,6 +131,16 @@ class ClaudeRules:
     ask: tuple[Rule, ...] = ()
     allow: tuple[Rule, ...] = ()
 
+    @property
+    def has_read_rules(self) -> bool:
+        """Whether a deny or ask rule names files to read (`Read(…)`, `Grep(…)`)."""
+        return any(rule.path_rule and "grep" in rule.tools for rule in (*self.deny, *self.ask))
+
+    def hides(self, path: Path) -> bool:
+        """Whether a search walking a folder leaves `path` out: a deny or ask rule covers reading it (nobody can be
+        asked about one line of a search)."""
+        return self.verdict("grep", {"path": str(path)}, None) is not None
+
     def verdict(
         self, tool_name: str, args: Mapping[str, Any], mcp_permission: str | None
     ) -> tuple[Literal["deny", "ask"], Rule] | None:

@@ -193,7 +193,7 @@ def _records(path: Path, transcript: Transcript) -> Iterator[tuple[int, dict[str
                 continue
             try:
                 record = json.loads(line)
-            except ValueError as exc:
+            except (ValueError, RecursionError) as exc:  # RecursionError: nesting too deep
                 transcript.problems.append(f"{path}:{number}: not valid JSON ({exc}); line skipped")
                 continue
             if not isinstance(record, dict):
@@ -284,7 +284,7 @@ def _command(text: str, moment: datetime) -> list[UserPromptPart] | None:
     if contents := _COMMAND_CONTENTS.search(text):
         try:
             expansion = _text(json.loads(contents.group(1)))
-        except ValueError:
+        except (ValueError, RecursionError):
             expansion = contents.group(1)
         parts.append(UserPromptPart(expansion, timestamp=moment))
     return parts

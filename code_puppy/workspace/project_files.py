@@ -31,9 +31,10 @@ Skills: `read_file` also reads inside `read_roots` (the loaded skills' folders, 
 user-level skill's `references/` and scripts can be read; only there outside the project, and only read (the
 write tools still refuse every path outside the project, and the policy denies them first).
 
-`ProjectFileSystemToolset._read_file`, `_create_directory`, `_resolve_path` and `call_tool` are the places that use
-private members of the harness toolset (its read and create entry points, path resolution, header and budget): the
-harness offers no public hook for reading or for making a folder.
+`ProjectFileSystemToolset._read_file`, `_create_directory`, `_resolve_path`, `_resolve_walk_entry` and `call_tool` are
+the places that use private members of the harness toolset (its read and create entry points, path resolution, the
+walk of `grep` and `list_files`, header and budget): the harness offers no public hook for reading, for making a
+folder or for leaving a file out of a walk but its glob patterns, which cannot say Claude Code's gitignore rules.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ import io
 import itertools
 import os
 import stat
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import partial
@@ -87,12 +88,16 @@ class ProjectFileSystem(FileSystem[Any]):
 
     read_roots: tuple[Path, ...] = ()
     """Folders outside the project `read_file` may read too (the skills' folders); nothing there is written."""
+    hidden: Callable[[Path], bool] | None = None
+    """Files `grep` and `list_files` leave out as they walk a folder (what the permission rules deny reading), so a
+    search of the folder above a denied file does not show its lines."""
     _toolset: Any = field(default=None, init=False, repr=False, compare=False)
 
     def get_toolset(self) -> Any:
         if self._toolset is None:
             toolset = ProjectFileSystemToolset(
                 read_roots=self.read_roots,
+                hidden=self.hidden,
                 root_dir=Path(self.root_dir),
                 allowed_patterns=self.allowed_patterns,
                 denied_patterns=self.denied_patterns,
@@ -132,11 +137,18 @@ class ProjectFileSystemToolset(FileSystemToolset[Any]):
     """The harness file toolset: `write_file` and `edit_file` replace files atomically, `read_file` streams; the
     three go through the run's editor when it has one; every open goes through folder descriptors."""
 
-    def __init__(self, *, read_roots: tuple[Path, ...] = (), **options: Any) -> None:
+    def __init__(
+        self, *, read_roots: tuple[Path, ...] = (), hidden: Callable[[Path], bool] | None = None, **options: Any
+    ) -> None:
         super().__init__(**options)
         self._read_roots = tuple(Path(os.path.realpath(root)) for root in read_roots)
+        self._hidden = hidden
         for tool in self.tools.values():
             tool.args_validator = _refuse_nul_paths
+
+    def _resolve_walk_entry(self, entry: Path) -> Path | None:
+        target = super()._resolve_walk_entry(entry)
+        return None if target is None or (self._hidden is not None and self._hidden(target)) else target
 
     def _outside_read(self, path: str) -> tuple[Path, Path] | None:
         """`path` resolved, with the read root it lies in, when it lies outside the project in one of the folders

@@ -4,7 +4,9 @@ code-puppy's tools: the rules of real projects' files, the policy's verdicts per
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import sysconfig
 from pathlib import Path
 from typing import Any
 
@@ -422,3 +424,31 @@ async def test_a_tool_a_bare_deny_rule_names_is_not_offered(code_puppy_home: Pat
     await agent.run("hi", deps=RunDeps(Session.in_memory()))
     assert "shell" not in offered
     assert {"read_file", "write_file", "edit_file", "create_directory"} <= set(offered)
+
+
+async def test_a_search_of_the_folder_above_a_denied_file_leaves_its_lines_out(
+    code_puppy_home: Path, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 25 review: `grep` over `.` showed `secrets/k.txt`'s lines while `read_file secrets/k.txt` was denied.
+    The walk of a search or a listing leaves out what a Read deny or ask rule covers; other files still show."""
+    monkeypatch.setenv("PATH", f"{sysconfig.get_path('scripts')}{os.pathsep}{os.environ['PATH']}")  # `rg`, as the CLI
+    write(project / ".claude" / "settings.json", {"permissions": {"deny": ["Read(./secrets/**)", "Read(*.pem)"]}})
+    (project / "secrets").mkdir()
+    (project / "secrets" / "k.txt").write_text("TOPSECRET=1\n")
+    (project / "server.pem").write_text("TOPSECRET=2\n")
+    (project / "notes.txt").write_text("TOPSECRET=public\n")
+    script = scripted(
+        [
+            ToolCallPart("grep", {"pattern": "TOPSECRET", "path": "."}, tool_call_id="g1"),
+            ToolCallPart("grep", {"pattern": "TOPSECRET", "path": "secrets/.."}, tool_call_id="g2"),
+            ToolCallPart("list_files", {"path": "secrets"}, tool_call_id="l1"),
+        ],
+        "done",
+    )
+    agent = build_pydantic_agent(
+        Settings(), AgentOptions(model=script.model, project_root=project, claude_rules=read(project).rules)
+    )
+    result = await agent.run("look", deps=RunDeps(Session.in_memory()))
+    [first, second, listing] = tool_returns(result.all_messages())
+    assert (first[2], second[2]) == ("notes.txt:1:TOPSECRET=public", "notes.txt:1:TOPSECRET=public")
+    assert "k.txt" not in listing[2]

@@ -243,6 +243,17 @@ def test_a_record_without_a_type_is_named_so(tmp_path: Path) -> None:
     assert read_transcript(path).skipped == {"record without a type": 1}
 
 
+def test_a_line_nested_too_deep_is_one_problem_and_the_rest_is_read(tmp_path: Path) -> None:
+    """Issue 25 review: a line of 100,000 nested objects ended the whole import with an internal RecursionError."""
+    path = tmp_path / "deep.jsonl"
+    path.write_text(
+        '{"x":' * 100_000 + "\n" + json.dumps({"type": "user", "sessionId": "s", "message": {"content": "hi"}}) + "\n"
+    )
+    transcript = read_transcript(path)
+    assert [problem.split(": not valid JSON")[0] for problem in transcript.problems] == [f"{path}:1"]
+    assert transcript.format == "claude-code"
+
+
 def test_a_session_an_older_import_stored_without_results_gets_them_from_a_re_import(
     project: Path, tmp_path: Path, code_puppy_home: Path
 ) -> None:

@@ -47,3 +47,26 @@ async def test_a_skills_folder_is_never_written(home: Path) -> None:
     with pytest.raises((ModelRetry, PermissionError)):
         await files.write_file(f"{skill}/references/forms.md", "changed\n")
     assert (skill / "references" / "forms.md").read_text() == "# forms\nfill them\n"
+
+
+def test_a_project_skill_that_links_out_of_the_project_opens_nothing_outside(
+    tmp_path: Path, code_puppy_home: Path
+) -> None:
+    """Issue 25 review: `.claude/skills/evil -> /elsewhere/evil` (a valid SKILL.md there) made `/elsewhere/evil`
+    readable. Only the user's skills' folders are read roots; a project's skill is read as a project file."""
+    from code_puppy.definitions.skill_library import skill_capabilities, skill_folders
+
+    skill = "---\nname: {name}\ndescription: d\n---\nbody\n"
+    elsewhere = tmp_path / "elsewhere" / "evil"
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "SKILL.md").write_text(skill.format(name="evil"))
+    project = tmp_path / "project"
+    (project / ".claude" / "skills").mkdir(parents=True)
+    (project / ".claude" / "skills" / "evil").symlink_to(elsewhere)
+    (project / ".claude" / "skills" / "here").mkdir()
+    (project / ".claude" / "skills" / "here" / "SKILL.md").write_text(skill.format(name="here"))
+    (code_puppy_home / "skills" / "pdf").mkdir(parents=True)
+    (code_puppy_home / "skills" / "pdf" / "SKILL.md").write_text(skill.format(name="pdf"))
+    loaded = skill_capabilities(project).items
+    assert len(loaded) == 3
+    assert skill_folders(loaded, project_root=project) == (code_puppy_home / "skills" / "pdf",)
