@@ -323,6 +323,8 @@ def _segment_regex(part: str) -> str:
 def _why_no_mode(mode: object) -> str:
     if mode == "bypassPermissions":
         return "a settings file never gives yolo; use --permission-mode yolo or [permissions] mode"
+    if mode == "auto":
+        return "a settings file never gives auto (commands without asking); use --permission-mode auto"
     return "code-puppy has no such mode (ask, accept-edits, auto, yolo, read-only)"
 
 

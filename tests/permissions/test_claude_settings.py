@@ -206,6 +206,12 @@ def test_the_local_file_and_the_users_file_add_their_rules(
             "--permission-mode yolo or [permissions] mode",
         ),
         (
+            "auto",
+            None,
+            "permissions.defaultMode 'auto' is not applied: a settings file never gives auto (commands without "
+            "asking); use --permission-mode auto",
+        ),
+        (
             "dontAsk",
             None,
             "permissions.defaultMode 'dontAsk' is not applied: code-puppy has no such mode (ask, accept-edits, auto, "
