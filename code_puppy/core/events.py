@@ -6,7 +6,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from pydantic_ai.exceptions import UsageLimitExceeded
+from pydantic_ai.exceptions import AgentRunError, UsageLimitExceeded
 from pydantic_ai.messages import AgentStreamEvent, FunctionToolResultEvent
 
 from code_puppy.errors import one_line
@@ -20,6 +20,15 @@ if TYPE_CHECKING:
 
 Status = Literal["success", "error", "limit", "interrupted", "terminated"]
 EXIT_CODES: dict[Status, int] = {"success": 0, "error": 1, "limit": 3, "interrupted": 130, "terminated": 143}
+
+
+class RequestsSpent(UsageLimitExceeded):
+    """The turn made the model requests `--max-requests` allows, and needs another."""
+
+    def __init__(self, limit: int) -> None:
+        requests = "1 model request" if limit == 1 else f"{limit} model requests"
+        # Past `UsageLimitExceeded`'s own constructor: it appends a pointer to pydantic-ai's docs.
+        AgentRunError.__init__(self, f"stopped after {requests} (--max-requests {limit})")
 
 
 @dataclass(frozen=True)
@@ -87,6 +96,8 @@ def ending(outcome: TurnOutcome, *, stopped_by: Status | None = None) -> tuple[S
         status, message = "error", f"prompt blocked by plugin {error.plugin}: {error.reason}"
     elif isinstance(error, TurnStopped):
         status, message = "error", f"stopped by plugin {error.plugin}: {error.reason}"
+    elif isinstance(error, RequestsSpent):
+        status, message = "limit", str(error)
     elif isinstance(error, UsageLimitExceeded):
         status, message = "limit", f"stopped by a limit: {error}"
     elif isinstance(error, TimeoutError):

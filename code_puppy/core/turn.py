@@ -17,7 +17,7 @@ from pydantic_ai.usage import RunUsage, UsageLimits
 from code_puppy.checkpoints.capability import Checkpoints
 from code_puppy.checkpoints.rewind import record_turn
 from code_puppy.core.builder import capability
-from code_puppy.core.events import EventSink
+from code_puppy.core.events import EventSink, RequestsSpent
 from code_puppy.cost.spending import CostMeter
 from code_puppy.mentions import attachment
 from code_puppy.plugins import PromptBlocked
@@ -241,8 +241,7 @@ async def _run_turn(
                 unsaved = await _checkpoint(session, handle, exc, user_prompt, run_ids)
                 if plugins is not None:
                     await plugins.agent_run_end(agent, None, exc, session)
-                error = TimeoutError(f"{limits.timeout:g} s") if isinstance(exc, RunTimedOut) else exc
-                return TurnOutcome(None, error, usage + handle.usage(), runs, unsaved=unsaved)
+                return TurnOutcome(None, _in_our_words(exc, limits), usage + handle.usage(), runs, unsaved=unsaved)
             usage = usage + result.usage
             run_ids.append(result.run_id)
             if plugins is not None:
@@ -265,10 +264,19 @@ async def _run_turn(
     return TurnOutcome(result, None, usage, runs, unrun_follow_up=prompt)
 
 
+def _in_our_words(error: BaseException, limits: TurnLimits) -> BaseException:
+    """A run's error as the turn reports it: pydantic-ai's timeout and request limit named by our flags."""
+    if isinstance(error, RunTimedOut):
+        return TimeoutError(f"{limits.timeout:g} s")
+    if isinstance(error, UsageLimitExceeded) and "request_limit" in str(error) and limits.max_requests:
+        return RequestsSpent(limits.max_requests)  # pydantic-ai's words name the requests left, not the flag
+    return error
+
+
 def _limit_reached(limits: TurnLimits, remaining: int | None, left: float | None) -> BaseException | None:
     """Why the turn cannot start another run: its requests are spent (`remaining`), or its time (`left`)."""
     if remaining is not None and remaining <= 0:
-        return UsageLimitExceeded(f"the request limit of {limits.max_requests} is spent")
+        return RequestsSpent(limits.max_requests or 0)
     if left is not None and left <= 0:
         return TimeoutError(f"{limits.timeout:g} s")
     return None

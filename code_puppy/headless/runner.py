@@ -8,6 +8,7 @@ import json
 import signal
 import sys
 import time
+import traceback
 from collections.abc import Coroutine
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -141,6 +142,8 @@ async def _headless(options: RunOptions, headless: HeadlessOptions, output: Outp
         note = unrun_follow_up_note(outcome.unrun_follow_up, project.settings.plugins.max_continuations)
         print(f"code-puppy: note: {note}", file=sys.stderr)
     status, message = ending(outcome, stopped_by=stopped_by)
+    if options.debug and status == "error" and isinstance(outcome.error, Exception):
+        traceback.print_exception(outcome.error, file=sys.stderr)
     output.finish(status, message=message, outcome=outcome)
     if output.usage_file_error is not None and status == "success":
         return EXIT_CODES["error"]

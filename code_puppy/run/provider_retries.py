@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 from pydantic_ai import RunContext
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.exceptions import (
     ModelAPIError,
     ModelConnectionError,
+    ModelHTTPError,
     ModelRateLimitError,
     ModelRequestTimeout,
     ModelServerError,
@@ -24,6 +26,7 @@ from pydantic_ai.settings import ModelSettings
 
 from code_puppy.config import RunConfig
 from code_puppy.errors import one_line, say
+from code_puppy.models import PLACEHOLDER_API_KEY
 
 CONNECT_TIMEOUT = 10.0
 """Seconds to open a connection to the provider."""
@@ -82,6 +85,8 @@ class ProviderRetries(AbstractCapability[Any]):
     async def on_model_request_error(
         self, ctx: RunContext[Any], *, request_context: ModelRequestContext, error: Exception
     ) -> ModelResponse:
+        if isinstance(error, ModelHTTPError) and error.status_code in (401, 403):
+            raise ProviderFailed(refused_key(error, request_context.model)) from error
         if not isinstance(error, RETRYABLE):
             raise error
         what = describe_provider_error(error, request_context.model)
@@ -110,5 +115,58 @@ def describe_provider_error(error: ModelAPIError, model: Model) -> str:
     if isinstance(error, ModelRequestTimeout):
         return f"the model sent nothing for {error.timeout:g} s ([run] first_event_timeout)"
     if isinstance(error, ModelConnectionError):
-        return f"cannot reach {model.base_url or model.system}: {error.message.rstrip('.')}"
+        return f"cannot reach {model.base_url or model.system}: {_socket_reason(error) or error.message.rstrip('.')}"
     return one_line(error)
+
+
+def _socket_reason(error: BaseException) -> str | None:
+    """The socket's own words under the SDK's "Connection error." (`connection refused`), found down the chain."""
+    seen: set[int] = set()
+    cause: BaseException | None = error
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, OSError) and cause.errno is not None:
+            return os.strerror(cause.errno).lower()
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
+def refused_key(error: ModelHTTPError, model: Model) -> str:
+    """A 401 or 403 in the user's words: which environment variable's key was refused, and what to check."""
+    key = getattr(getattr(model, "client", None), "api_key", None)
+    where = model.base_url or model.system
+    said = _provider_message(error.body)
+    said = f' (the provider said: "{said}")' if said else ""
+    if key == PLACEHOLDER_API_KEY:
+        return (
+            f"{where} refused the request ({error.status_code}): it wants an API key; name the variable that holds "
+            f"it with api_key_env in the model's [models] entry{said}"
+        )
+    variable = key_variable(key, model.system) if isinstance(key, str) else None
+    whose = f"the key in {variable}" if variable else f"the API key for {model.system}"
+    if error.status_code == 401:
+        return f"the provider refused {whose} (401): check that it is current and meant for {where}{said}"
+    return (
+        f"the provider refused access to {model.model_name} with {whose} (403): check that the key's account or "
+        f"project may use this model{said}"
+    )
+
+
+def key_variable(key: str, system: str) -> str | None:
+    """The environment variable that holds `key`: the provider's usual one (`OPENAI_API_KEY`) first, then any other."""
+    usual = f"{system.upper().replace('-', '_')}_API_KEY"
+    holders = sorted(name for name, value in os.environ.items() if value == key and key)
+    return usual if usual in holders else next(iter(holders), None)
+
+
+def _provider_message(body: object) -> str:
+    """The provider's own sentence from an error body (OpenAI's `message`, Anthropic's `error.message`), short."""
+    if isinstance(body, dict):
+        fields = cast(dict[str, Any], body)
+        inner = fields.get("error")
+        message = fields.get("message") or (
+            cast(dict[str, Any], inner).get("message") if isinstance(inner, dict) else None
+        )
+        if isinstance(message, str):
+            return one_line(Exception(message), limit=160)
+    return ""

@@ -1,0 +1,98 @@
+"""End to end: a provider's refusal and a spent request limit, in the user's words, through the
+installed `code-puppy -p` and the fake server (a refused connection: tests/test_timeouts.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.conftest import run_cli
+from tests.fake_llm import FakeLLMServer, call, error, text, tool_calls
+
+
+def test_a_refused_standard_key_names_its_variable(project: Path) -> None:
+    with FakeLLMServer() as fake:
+        fake.script(error(401, "Incorrect API key provided"))
+        completed = run_cli(
+            "-p",
+            "hi",
+            "-m",
+            "openai-chat:gpt-4o",
+            env={"OPENAI_BASE_URL": fake.base_url, "OPENAI_API_KEY": "sk-expired"},
+            cwd=project,
+        )
+        assert len(fake.requests) == 1  # a refused key is not retried
+    assert (completed.returncode, completed.stdout) == (1, "")
+    assert completed.stderr == (
+        "code-puppy: run failed: the provider refused the key in OPENAI_API_KEY (401): check that it is current and "
+        f'meant for {fake.base_url}/ (the provider said: "Incorrect API key provided")\n'
+    )
+
+
+def test_a_refused_endpoint_key_names_its_api_key_env(code_puppy_home: Path, project: Path) -> None:
+    with FakeLLMServer() as fake:
+        (code_puppy_home / "config.toml").write_text(
+            f'[models.work]\nname = "team-model"\nbase_url = "{fake.base_url}"\napi_key_env = "TEAM_LLM_KEY"\n'
+        )
+        fake.script(error(401, "invalid key"))
+        completed = run_cli(
+            "-p", "hi", "-m", "work", "--output-format", "json", env={"TEAM_LLM_KEY": "k-123"}, cwd=project
+        )
+    assert completed.returncode == 1
+    assert json.loads(completed.stdout)["error"] == (
+        "run failed: the provider refused the key in TEAM_LLM_KEY (401): check that it is current and meant for "
+        f'{fake.base_url}/ (the provider said: "invalid key")'
+    )
+    assert "status_code" not in completed.stderr and "model_name" not in completed.stderr
+
+
+def test_a_403_says_the_key_may_not_use_the_model(project: Path) -> None:
+    with FakeLLMServer() as fake:
+        fake.script(error(403, "Project does not have access to model"))
+        completed = run_cli(
+            "-p",
+            "hi",
+            "-m",
+            "openai-chat:gpt-5.1",
+            env={"OPENAI_BASE_URL": fake.base_url, "OPENAI_API_KEY": "sk-other-project"},
+            cwd=project,
+        )
+    assert completed.returncode == 1
+    assert completed.stderr == (
+        "code-puppy: run failed: the provider refused access to gpt-5.1 with the key in OPENAI_API_KEY (403): check "
+        "that the key's account or project may use this model (the provider said: \"Project does not have access to "
+        'model")\n'
+    )
+
+
+def test_an_endpoint_without_api_key_env_that_wants_a_key_says_how_to_give_one(
+    code_puppy_home: Path, project: Path
+) -> None:
+    with FakeLLMServer() as fake:
+        (code_puppy_home / "config.toml").write_text(f'[models.lan]\nname = "m"\nbase_url = "{fake.base_url}"\n')
+        fake.script(error(401, "missing bearer token"))
+        completed = run_cli("-p", "hi", "-m", "lan", cwd=project)
+    assert completed.stderr == (
+        f"code-puppy: run failed: {fake.base_url}/ refused the request (401): it wants an API key; name the variable "
+        'that holds it with api_key_env in the model\'s [models] entry (the provider said: "missing bearer token")\n'
+    )
+
+
+def test_max_requests_reports_itself(server: FakeLLMServer, project: Path) -> None:
+    server.script(tool_calls(call("read_file", {"path": "README.md"})), text("never reached"))
+    completed = run_cli("-p", "go", "--max-requests", "1", cwd=project)
+    assert completed.returncode == 3
+    assert completed.stderr.splitlines()[-1] == "code-puppy: stopped after 1 model request (--max-requests 1)"
+    assert "request_limit" not in completed.stderr and "https://" not in completed.stderr
+
+
+def test_debug_adds_the_traceback_to_a_run_failure(server: FakeLLMServer, project: Path) -> None:
+    server.script(error(401, "bad key"))
+    plain = run_cli("-p", "hi", cwd=project)
+    server.script(error(401, "bad key"))
+    debug = run_cli("-p", "hi", "--debug", cwd=project)
+    assert (plain.returncode, debug.returncode) == (1, 1)
+    assert "Traceback" not in plain.stderr
+    assert debug.stderr.startswith("Traceback (most recent call last):\n")
+    assert "status_code: 401" in debug.stderr  # the cause, kept for a report
+    assert debug.stderr.splitlines()[-1] == plain.stderr.splitlines()[-1]
