@@ -30,7 +30,7 @@ from code_puppy.chat.jobs import shell_job, show_resumed, turn_job
 from code_puppy.chat.keys import chat_key_bindings
 from code_puppy.chat.live import Live, Screen
 from code_puppy.chat.slash import register_builtins, register_file_commands
-from code_puppy.errors import one_line
+from code_puppy.errors import ConfigError, one_line
 from code_puppy.mentions import attachment
 from code_puppy.options import RunOptions
 from code_puppy.paths import data_dir
@@ -176,8 +176,6 @@ class Chat:
         if task.cancelled():
             return
         if (error := task.exception()) is not None:
-            from code_puppy.errors import ConfigError
-
             self._exit_code = 2 if isinstance(error, ConfigError) else 1
             internal = f"internal error: {one_line(error, typed=True)}"
             what = one_line(error) if isinstance(error, ConfigError) else internal
@@ -251,7 +249,7 @@ class Chat:
         try:
             result = command.handler(args)
         except Exception as error:  # a plugin's command: its failure is one line, as an async command's is
-            self.screen.print(f"✗ {one_line(error, typed=True)}")
+            self.screen.print(f"✗ {failure_line(error)}")
             return False
         if isinstance(result, Coroutine):
             coroutine: Coroutine[Any, Any, object] = result  # pyright: ignore[reportUnknownVariableType]
@@ -364,7 +362,7 @@ class Chat:
         if job.cancelled():
             self.screen.print("⏹ cancelled")
         elif (error := job.exception()) is not None:
-            self.screen.print(f"✗ {one_line(error, typed=True)}")
+            self.screen.print(f"✗ {failure_line(error)}")
         else:
             went_on = job.result()
         self._live = Live()
@@ -417,3 +415,9 @@ class Chat:
         else:
             keys = "/help · @file · !cmd · Esc-Enter newline"
         return f" {' · '.join(parts)}   {keys}"
+
+
+def failure_line(error: BaseException) -> str:
+    """A command's failure in one line: a usage or config error in its own words (`unknown model 'x'`), anything
+    else with its class, which says where to look."""
+    return one_line(error) if isinstance(error, ConfigError) else one_line(error, typed=True)

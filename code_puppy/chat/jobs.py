@@ -34,6 +34,7 @@ async def turn_job(
     from rich.text import Text
 
     from code_puppy.chat.chat_sink import ChatSink
+    from code_puppy.core.events import ending
     from code_puppy.core.turn import unrun_follow_up_note
 
     files, paths = mention_attachments(text, chat.project_root)
@@ -53,6 +54,10 @@ async def turn_job(
     sink.flush_text()
     sink.flush_plan()
     cost = runtime.project.spending.turn.describe()
+    if runtime.project.options.debug and isinstance(outcome.error, Exception) and ending(outcome)[0] == "error":
+        import traceback
+
+        chat.screen.print(Text("".join(traceback.format_exception(outcome.error)).rstrip(), style="dim"))
     chat.screen.print(Text(_ending(outcome, time.monotonic() - started, cost), style="dim"), "")
     if outcome.checkpoint_note:
         chat.screen.print(Text(outcome.checkpoint_note, style="yellow"))
