@@ -11,9 +11,10 @@ Not used, and why:
 - `load_mcp_toolsets` and its `${VAR:-default}` expansion: it reads one `mcpServers` JSON file, while our servers
   come from config.toml layers and trusted `.mcp.json` files, with keys it does not know (`timeout`, `tool_prefix`,
   `allow_tools`, `deny_tools`, `enabled`). It expands the whole file at once, and a missing variable is
-  `ValueError("Environment variable ${X} is not defined")`, naming neither server nor key, where code-puppy exits 2
-  naming both and `code-puppy mcp list` shows that one server failed while the others run. The expansion function
-  itself is private (`pydantic_ai.mcp._expand_env_vars`). So `expand_env` is ours, with the same syntax.
+  `ValueError("Environment variable ${X} is not defined")`, naming neither server nor key, where code-puppy skips
+  that one server with a line naming both, and `code-puppy mcp list` shows that one server failed while the others
+  run. The expansion function itself is private (`pydantic_ai.mcp._expand_env_vars`). So `expand_env` is ours, with
+  the same syntax.
 - `prefixed`: a tool's final name is decided across all servers (a clash turns the prefixed name into
   `SERVER_TOOL`), so each server's one `renamed` map carries the prefix; a `prefixed` layer under it would spell the
   prefix twice.
@@ -38,7 +39,7 @@ from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.toolsets import AbstractToolset, CombinedToolset, ToolsetTool
 
 from code_puppy.config import McpServerConfig
-from code_puppy.errors import say
+from code_puppy.errors import ConfigError, say
 from code_puppy.mcp.server import McpServer, ServerTools, expand_env, identifier, permission_name
 from code_puppy.sandbox import ProjectSandbox
 from code_puppy.tools import MCP_PERMISSION_KEY, POLICY_TOOL_NAMES
@@ -174,7 +175,8 @@ class McpServers(AbstractCapability[Any]):
 
     Servers start when a run first lists its tools and stay up while the agent is entered (a session holds
     `async with agent:`; a headless run enters it once), then stop. One that fails to start or crashes is reported
-    in one line and its tools are withdrawn; the run goes on. A missing `${VAR}` is a `ConfigError` here, at build.
+    in one line and its tools are withdrawn; the run goes on. One whose config names a `${VAR}` that is not set is
+    skipped with one line when the agent is built.
     """
 
     servers: Mapping[str, McpServerConfig]
@@ -188,11 +190,16 @@ class McpServers(AbstractCapability[Any]):
     toolset: McpServerGroup | None = field(init=False, repr=False, default=None)
 
     def __post_init__(self) -> None:
-        servers = [
-            McpServer(name, expand_env(name, config), self.project_root, sandbox=self.sandbox)
-            for name, config in self.servers.items()
-            if config.enabled
-        ]
+        servers: list[McpServer] = []
+        for name, config in self.servers.items():
+            if not config.enabled:
+                continue
+            try:
+                expanded = expand_env(name, config)
+            except ConfigError as exc:  # one server's missing secret stops no run, as its crash would not
+                self.report(f"{exc}; continuing without its tools")
+                continue
+            servers.append(McpServer(name, expanded, self.project_root, sandbox=self.sandbox))
         self.toolset = McpServerGroup(servers, report=self.report) if servers else None
 
     @classmethod
