@@ -59,7 +59,11 @@ def test_the_agent_edits_the_worktree_not_the_main_checkout(committed: Path, ser
         }
     ]
     text_listing = run_cli("worktrees", "list", cwd=committed)
-    assert text_listing.stdout.split("\t")[:4] == ["fix-x", "code-puppy/fix-x", "1 uncommitted change(s)", session]
+    # A header over aligned columns, as `sessions list` has (tab-separated rows with no header before).
+    assert text_listing.stdout.splitlines() == [
+        "NAME   BRANCH            CHANGES        SESSION   PATH",
+        f"fix-x  code-puppy/fix-x  1 uncommitted  {session[:8]}  {worktree.resolve()}",
+    ]
 
 
 def test_w_reuses_the_worktree_and_its_branch(committed: Path, server: FakeLLMServer) -> None:

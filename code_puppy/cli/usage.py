@@ -22,10 +22,19 @@ if TYPE_CHECKING:
     metavar="PATH",
     help="Only the requests of sessions of the project at PATH (default: every project).",
 )
-@click.option("--json", "as_json", is_flag=True, help="One JSON object: per day and model, and the total.")
-def usage(*, since: str | None, project: Path | None, as_json: bool) -> None:
+@click.option(
+    "--output-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="json: one object, per day and model, and the total.",
+)
+@click.option("--json", "as_json", is_flag=True, help="The same as --output-format json.")
+def usage(*, since: str | None, project: Path | None, output_format: str, as_json: bool) -> None:
     """What code-puppy spent: cost and tokens by day and model, from the sessions database."""
     from code_puppy.paths import find_project_root, sessions_db
+
+    as_json = as_json or output_format == "json"
 
     moment = _since(since) if since is not None else None
     root = find_project_root(project.resolve()) if project is not None else None

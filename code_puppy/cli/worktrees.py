@@ -89,10 +89,15 @@ def print_list(cwd: Path, *, output_format: str) -> int:
     if not worktrees:
         click.echo(f"no worktrees in {repo} (`code-puppy -w NAME` starts an agent in one)")
         return 0
+    rows = [("NAME", "BRANCH", "CHANGES", "SESSION", "PATH")]
     for worktree in worktrees:
-        state = f"{len(worktree.changes)} uncommitted change(s)" if worktree.changes else "clean"
-        session = sessions.get(worktree.path) or "no session"
-        click.echo(f"{worktree.name}\t{worktree.branch or '(detached)'}\t{state}\t{session}\t{worktree.path}")
+        state = f"{len(worktree.changes)} uncommitted" if worktree.changes else "clean"
+        # The session's short id, as `sessions list` shows it and `-r` takes it.
+        session = session_id[:8] if (session_id := sessions.get(worktree.path)) else "-"
+        rows.append((worktree.name, worktree.branch or "(detached)", state, session, str(worktree.path)))
+    widths = [max(len(row[column]) for row in rows) for column in range(4)]
+    for row in rows:
+        click.echo("  ".join([*(cell.ljust(width) for cell, width in zip(row, widths, strict=False)), row[4]]))
     return 0
 
 

@@ -346,6 +346,8 @@ def test_usage_sums_by_day_and_model(server: FakeLLMServer, project: Path, code_
     run_cli("-p", "two", "-m", "fake", cwd=project)
     priced = cost_of(server.requests[:1])
     report = json.loads(run_cli("usage", "--json", cwd=project).stdout)
+    # --output-format json, as every other command with JSON output spells it, is the same object.
+    assert json.loads(run_cli("usage", "--output-format", "json", cwd=project).stdout) == report
     assert [(d["model"], d["requests"], d["cost_complete"]) for d in report["days"]] == [
         ("fake-model", 1, False),
         ("gpt-4o", 1, True),
