@@ -29,6 +29,23 @@ def test_a_refused_standard_key_names_its_variable(project: Path) -> None:
     )
 
 
+def test_a_refused_anthropic_key_names_its_variable(project: Path) -> None:
+    with FakeLLMServer() as fake:
+        fake.script(error(401, "invalid x-api-key"))
+        completed = run_cli(
+            "-p",
+            "hi",
+            "-m",
+            "anthropic:claude-sonnet-4-5",
+            env={"ANTHROPIC_BASE_URL": fake.anthropic_base_url, "ANTHROPIC_API_KEY": "sk-ant-revoked"},
+            cwd=project,
+        )
+    assert completed.stderr == (
+        "code-puppy: run failed: the provider refused the key in ANTHROPIC_API_KEY (401): check that it is current and "
+        f'meant for {fake.anthropic_base_url} (the provider said: "invalid x-api-key")\n'
+    )
+
+
 def test_a_refused_endpoint_key_names_its_api_key_env(code_puppy_home: Path, project: Path) -> None:
     with FakeLLMServer() as fake:
         (code_puppy_home / "config.toml").write_text(
