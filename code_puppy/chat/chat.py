@@ -29,7 +29,7 @@ from code_puppy.chat.input import ChatCompleter, ProjectFiles, expand_mentions, 
 from code_puppy.chat.jobs import shell_job, show_resumed, turn_job
 from code_puppy.chat.keys import chat_key_bindings
 from code_puppy.chat.live import Live, Screen
-from code_puppy.chat.slash import register_builtins, register_file_commands
+from code_puppy.chat.slash import OTHER_COMMANDS, register_builtins, register_file_commands
 from code_puppy.errors import one_line
 from code_puppy.mentions import attachment
 from code_puppy.options import RunOptions
@@ -164,6 +164,10 @@ class Chat:
                 file.write(f"prompt drawn; imported so far: {', '.join(heavy) or 'none of pydantic, pydantic_ai'}\n")
         self._loading = asyncio.ensure_future(self._load())
         self._loading.add_done_callback(self._loaded)
+        if (first := self._options.first_prompt) is not None:
+            self.screen.print(f"› {first}")  # as if typed at the prompt
+            if self._submit(first):
+                self.quit()
 
     async def _load(self) -> ChatRuntime:
         # Imported in a worker thread, so the event loop (and the prompt) never waits for pydantic-ai's import.
@@ -246,6 +250,8 @@ class Chat:
         if command is None:
             suggestion = self._commands.suggest(name)
             nearest = f"; did you mean /{suggestion}?" if suggestion else "; /help lists the commands"
+            if name in OTHER_COMMANDS:
+                nearest = f" here: {OTHER_COMMANDS[name]}"
             self.screen.print(f"unknown command /{name}{nearest}")
             return False
         try:
@@ -258,7 +264,7 @@ class Chat:
             self._start_job(self._print_result(coroutine), turn=False)
         elif result is not None:
             self.screen.print(result)
-        return name == "exit"
+        return command.name == "exit"
 
     async def _print_result(self, coroutine: Coroutine[Any, Any, object]) -> bool:
         if (result := await coroutine) is not None:
