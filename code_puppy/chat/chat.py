@@ -164,10 +164,8 @@ class Chat:
                 file.write(f"prompt drawn; imported so far: {', '.join(heavy) or 'none of pydantic, pydantic_ai'}\n")
         self._loading = asyncio.ensure_future(self._load())
         self._loading.add_done_callback(self._loaded)
-        if (first := self._options.first_prompt) is not None:
-            self.screen.print(f"› {first}")  # as if typed at the prompt
-            if self._submit(first):
-                self.quit()
+        if self._options.first_prompt is not None:
+            self.screen.print(f"› {self._options.first_prompt}")  # as if typed; it is sent once the runtime is up
 
     async def _load(self) -> ChatRuntime:
         # Imported in a worker thread, so the event loop (and the prompt) never waits for pydantic-ai's import.
@@ -196,6 +194,11 @@ class Chat:
         elif self._runtime.recovered:
             self.screen.print(self._runtime.recovered)
             self._runtime.recovered = None
+        if (first := self._options.first_prompt) is not None:
+            if self.busy():
+                self._queued.insert(0, first)
+            elif self._submit(first):
+                self.quit()
         self.screen.invalidate()
 
     def quit(self) -> None:
