@@ -31,6 +31,7 @@ def write_then_answer(server: FakeLLMServer) -> None:
         (("--permission-mode", "bypassPermissions"), True),
         (("--permission-mode", "acceptEdits"), True),
         (("--permission-mode", "default"), False),
+        (("--allowedTools", "Edit"), True),  # an allow rule, in the default ask mode
     ],
 )
 def test_claude_permission_flags_mean_ours(
@@ -76,6 +77,7 @@ def test_max_turns_is_max_requests(server: FakeLLMServer, project: Path) -> None
         ("exec", "what is this?"),
         ("exec", "what", "is", "this?"),
         ("--output-format", "json", "exec", "what is this?"),
+        ("exec", "--output-format", "json", "what is this?"),  # Codex's options come after exec
     ],
 )
 def test_print_and_exec_run_one_headless_prompt(server: FakeLLMServer, project: Path, args: tuple[str, ...]) -> None:

@@ -136,6 +136,8 @@ class _Subcommands(click.Group):
         words: list[str] | None = None
         if "--" in args:
             args, words = args[: args.index("--")], args[args.index("--") + 1 :]
+        if "exec" in args:
+            args = self._without_exec(ctx, args)
         try:
             super().parse_args(ctx, args)
         except click.NoSuchOption as exc:
@@ -143,16 +145,26 @@ class _Subcommands(click.Group):
             instead = f"; use {FOREIGN_OPTIONS[name]}" if name in FOREIGN_OPTIONS else ""
             fail(f"no such option: {name}{instead} (code-puppy --help lists the options)")
         rest = [*ctx._protected_args, *ctx.args]  # pyright: ignore[reportPrivateUsage]
-        if rest and rest[0] in self.list_commands(ctx):
+        if rest and rest[0] in self.list_commands(ctx) and not ctx.meta.get(EXEC):
             ctx.args += ["--", *words] if words is not None else []
             return ctx.args
-        if rest and rest[0] == "exec":
-            ctx.meta[EXEC] = True
-            rest = rest[1:]
         if words := [*rest, *(words or [])]:
             ctx.meta[WORDS] = " ".join(words)
         ctx._protected_args, ctx.args = [], []  # pyright: ignore[reportPrivateUsage]  # no subcommand runs
         return []
+
+    def _without_exec(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """`args` without the word `exec` where a subcommand's name would be, so the options after it are read too
+        (`code-puppy exec --output-format json TASK`); `ctx.meta[EXEC]` says it was there."""
+        try:
+            _, rest, _ = self.make_parser(ctx).parse_args(args=list(args))
+        except click.UsageError:
+            return args  # the real parse reports it
+        if not rest or rest[0] != "exec":
+            return args
+        ctx.meta[EXEC] = True
+        at = len(args) - len(rest)
+        return [*args[:at], *args[at + 1 :]]
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *SUBCOMMANDS})
