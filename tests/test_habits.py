@@ -124,13 +124,14 @@ def test_a_subcommand_name_wins_over_a_prompt(server: FakeLLMServer, project: Pa
     assert server.requests == []
 
 
-def test_sonnet_names_claudes_current_sonnet(code_puppy_home: Path, project: Path) -> None:
+@pytest.mark.parametrize("alias", ["sonnet", "opus", "haiku"])
+def test_claude_aliases_name_anthropics_current_models(code_puppy_home: Path, project: Path, alias: str) -> None:
     with FakeLLMServer() as fake:
         fake.script(text("from claude"))
         env = {"ANTHROPIC_BASE_URL": fake.anthropic_base_url, "ANTHROPIC_API_KEY": "sk-ant-test"}
-        completed = run_cli("-m", "sonnet", "-p", "hi", cwd=project, env=env)
+        completed = run_cli("-m", alias, "-p", "hi", cwd=project, env=env)
         assert (completed.returncode, completed.stdout) == (0, "from claude\n"), completed.stderr
-        assert (fake.requests[0].path, fake.requests[0].body["model"]) == ("/v1/messages", "claude-sonnet-5-5")
+        assert (fake.requests[0].path, fake.requests[0].body["model"]) == ("/v1/messages", f"claude-{alias}-5-5")
 
 
 def test_a_models_entry_named_sonnet_wins(server: FakeLLMServer, code_puppy_home: Path, project: Path) -> None:

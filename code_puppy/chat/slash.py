@@ -113,7 +113,7 @@ class Builtins:
             named = ", ".join(sorted(runtime.settings.models)) or "none"
             return f"model: {runtime.model_name} (named in config: {named}); /model NAME switches"
         runtime.switch_model(args)
-        return f"model: {args}"
+        return f"model: {runtime.model_name}"
 
     async def new(self, args: str) -> str:
         runtime = await self._chat.ready()

@@ -34,7 +34,7 @@ def test_words_open_the_chat_with_that_first_turn(
 
 def test_cost_clear_and_claude_commands_without_a_counterpart(server: FakeLLMServer, project: Path) -> None:
     server.script(text("One."))
-    chat = PtyChat(project, "first question")
+    chat = PtyChat(project, "first question", env={"ANTHROPIC_API_KEY": "sk-ant-test"})
     try:
         chat.wait_turn("One.")
         first = chat.wait_for("session ").split(" · session ")[1][:8]
@@ -42,6 +42,8 @@ def test_cost_clear_and_claude_commands_without_a_counterpart(server: FakeLLMSer
         chat.wait_for(f"session {first}: 1 requests")
         chat.type("/status\r")
         chat.wait_for("unknown command /status here: the toolbar shows the session")
+        chat.type("/model sonnet\r")
+        chat.wait_for("model: anthropic:claude-sonnet-5-5")
         chat.type("/clear\r")
         second = chat.wait_for("new session ").split("new session ")[1][:8]
         assert second != first
