@@ -100,6 +100,37 @@ def test_a_bare_print_reads_the_prompt_from_stdin(server: FakeLLMServer, project
     assert server.requests[0].body["messages"][-1] == {"role": "user", "content": "summarise the repo"}
 
 
+def test_claudes_stream_json_command_line_runs_as_it_is(server: FakeLLMServer, project: Path) -> None:
+    # As SDK wrappers spawn Claude Code (a bare -p, stream-json both ways, --verbose, permissions skipped).
+    server.script(text("4"))
+    message = json.dumps({"type": "user", "message": {"role": "user", "content": "What is 2+2?"}})
+    completed = run_cli(
+        *("-p", "--input-format", "stream-json", "--output-format", "stream-json", "--verbose"),
+        "--dangerously-skip-permissions",
+        cwd=project,
+        input=message + "\n",
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert json.loads(completed.stdout.splitlines()[-1])["output"] == "4"
+    assert server.requests[0].body["messages"][-1] == {"role": "user", "content": "What is 2+2?"}
+
+
+def test_a_prompt_then_claudes_options(server: FakeLLMServer, project: Path) -> None:
+    # `claude -p "Create a file ..." --output-format stream-json --verbose --dangerously-skip-permissions`
+    write_then_answer(server)
+    completed = run_cli(
+        "-p",
+        "Create notes.txt",
+        "--output-format",
+        "stream-json",
+        "--verbose",
+        "--dangerously-skip-permissions",
+        cwd=project,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert (project / "notes.txt").read_text() == "new\n"
+
+
 def test_exec_without_a_prompt_is_refused(project: Path) -> None:
     completed = run_cli("exec", cwd=project)
     assert (completed.returncode, completed.stderr) == (
@@ -181,9 +212,29 @@ def test_append_system_prompt_reaches_the_instructions(server: FakeLLMServer, pr
         ("--full-auto", "no such option: --full-auto; use --permission-mode auto"),
         ("--mcp-config=x.json", "no such option: --mcp-config; use [mcp_servers] in config.toml, or --no-mcp"),
         ("--frobnicate", "no such option: --frobnicate"),
+        (
+            "--tools=Read",
+            "no such option: --tools; use --disallowedTools for the tools to take away, or --permission-mode read-only",
+        ),
     ],
 )
 def test_unknown_options_are_refused_in_one_line(project: Path, option: str, line: str) -> None:
     completed = run_cli(option, "-p", "x", cwd=project)
     assert (completed.returncode, completed.stdout) == (2, "")
     assert completed.stderr == f"code-puppy: error: {line} (code-puppy --help lists the options)\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (
+            ("--permission-mode", "dontAsk"),
+            "Invalid value for '--permission-mode': 'dontAsk' is not one of 'ask', 'accept-edits', 'auto', 'yolo', "
+            "'read-only', 'default', 'acceptEdits', 'plan', 'bypassPermissions'.",
+        ),
+        (("--max-turns", "0"), "Invalid value for '--max-turns': 0 is not in the range x>=1."),
+    ],
+)
+def test_a_bad_value_is_one_line(project: Path, args: tuple[str, ...], line: str) -> None:
+    completed = run_cli(*args, "-p", "x", cwd=project)
+    assert (completed.returncode, completed.stdout, completed.stderr) == (2, "", f"code-puppy: error: {line}\n")

@@ -124,6 +124,12 @@ FOREIGN_OPTIONS = {
     "--json": "--output-format stream-json",
     "--cd": "cd DIR before running code-puppy",
     "--add-dir": "-w NAME, or running code-puppy in the folder",
+    "--tools": "--disallowedTools for the tools to take away, or --permission-mode read-only",
+    "--fork-session": "--fork",
+    "--allow-dangerously-skip-permissions": "/permissions yolo in the chat",
+    "--append-system-prompt-file": '--append-system-prompt "$(cat FILE)"',
+    "--system-prompt-file": '--append-system-prompt "$(cat FILE)"',
+    "--include-partial-messages": "nothing: --output-format stream-json always streams the text as it comes",
 }
 """Claude Code's and Codex's options without a counterpart of the same name: refused, naming what to use."""
 
@@ -144,6 +150,8 @@ class _Subcommands(click.Group):
             name = exc.option_name.partition("=")[0]
             instead = f"; use {FOREIGN_OPTIONS[name]}" if name in FOREIGN_OPTIONS else ""
             fail(f"no such option: {name}{instead} (code-puppy --help lists the options)")
+        except click.UsageError as exc:
+            fail(exc.format_message())
         rest = [*ctx._protected_args, *ctx.args]  # pyright: ignore[reportPrivateUsage]
         if rest and rest[0] in self.list_commands(ctx) and not ctx.meta.get(EXEC):
             ctx.args += ["--", *words] if words is not None else []
