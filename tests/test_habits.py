@@ -238,3 +238,10 @@ def test_unknown_options_are_refused_in_one_line(project: Path, option: str, lin
 def test_a_bad_value_is_one_line(project: Path, args: tuple[str, ...], line: str) -> None:
     completed = run_cli(*args, "-p", "x", cwd=project)
     assert (completed.returncode, completed.stdout, completed.stderr) == (2, "", f"code-puppy: error: {line}\n")
+
+
+def test_a_prompt_that_starts_with_a_dash_is_still_a_prompt(server: FakeLLMServer, project: Path) -> None:
+    server.script(text("ok"))
+    completed = run_cli("-p", "-x is broken", cwd=project)
+    assert completed.returncode == 0, completed.stderr
+    assert server.requests[0].body["messages"][-1] == {"role": "user", "content": "-x is broken"}

@@ -142,6 +142,7 @@ class _Subcommands(click.Group):
         words: list[str] | None = None
         if "--" in args:
             args, words = args[: args.index("--")], args[args.index("--") + 1 :]
+        args = self._bare_print(args)
         if "exec" in args:
             args = self._without_exec(ctx, args)
         try:
@@ -160,6 +161,23 @@ class _Subcommands(click.Group):
             ctx.meta[WORDS] = " ".join(words)
         ctx._protected_args, ctx.args = [], []  # pyright: ignore[reportPrivateUsage]  # no subcommand runs
         return []
+
+    def _bare_print(self, args: list[str]) -> list[str]:
+        """`args` with an empty prompt after a `-p`/`--print` that has none (`claude -p --output-format json TASK`, or
+        stdin as the prompt): the next word is another option, or there is none. `-p "-x is broken"` keeps its text."""
+        options = {name: param for param in self.params if isinstance(param, click.Option) for name in param.opts}
+        given: list[str] = []
+        for at, word in enumerate(args):
+            given.append(word)
+            option = options.get(word)
+            if option is None and not word.startswith("-"):
+                return [*given, *args[at + 1 :]]  # the first word that is not an option: the rest is not read here
+            following = args[at + 1] if at + 1 < len(args) else None
+            if option is not None and option.name == "prompt" and (following is None or following in options):
+                given.append("")
+            elif option is not None and not option.is_flag and following is not None:
+                return [*given, following, *self._bare_print(args[at + 2 :])]
+        return given
 
     def _without_exec(self, ctx: click.Context, args: list[str]) -> list[str]:
         """`args` without the word `exec` where a subcommand's name would be, so the options after it are read too
@@ -193,8 +211,6 @@ class _Subcommands(click.Group):
     "--print",
     "prompt",
     metavar="PROMPT",
-    is_flag=False,
-    flag_value="",
     help="Run once headless with PROMPT ('-' or none: stdin; `-p` before the words, as `claude -p`, works too).",
 )
 @click.option(
