@@ -277,7 +277,8 @@ class Chat:
     def while_busy(self, text: str) -> None:
         """Enter while a job runs: a steer into the running turn, or one of the commands that work meanwhile."""
         if (parsed := split_command(text)) is not None:
-            if parsed[0] in _BUSY_COMMANDS or self._commands.get(parsed[0]) is None:
+            command = self._commands.get(parsed[0])
+            if command is None or command.name in _BUSY_COMMANDS:  # by the command an alias runs: /cost, /quit
                 if self._run_command(*parsed):
                     self.quit()
             else:

@@ -51,3 +51,15 @@ def test_cost_clear_and_claude_commands_without_a_counterpart(server: FakeLLMSer
         assert chat.wait_exit() == 0
     finally:
         chat.close()
+
+
+def test_quit_works_while_a_turn_runs_as_exit_does(server: FakeLLMServer, project: Path) -> None:
+    server.script(text("too late", delay=30))
+    chat = PtyChat(project, "a long task")
+    try:
+        chat.wait_for("steer›")  # the turn is running
+        chat.type("/quit\r")
+        assert chat.wait_exit(timeout=20) == 0
+        assert "too late" not in chat.text
+    finally:
+        chat.close()
