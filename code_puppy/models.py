@@ -49,14 +49,14 @@ PLACEHOLDER_API_KEY = "not-needed"
 
 
 def choose_model_name(settings: Settings, flag: str | None) -> str:
-    """The model the user chose: `-m`, then `CODE_PUPPY_MODEL`, then the config's `model`."""
+    """The model the user chose: `-m`, then `CODE_PUPPY_MODEL`, then the config's `model` (`model_alias`)."""
     name = flag or os.environ.get("CODE_PUPPY_MODEL") or settings.model
     if not name:
         raise ConfigError(
             "no model chosen: pass -m MODEL (e.g. -m anthropic:claude-sonnet-4-5), "
             'set CODE_PUPPY_MODEL, or set model = "..." in config.toml'
         )
-    return name
+    return model_alias(settings, name)
 
 
 def resolve_model(settings: Settings, name: str) -> Model:
@@ -92,11 +92,17 @@ def resolve_model(settings: Settings, name: str) -> Model:
 
 
 CLAUDE_MODEL_ALIASES = {
-    "sonnet": "anthropic:claude-sonnet-4-5",
-    "opus": "anthropic:claude-opus-4-1",
-    "haiku": "anthropic:claude-haiku-4-5",
+    "sonnet": "anthropic:claude-sonnet-5-5",
+    "opus": "anthropic:claude-opus-5-5",
+    "haiku": "anthropic:claude-haiku-5-5",
 }
-"""Claude Code's `model:` aliases in agent and command files, as Anthropic models."""
+"""Claude Code's model aliases (`-m sonnet`, `model:` in agent and command files), as Anthropic's current models."""
+
+
+def model_alias(settings: Settings, name: str) -> str:
+    """`name` as `-m` and `/model` take it: `sonnet`, `opus` and `haiku` are Claude's current models unless
+    `[models]` has an entry of that name."""
+    return name if name in settings.models else CLAUDE_MODEL_ALIASES.get(name, name)
 
 
 def definition_model_name(settings: Settings, written: str | None, current: str) -> str:

@@ -16,6 +16,13 @@ BY_REACH: tuple[PermissionMode, ...] = ("read-only", "ask", "accept-edits", "aut
 """The modes from the one that lets the least run unasked to the one that lets the most: a file-defined agent or
 command narrows the user's mode along it, never widens it."""
 assert sorted(BY_REACH) == sorted(PERMISSION_MODES)
+CLAUDE_MODES: dict[str, PermissionMode] = {
+    "default": "ask",
+    "acceptEdits": "accept-edits",
+    "plan": "read-only",
+    "bypassPermissions": "yolo",
+}
+"""Claude Code's permission modes, as code-puppy's: `--permission-mode acceptEdits` means `accept-edits`."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,3 +45,11 @@ class RunOptions:
     debug: bool = False
     agent: str | None = None
     """A file-defined agent in charge from the start (`--agent NAME`)."""
+    allowed_tools: tuple[str, ...] = ()
+    """Claude Code permission rules that let calls run without asking (`--allowedTools`, `Bash(git diff:*)`)."""
+    disallowed_tools: tuple[str, ...] = ()
+    """Claude Code permission rules that deny calls; a bare tool name takes the tool away (`--disallowedTools`)."""
+    append_system_prompt: str | None = None
+    """Text added to the instructions of every request (`--append-system-prompt`)."""
+    first_prompt: str | None = None
+    """What the chat sends as its first turn (`code-puppy "fix the bug"`)."""

@@ -29,7 +29,7 @@ from code_puppy.chat.input import ChatCompleter, ProjectFiles, expand_mentions, 
 from code_puppy.chat.jobs import shell_job, show_resumed, turn_job
 from code_puppy.chat.keys import chat_key_bindings
 from code_puppy.chat.live import Live, Screen
-from code_puppy.chat.slash import register_builtins, register_file_commands
+from code_puppy.chat.slash import OTHER_COMMANDS, register_builtins, register_file_commands
 from code_puppy.errors import ConfigError, one_line
 from code_puppy.mentions import attachment
 from code_puppy.options import RunOptions
@@ -164,6 +164,8 @@ class Chat:
                 file.write(f"prompt drawn; imported so far: {', '.join(heavy) or 'none of pydantic, pydantic_ai'}\n")
         self._loading = asyncio.ensure_future(self._load())
         self._loading.add_done_callback(self._loaded)
+        if self._options.first_prompt is not None:
+            self.screen.print(f"› {self._options.first_prompt}")  # as if typed; it is sent once the runtime is up
 
     async def _load(self) -> ChatRuntime:
         # Imported in a worker thread, so the event loop (and the prompt) never waits for pydantic-ai's import.
@@ -190,6 +192,11 @@ class Chat:
         elif self._runtime.recovered:
             self.screen.print(self._runtime.recovered)
             self._runtime.recovered = None
+        if (first := self._options.first_prompt) is not None:
+            if self.busy():
+                self._queued.insert(0, first)
+            elif self._submit(first):
+                self.quit()
         self.screen.invalidate()
 
     def quit(self) -> None:
@@ -244,6 +251,8 @@ class Chat:
         if command is None:
             suggestion = self._commands.suggest(name)
             nearest = f"; did you mean /{suggestion}?" if suggestion else "; /help lists the commands"
+            if name in OTHER_COMMANDS:
+                nearest = f" here: {OTHER_COMMANDS[name]}"
             self.screen.print(f"unknown command /{name}{nearest}")
             return False
         try:
@@ -256,7 +265,7 @@ class Chat:
             self._start_job(self._print_result(coroutine), turn=False)
         elif result is not None:
             self.screen.print(result)
-        return name == "exit"
+        return command.name == "exit"
 
     async def _print_result(self, coroutine: Coroutine[Any, Any, object]) -> bool:
         if (result := await coroutine) is not None:
@@ -266,7 +275,8 @@ class Chat:
     def while_busy(self, text: str) -> None:
         """Enter while a job runs: a steer into the running turn, or one of the commands that work meanwhile."""
         if (parsed := split_command(text)) is not None:
-            if parsed[0] in _BUSY_COMMANDS or self._commands.get(parsed[0]) is None:
+            command = self._commands.get(parsed[0])
+            if command is None or command.name in _BUSY_COMMANDS:  # by the command an alias runs: /cost, /quit
                 if self._run_command(*parsed):
                     self.quit()
             else:

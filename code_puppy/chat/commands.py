@@ -21,10 +21,12 @@ class SlashCommand:
 
 
 class CommandRegistry:
-    """Slash commands by name. A plugin's command with a built-in's name replaces it."""
+    """Slash commands by name, and other names for some (`/clear` for `/new`, as Claude Code's). A plugin's command
+    with a built-in's name, or an alias's, replaces it."""
 
     def __init__(self) -> None:
         self._commands: dict[str, SlashCommand] = {}
+        self._aliases: dict[str, str] = {}
 
     def register(self, name: str, handler: CommandHandler, help: str) -> None:
         """Add `/name`; `name` is a single word, given with or without its slash."""
@@ -32,26 +34,41 @@ class CommandRegistry:
         if not name or any(char.isspace() for char in name):
             raise ValueError(f"a slash command name is one word, got {name!r}")
         self._commands[name] = SlashCommand(name, handler, help)
+        self._aliases.pop(name, None)
+
+    def alias(self, name: str, target: str) -> None:
+        """Make `/name` run `/target` (whichever command holds that name when it is typed)."""
+        self._aliases[name] = target
 
     def get(self, name: str) -> SlashCommand | None:
-        return self._commands.get(name)
+        """The command `/name` runs: its own, or its alias's target."""
+        return self._commands.get(name) or self._commands.get(self._aliases.get(name, ""))
 
     def names(self) -> list[str]:
-        return sorted(self._commands)
+        """Every name a command answers to, aliases included."""
+        return sorted({*self._commands, *self._aliases})
 
     def __iter__(self) -> Iterator[SlashCommand]:
         return iter(sorted(self._commands.values(), key=lambda command: command.name))
 
     def suggest(self, name: str) -> str | None:
-        """The registered name closest to a mistyped one, if any is close."""
+        """The command a mistyped name most likely meant: the only one it begins, else one a letter or two away (a
+        typo, `/hepl`); never one that merely shares letters (`/cost` is not `/compact`)."""
         prefixed = [known for known in self.names() if known.startswith(name)] if name else []
         if len(prefixed) == 1:
             return prefixed[0]
-        close = difflib.get_close_matches(name, self.names(), n=1, cutoff=0.5)
+        close = difflib.get_close_matches(name, self.names(), n=1, cutoff=0.75)
         return close[0] if close else None
 
     def help_lines(self) -> list[str]:
-        return [f"/{command.name:<12} {command.help}" for command in self]
+        aliases: dict[str, list[str]] = {}
+        for alias, target in sorted(self._aliases.items()):
+            aliases.setdefault(target, []).append(f"/{alias}")
+        return [
+            f"/{command.name:<12} {command.help}"
+            + (f" (also {', '.join(aliases[command.name])})" if command.name in aliases else "")
+            for command in self
+        ]
 
 
 def split_command(text: str) -> tuple[str, str] | None:

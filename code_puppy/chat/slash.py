@@ -31,6 +31,24 @@ KEYS_HELP = (
 """What `/help` says after the list of commands."""
 
 
+CLAUDE_ALIASES = {"clear": "new", "cost": "usage", "quit": "exit"}
+"""Claude Code's and Codex's names for built-in commands: `/clear` starts a new session, `/cost` is `/usage`."""
+
+
+OTHER_COMMANDS = {
+    "agents": "/agent lists the file-defined agents and puts one in charge",
+    "status": "the toolbar shows the session, context, cost and mode; /model and /permissions change them",
+    "context": "the toolbar shows the context used; /usage has the details",
+    "config": "settings live in config.toml (README, Configuration)",
+    "memory": "instructions live in AGENTS.md (or CLAUDE.md); edit it, or /init to start one",
+    "approvals": "/permissions [MODE]",
+    "diff": "!git diff",
+    "login": "code-puppy reads API keys from the environment (OPENAI_API_KEY, ANTHROPIC_API_KEY, …)",
+    "logout": "code-puppy reads API keys from the environment; unset the variable",
+}
+"""Claude Code's and Codex's commands with no command of that name here: `/status` answers with what to use."""
+
+
 def register_builtins(commands: CommandRegistry, chat: ChatControl) -> None:
     """Add the built-in commands to `commands`; plugins register theirs later and may replace them."""
     builtins = Builtins(chat, commands)
@@ -57,6 +75,8 @@ def register_builtins(commands: CommandRegistry, chat: ChatControl) -> None:
         ("exit", builtins.exit, "quit (Ctrl-D does the same)"),
     ):
         commands.register(name, handler, help)
+    for alias, target in CLAUDE_ALIASES.items():
+        commands.alias(alias, target)
 
 
 def register_file_commands(commands: CommandRegistry, chat: ChatControl) -> list[str]:
@@ -93,7 +113,7 @@ class Builtins:
             named = ", ".join(sorted(runtime.settings.models)) or "none"
             return f"model: {runtime.model_name} (named in config: {named}); /model NAME switches"
         runtime.switch_model(args)
-        return f"model: {args}"
+        return f"model: {runtime.model_name}"
 
     async def new(self, args: str) -> str:
         runtime = await self._chat.ready()

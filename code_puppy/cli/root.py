@@ -24,7 +24,7 @@ from code_puppy.cli.common import (
     leave,
 )
 from code_puppy.hardening import harden_process
-from code_puppy.options import PERMISSION_MODES
+from code_puppy.options import CLAUDE_MODES, PERMISSION_MODES
 
 
 def _piped_stdin() -> str | None:
@@ -108,8 +108,89 @@ SUBCOMMANDS = {
 `--help` lists it, never for `--version` or the chat."""
 
 
+EXEC = "code_puppy.exec"
+"""`ctx.meta` key: the command line was `code-puppy exec …` (a headless run, as Codex's `exec`)."""
+WORDS = "code_puppy.words"
+"""`ctx.meta` key: the words after the options that name no subcommand, the prompt."""
+FOREIGN_OPTIONS = {
+    "--system-prompt": "--append-system-prompt TEXT (or AGENTS.md)",
+    "--mcp-config": "[mcp_servers] in config.toml, or --no-mcp",
+    "--session-id": "--name NAME, then -r NAME",
+    "--model-provider": "-m PROVIDER:MODEL",
+    "--full-auto": "--permission-mode auto",
+    "--ask-for-approval": "--permission-mode",
+    "--sandbox": "--permission-mode auto (commands run in the sandbox, `code-puppy sandbox`)",
+    "--dangerously-bypass-approvals-and-sandbox": "--permission-mode yolo",
+    "--json": "--output-format stream-json",
+    "--cd": "cd DIR before running code-puppy",
+    "--add-dir": "-w NAME, or running code-puppy in the folder",
+    "--tools": "--disallowedTools for the tools to take away, or --permission-mode read-only",
+    "--fork-session": "--fork",
+    "--allow-dangerously-skip-permissions": "/permissions yolo in the chat",
+    "--append-system-prompt-file": '--append-system-prompt "$(cat FILE)"',
+    "--system-prompt-file": '--append-system-prompt "$(cat FILE)"',
+    "--include-partial-messages": "nothing: --output-format stream-json always streams the text as it comes",
+}
+"""Claude Code's and Codex's options without a counterpart of the same name: refused, naming what to use."""
+
+
 class _Subcommands(click.Group):
-    """The root group, whose subcommands load on first use (`SUBCOMMANDS`)."""
+    """The root group, whose subcommands load on first use (`SUBCOMMANDS`). Words that are not a subcommand are the
+    chat's first prompt (`code-puppy "fix the bug"`), as after `--`; `exec WORDS` is `-p WORDS`, as Codex's."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        words: list[str] | None = None
+        if "--" in args:
+            args, words = args[: args.index("--")], args[args.index("--") + 1 :]
+        args = self._bare_print(args)
+        if "exec" in args:
+            args = self._without_exec(ctx, args)
+        try:
+            super().parse_args(ctx, args)
+        except click.NoSuchOption as exc:
+            name = exc.option_name.partition("=")[0]
+            instead = f"; use {FOREIGN_OPTIONS[name]}" if name in FOREIGN_OPTIONS else ""
+            fail(f"no such option: {name}{instead} (code-puppy --help lists the options)")
+        except click.UsageError as exc:
+            fail(exc.format_message())
+        rest = [*ctx._protected_args, *ctx.args]  # pyright: ignore[reportPrivateUsage]
+        if rest and rest[0] in self.list_commands(ctx) and not ctx.meta.get(EXEC):
+            ctx.args += ["--", *words] if words is not None else []
+            return ctx.args
+        if words := [*rest, *(words or [])]:
+            ctx.meta[WORDS] = " ".join(words)
+        ctx._protected_args, ctx.args = [], []  # pyright: ignore[reportPrivateUsage]  # no subcommand runs
+        return []
+
+    def _bare_print(self, args: list[str]) -> list[str]:
+        """`args` with an empty prompt after a `-p`/`--print` that has none (`claude -p --output-format json TASK`, or
+        stdin as the prompt): the next word is another option, or there is none. `-p "-x is broken"` keeps its text."""
+        options = {name: param for param in self.params if isinstance(param, click.Option) for name in param.opts}
+        given: list[str] = []
+        for at, word in enumerate(args):
+            given.append(word)
+            option = options.get(word)
+            if option is None and not word.startswith("-"):
+                return [*given, *args[at + 1 :]]  # the first word that is not an option: the rest is not read here
+            following = args[at + 1] if at + 1 < len(args) else None
+            if option is not None and option.name == "prompt" and (following is None or following in options):
+                given.append("")
+            elif option is not None and not option.is_flag and following is not None:
+                return [*given, following, *self._bare_print(args[at + 2 :])]
+        return given
+
+    def _without_exec(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """`args` without the word `exec` where a subcommand's name would be, so the options after it are read too
+        (`code-puppy exec --output-format json TASK`); `ctx.meta[EXEC]` says it was there."""
+        try:
+            _, rest, _ = self.make_parser(ctx).parse_args(args=list(args))
+        except click.UsageError:
+            return args  # the real parse reports it
+        if not rest or rest[0] != "exec":
+            return args
+        ctx.meta[EXEC] = True
+        at = len(args) - len(rest)
+        return [*args[:at], *args[at + 1 :]]
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *SUBCOMMANDS})
@@ -124,7 +205,14 @@ class _Subcommands(click.Group):
 
 
 @click.group(cls=_Subcommands, invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("-p", "--prompt", metavar="PROMPT", help="Run once headless with PROMPT ('-' reads it from stdin).")
+@click.option(
+    "-p",
+    "--prompt",
+    "--print",
+    "prompt",
+    metavar="PROMPT",
+    help="Run once headless with PROMPT ('-' or none: stdin; `-p` before the words, as `claude -p`, works too).",
+)
 @click.option(
     "-m", "--model", type=NAME, metavar="MODEL", help="A model string (openai:gpt-5.1) or a name from [models]."
 )
@@ -144,11 +232,31 @@ class _Subcommands(click.Group):
 )
 @click.option(
     "--permission-mode",
-    type=click.Choice(PERMISSION_MODES),
-    help="What tools may do without asking (default from config: ask).",
+    type=click.Choice([*PERMISSION_MODES, *CLAUDE_MODES]),
+    metavar=f"[{'|'.join(PERMISSION_MODES)}]",
+    help="What tools may do without asking (default from config: ask); Claude Code's names work too.",
 )
+@click.option("--dangerously-skip-permissions", is_flag=True, help="Claude Code's name for --permission-mode yolo.")
 @click.option("--allow", "allow", multiple=True, metavar="PATTERN", help="Allow a shell command pattern (repeatable).")
+@click.option(
+    "--allowedTools",
+    "--allowed-tools",
+    "allowed_tools",
+    multiple=True,
+    metavar="RULES",
+    help="Claude Code permission rules that run without asking, e.g. 'Bash(git diff:*) Edit'.",
+)
+@click.option(
+    "--disallowedTools",
+    "--disallowed-tools",
+    "disallowed_tools",
+    multiple=True,
+    metavar="RULES",
+    help="Claude Code permission rules that are denied; a bare tool name ('Bash') takes the tool away.",
+)
 @click.option("--max-requests", type=click.IntRange(min=1), metavar="N", help="Stop after N model requests (exit 3).")
+@click.option("--max-turns", type=click.IntRange(min=1), metavar="N", help="Claude Code's name for --max-requests.")
+@click.option("--append-system-prompt", metavar="TEXT", help="Add TEXT to the model's instructions.")
 @click.option(
     "--timeout",
     type=POSITIVE,
@@ -192,6 +300,11 @@ class _Subcommands(click.Group):
 @click.option("--no-mcp", is_flag=True, help="Run without the configured MCP servers.")
 @click.option("--no-plugins", is_flag=True, help="Run without plugins.")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
+@click.option(
+    "--verbose",
+    is_flag=True,
+    help="Accepted for Claude Code's scripts (`-p --output-format stream-json --verbose`); changes nothing here.",
+)
 @click.version_option(__version__, "--version", prog_name="code-puppy")
 @click.pass_context
 def cli(
@@ -202,8 +315,13 @@ def cli(
     output_format: str,
     input_format: str,
     permission_mode: str | None,
+    dangerously_skip_permissions: bool,
     allow: tuple[str, ...],
+    allowed_tools: tuple[str, ...],
+    disallowed_tools: tuple[str, ...],
     max_requests: int | None,
+    max_turns: int | None,
+    append_system_prompt: str | None,
     timeout: float | None,
     max_budget_usd: float | None,
     usage_file: Path | None,
@@ -216,23 +334,27 @@ def cli(
     no_mcp: bool,
     no_plugins: bool,
     debug: bool,
+    verbose: bool,
 ) -> None:
     """code-puppy: a coding agent for the terminal.
 
-    Run it in a project for an interactive chat, or with -p for one headless run.
+    Run it in a project for an interactive chat (`code-puppy "fix the bug"` starts it with that prompt), or with
+    -p PROMPT (or `code-puppy exec PROMPT`) for one headless run. After `--` every word is the prompt.
     """
     # Every command, before anything reads a key: --version and --help never get here (click answers them first).
     if problem := harden_process():
         click.echo(f"code-puppy: warning: {problem}; commands the agent runs may read API keys from /proc", err=True)
     if ctx.invoked_subcommand is not None:
         return
-    if continue_last and resume is not None:
-        fail("use either -c/--continue or -r/--resume, not both")
-    if fork and not continue_last and resume is None:
-        fail("--fork copies the session -r ID or -c continues: use it with one of them")
-    if name is not None and not name.strip():
-        fail("--name: the name is empty")
+    _check_session_options(continue_last=continue_last, resume=resume, fork=fork, name=name)
+    permission_mode = _permission_mode(permission_mode, dangerously_skip_permissions)
+    if max_turns is not None and max_requests not in (None, max_turns):
+        fail("--max-turns is --max-requests: give one of them")
+    max_requests = max_requests or max_turns
+    prompt, words = _prompt_or_words(ctx, prompt)
     headless = prompt is not None or input_format == "stream-json" or _stdin_is_piped()
+    if words is not None and headless:
+        fail(f"{words!r} opens the chat with that prompt; with -p or piped input, pass the prompt as -p PROMPT")
     if resume == "" and (headless or not (sys.stdin.isatty() and sys.stdout.isatty())):
         fail("-r without an ID opens a picker, which needs the interactive chat in a terminal: pass -r ID")
     text = _stream_json_prompt(prompt) if input_format == "stream-json" else _headless_prompt(prompt)
@@ -257,6 +379,10 @@ def cli(
         no_plugins=no_plugins,
         debug=debug_requested(),
         agent=agent,
+        allowed_tools=allowed_tools,
+        disallowed_tools=disallowed_tools,
+        append_system_prompt=append_system_prompt,
+        first_prompt=words,
     )
     if text is None:
         if timeout is not None:
@@ -264,6 +390,8 @@ def cli(
         if usage_file is not None:
             fail("--usage-file writes a headless run's result: use it with -p PROMPT")
         if not sys.stdin.isatty():
+            if words is not None:
+                fail(f"code-puppy PROMPT opens the chat, which needs a terminal: for one headless run, -p {words!r}")
             fail("no prompt: pass -p PROMPT or pipe one in (the interactive chat needs a terminal)")
         from code_puppy.chat.chat import run_chat
 
@@ -285,6 +413,37 @@ def cli(
         return run_headless(options, headless)
 
     leave(guarded(run))
+
+
+def _check_session_options(*, continue_last: bool, resume: str | None, fork: bool, name: str | None) -> None:
+    if continue_last and resume is not None:
+        fail("use either -c/--continue or -r/--resume, not both")
+    if fork and not continue_last and resume is None:
+        fail("--fork copies the session -r ID or -c continues: use it with one of them")
+    if name is not None and not name.strip():
+        fail("--name: the name is empty")
+
+
+def _prompt_or_words(ctx: click.Context, prompt: str | None) -> tuple[str | None, str | None]:
+    """The headless prompt, or the chat's first prompt: the words after the options are the headless prompt after
+    `exec` or a bare `-p`/`--print` (stdin when there are none), else the chat's first prompt."""
+    words: str | None = ctx.meta.get(WORDS)
+    if not ctx.meta.get(EXEC) and prompt != "":
+        return prompt, words
+    if words is not None:
+        return words, None
+    if prompt == "" or _stdin_is_piped():
+        return "-", None
+    fail("exec runs one headless prompt: code-puppy exec PROMPT")
+
+
+def _permission_mode(written: str | None, skip_permissions: bool) -> str | None:
+    """`--permission-mode` in code-puppy's words (Claude Code's `acceptEdits` is `accept-edits`), with
+    `--dangerously-skip-permissions` as `yolo`."""
+    mode = CLAUDE_MODES.get(written, written) if written is not None else None
+    if skip_permissions and mode not in (None, "yolo"):
+        fail(f"--dangerously-skip-permissions is --permission-mode yolo, not {mode}: give one of them")
+    return "yolo" if skip_permissions else mode
 
 
 def _worktree(name: str) -> Path:

@@ -81,6 +81,8 @@ class AgentOptions:
     """Allow-list entries added to `[permissions] allow` (the command line's `--allow`)."""
     claude_rules: ClaudeRules = field(default_factory=ClaudeRules)
     """The permission rules of Claude Code's settings files (`.claude/settings.json`, the user's)."""
+    instructions: str | None = None
+    """Added to the instructions of every request (the command line's `--append-system-prompt`)."""
     shell_env: Mapping[str, str] | None = None
     """The environment the shell tool starts commands in (default: this process's); secrets are stripped either way
     (`without_secrets`)."""
@@ -282,6 +284,7 @@ def build_pydantic_agent(settings: Settings, options: AgentOptions) -> Agent[Run
         # A coding model often misses a path or an edit anchor twice in a row; pydantic-ai's default of one
         # retry would end the whole run there.
         retries={"tools": 3},
+        instructions=options.instructions,
         defer_model_check=True,
     )
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from code_puppy.core.turn import FollowUp, TurnLimits, TurnOutcome, run_turn
 from code_puppy.errors import ConfigError, one_line
-from code_puppy.models import definition_model_name
+from code_puppy.models import definition_model_name, model_alias
 from code_puppy.run.deps import AskUser, EditorFiles, RunDeps
 from code_puppy.run.history_persistence import recover_interrupted_turn
 from code_puppy.run.steering import SteeringInbox, accepting_steers, held_steers
@@ -43,11 +43,12 @@ class Conversation:
         return self.project.model(self.model_name)
 
     def switch_model(self, name: str) -> None:
-        """Go on with model `name`.
+        """Go on with model `name` (`sonnet` is Claude's current Sonnet, as with `-m`).
 
         Raises:
             ConfigError: It cannot be set up, or has no price while a budget is set.
         """
+        name = model_alias(self.project.settings, name)
         self.project.check_priced(name)
         self.model_name = name
         self.session.switch_model(name)

@@ -32,7 +32,7 @@ from code_puppy.definitions.skill_library import skill_capabilities, skill_names
 from code_puppy.errors import ConfigError
 from code_puppy.models import choose_model_name, definition_model_name, resolve_model
 from code_puppy.options import PermissionMode, RunOptions
-from code_puppy.permissions.claude_rules import ClaudePermissions, claude_permissions
+from code_puppy.permissions.claude_rules import ClaudePermissions, claude_permissions, with_command_line
 from code_puppy.permissions.claude_settings import claude_settings_files
 from code_puppy.permissions.policy import PermissionPolicy
 from code_puppy.plugins import RegisterCommand
@@ -91,7 +91,7 @@ class Project:
         self.root = options.project_root
         settings = load_settings(self.root)
         self.settings: Settings = settings.model_copy(update={"mcp_servers": {}}) if options.no_mcp else settings
-        self.claude = read_claude_permissions(self.root)
+        self.claude = read_claude_permissions(self.root, options)
         """The permission rules of Claude Code's settings files, and their default mode."""
         self.mode: PermissionMode = options.permission_mode or settings.permissions.mode
         """The permission mode the project starts in: the command line's, else config.toml's, else a Claude Code
@@ -312,6 +312,7 @@ class Project:
                 permission_mode=self.mode,
                 allow=self.options.allow,
                 claude_rules=self.claude.rules,
+                instructions=self.options.append_system_prompt,
                 plugins=self.plugins,
                 sandbox=self.sandbox,
                 spending=self.spending,
@@ -379,11 +380,14 @@ class Project:
         await self.close()
 
 
-def read_claude_permissions(root: Path) -> ClaudePermissions:
-    """The permissions of Claude Code's settings files for this project, with one line on stderr for each file that
-    cannot be read and each thing in them that does not apply."""
+def read_claude_permissions(root: Path, options: RunOptions) -> ClaudePermissions:
+    """The permissions of Claude Code's settings files for this project and of the command line (`--allowedTools`,
+    `--disallowedTools`), with one line on stderr for each file that cannot be read and each thing in them that does
+    not apply."""
     files, warnings = claude_settings_files(root)
     permissions = claude_permissions(files, root.resolve())
+    if options.allowed_tools or options.disallowed_tools:
+        permissions = with_command_line(permissions, options.allowed_tools, options.disallowed_tools, root.resolve())
     for warning in warnings:
         print(f"code-puppy: warning: {warning}", file=sys.stderr, flush=True)
     for note in permissions.notes:

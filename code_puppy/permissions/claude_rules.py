@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
 
-from code_puppy.options import PermissionMode
+from code_puppy.options import CLAUDE_MODES, PermissionMode
 from code_puppy.permissions.claude_settings import ClaudeSettingsFile
 from code_puppy.tools import EDIT_TOOL_NAMES, LOAD_SKILL_TOOL, PLAN_TOOL_NAMES, READ_ONLY_TOOLS, SHELL_TOOL_NAMES
 
@@ -47,7 +47,9 @@ CLAUDE_TOOLS: Mapping[str, frozenset[str]] = {
 """The code-puppy tools each Claude Code tool name of a rule covers."""
 PATH_TOOLS = frozenset({"Read", "Grep", "Glob", "LS", "Edit", "Write", "MultiEdit", "NotebookEdit"})
 """The Claude Code tools whose rule specifier is a path pattern."""
-DEFAULT_MODES: Mapping[str, PermissionMode] = {"default": "ask", "acceptEdits": "accept-edits", "plan": "read-only"}
+DEFAULT_MODES: Mapping[str, PermissionMode] = {
+    name: mode for name, mode in CLAUDE_MODES.items() if name != "bypassPermissions"
+}
 """`permissions.defaultMode` values with a code-puppy counterpart. `bypassPermissions` (yolo) is never taken from a
 file: yolo is only ever the user's own choice (`--permission-mode yolo`, `[permissions] mode`)."""
 USED_KEYS = frozenset({"$schema", "permissions", "hooks"})
@@ -229,6 +231,49 @@ def claude_permissions(files: Sequence[ClaudeSettingsFile], project_root: Path) 
             notes.append(f"{file.shown}: settings code-puppy does not use, ignored: {_listed(ignored)}")
     rules = ClaudeRules(deny=tuple(lists["deny"]), ask=tuple(lists["ask"]), allow=tuple(lists["allow"]))
     return ClaudePermissions(rules, default_mode, tuple(notes))
+
+
+def with_command_line(
+    permissions: ClaudePermissions, allowed: Sequence[str], disallowed: Sequence[str], project_root: Path
+) -> ClaudePermissions:
+    """`permissions` with the rules of `--allowedTools` (allow) and `--disallowedTools` (deny) added, as Claude Code
+    reads them: each value a comma- or space-separated list of rules; the command line's deny rules come first."""
+    notes = list(permissions.notes)
+    lists: dict[str, list[Rule]] = {"--allowedTools": [], "--disallowedTools": []}
+    for flag, values in (("--allowedTools", allowed), ("--disallowedTools", disallowed)):
+        unsupported: list[str] = []
+        for text in (rule for value in values for rule in split_rules(value)):
+            rule = _rule(text, flag, project_root)
+            if rule is None:
+                unsupported.append(text)
+            else:
+                lists[flag].append(rule)
+        if unsupported:
+            notes.append(f"{flag}: rules code-puppy has no tool for, not applied: {_listed(unsupported)}")
+    rules = permissions.rules
+    rules = ClaudeRules(
+        deny=(*lists["--disallowedTools"], *rules.deny), ask=rules.ask, allow=(*rules.allow, *lists["--allowedTools"])
+    )
+    return ClaudePermissions(rules, permissions.default_mode, tuple(notes))
+
+
+def split_rules(value: str) -> list[str]:
+    """`"Bash(git diff:*) Edit,Read"` as its rules: commas and spaces separate them, except inside parentheses."""
+    rules: list[str] = []
+    current = ""
+    depth = 0
+    for char in value:
+        if char == "(":
+            depth += 1
+        elif char == ")" and depth:
+            depth -= 1
+        if not depth and (char == "," or char.isspace()):
+            if current:
+                rules.append(current)
+            current = ""
+        else:
+            current += char
+    return [*rules, current] if current else rules
 
 
 def _forms(segment: str) -> list[str]:

@@ -115,3 +115,47 @@ def test_stdin_user_messages(line: str, expected: str) -> None:
 def test_bad_stdin_lines_say_why(line: str, error: str) -> None:
     with pytest.raises(ValueError, match=error):
         parse_user_message(line)
+
+
+def builtin_registry() -> CommandRegistry:
+    from typing import Any, cast
+
+    from code_puppy.chat.slash import register_builtins
+
+    commands = CommandRegistry()
+    register_builtins(commands, cast(Any, None))  # the handlers are not called here
+    return commands
+
+
+def test_claude_and_codex_names_run_our_commands() -> None:
+    commands = builtin_registry()
+    assert {alias: commands.get(alias).name for alias in ("clear", "cost", "quit")} == {  # type: ignore[union-attr]
+        "clear": "new",
+        "cost": "usage",
+        "quit": "exit",
+    }
+    assert "/new          start a new session (also /clear)" in commands.help_lines()
+    assert {"clear", "cost", "quit"} <= set(commands.names())  # completed, and never shadowed by a file command
+
+
+def test_suggestions_are_typos_never_names_that_share_letters() -> None:
+    commands = builtin_registry()
+    commands.register("compact", lambda args: None, "")
+    without_aliases = registry()
+    without_aliases.register("compact", lambda args: None, "")
+    without_aliases.register("init", lambda args: None, "")
+    assert [without_aliases.suggest(name) for name in ("cost", "quit", "clear")] == [None, None, None]
+    assert [commands.suggest(name) for name in ("hepl", "compat", "exti", "reset", "status", "review")] == [
+        "help",
+        "compact",
+        "exit",
+        None,
+        None,
+        None,
+    ]
+
+
+def test_a_plugin_command_named_like_an_alias_replaces_it() -> None:
+    commands = builtin_registry()
+    commands.register("clear", lambda args: "cleared the screen", "clear the screen")
+    assert commands.get("clear").handler("") == "cleared the screen"  # type: ignore[union-attr]

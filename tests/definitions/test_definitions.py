@@ -82,7 +82,7 @@ def test_model_aliases(tmp_path: Path) -> None:
     settings = Settings.model_validate({"models": {"opus": {"name": "big", "base_url": "http://127.0.0.1:1/v1"}}})
     assert definition_model_name(settings, "inherit", "openai:gpt-5.1") == "openai:gpt-5.1"
     assert definition_model_name(settings, "sonnet", "openai:gpt-5.1") == "openai:gpt-5.1"
-    assert definition_model_name(settings, "sonnet", "anthropic:claude-opus-4-1") == "anthropic:claude-sonnet-4-5"
+    assert definition_model_name(settings, "sonnet", "anthropic:claude-opus-4-1") == "anthropic:claude-sonnet-5-5"
     assert definition_model_name(settings, "opus", "openai:gpt-5.1") == "opus"  # the [models] entry
     assert definition_model_name(settings, "openai:gpt-5.1-mini", "x:y") == "openai:gpt-5.1-mini"
 
