@@ -7,6 +7,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+from pydantic_ai.messages import FunctionToolResultEvent, ToolReturnPart
+
+from code_puppy.core.denials import DeniedCalls
+from code_puppy.options import PermissionMode
 from tests.conftest import run_cli
 from tests.fake_llm import call, text, tool_calls
 
@@ -92,3 +97,53 @@ def test_a_command_s_progress_line_shows_its_exit_status_not_the_supervisor(serv
         "⚙ shell(echo oops; exit 1)",
         "  ↳ exit 1 · oops",
     ]
+
+
+def denied(*tool_names: str) -> DeniedCalls:
+    calls = DeniedCalls()
+    for i, name in enumerate(tool_names):
+        calls.note(FunctionToolResultEvent(ToolReturnPart(name, "No.", tool_call_id=str(i), outcome="denied")))
+    calls.note(FunctionToolResultEvent(ToolReturnPart("shell", "ok", tool_call_id="ran")))  # not denied: not counted
+    return calls
+
+
+@pytest.mark.parametrize(
+    ("mode", "tools", "line"),
+    [
+        (
+            "ask",
+            ("write_file",),
+            "1 call was denied in ask mode (1 edit); allow it with --permission-mode accept-edits or auto",
+        ),
+        (
+            "read-only",
+            ("shell", "edit_file"),
+            "2 calls were denied in read-only mode (1 edit, 1 command); allow them with --permission-mode auto",
+        ),
+        (
+            "accept-edits",
+            ("shell", "run_command", "mcp__db__query"),
+            "3 calls were denied in accept-edits mode (2 commands, 1 MCP tool); allow commands with --allow PATTERN or "
+            "--permission-mode auto; allow MCP tools with --allow mcp__SERVER or --permission-mode yolo",
+        ),
+        (
+            "accept-edits",
+            ("shell", "write_file"),
+            "2 calls were denied in accept-edits mode (1 edit, 1 command); allow commands with --allow PATTERN or "
+            "--permission-mode auto; a permission rule, a plugin, a protected file or the project's bounds denied the "
+            "other one (each result says which)",
+        ),
+        (
+            "yolo",
+            ("shell", "shell"),
+            "2 calls were denied in yolo mode (2 commands); a permission rule, a plugin, a protected file or the "
+            "project's bounds denied them (each result says which)",
+        ),
+        ("auto", (), None),
+    ],
+)
+def test_the_closing_line_names_the_mode_the_kinds_and_the_ways_out(
+    mode: PermissionMode, tools: tuple[str, ...], line: str | None
+) -> None:
+    calls = denied(*tools)
+    assert (calls.count, calls.closing_line(mode)) == (len(tools), line)

@@ -11,6 +11,7 @@ from code_puppy.options import PermissionMode
 from code_puppy.tools import EDIT_TOOL_NAMES, SHELL_TOOL_NAMES
 
 Kind = Literal["edit", "command", "MCP tool", "other call"]
+_ORDER: tuple[Kind, ...] = ("edit", "command", "MCP tool", "other call")
 
 _WAYS_OUT: dict[tuple[Kind, ...], str] = {
     ("edit",): "--permission-mode accept-edits or auto",
@@ -56,16 +57,12 @@ class DeniedCalls:
             return None
         counted = ", ".join(f"{n} {kind}{'s' if n != 1 else ''}" for kind, n in sorted(self.kinds.items(), key=_order))
         head = f"{self.count} call{'s were' if self.count != 1 else ' was'} denied in {mode} mode ({counted})"
-        denied_by_mode = [kind for kind in ("edit", "command", "MCP tool") if kind in self.kinds]
-        denied_by_mode = [kind for kind in denied_by_mode if kind in _MODE_DENIES[mode]]
+        denied_by_mode: list[Kind] = [kind for kind in _ORDER if kind in self.kinds and kind in _MODE_DENIES[mode]]
         others = sum(n for kind, n in self.kinds.items() if kind not in denied_by_mode)
-        groups: list[tuple[Kind, ...]] = []
+        groups: list[tuple[Kind, ...]] = [(kind,) for kind in denied_by_mode]
         if "edit" in denied_by_mode and "command" in denied_by_mode:
-            groups.append(("edit", "command"))
-        else:
-            groups += [(kind,) for kind in denied_by_mode if kind != "MCP tool"]
-        if "MCP tool" in denied_by_mode:
-            groups.append(("MCP tool",))
+            groups = [group for group in groups if group not in (("edit",), ("command",))]
+            groups.insert(0, ("edit", "command"))
         alone = "it" if self.count == 1 else "them"
         table = {**_WAYS_OUT, **_READ_ONLY_WAYS_OUT} if mode == "read-only" else _WAYS_OUT
         ways = [
@@ -74,7 +71,9 @@ class DeniedCalls:
         ]
         if others:
             which = alone if not ways else f"the other {'one' if others == 1 else others}"
-            ways.append(f"a permission rule, a plugin or the project's bounds denied {which} (each result says which)")
+            ways.append(
+                f"a permission rule, a plugin, a protected file or the project's bounds denied {which} (each result says which)"
+            )
         return f"{head}; {'; '.join(ways)}"
 
 
@@ -87,7 +86,7 @@ def _kind(tool_name: str) -> Kind:
 
 
 def _order(item: tuple[Kind, int]) -> int:
-    return ("edit", "command", "MCP tool", "other call").index(item[0])
+    return _ORDER.index(item[0])
 
 
 def _plural(group: tuple[Kind, ...]) -> str:
