@@ -12,6 +12,7 @@ from pydantic_ai.messages import FunctionToolResultEvent, ToolReturnPart
 
 from code_puppy.core.denials import DeniedCalls
 from code_puppy.options import PermissionMode
+from code_puppy.trust import trust_project
 from tests.conftest import run_cli
 from tests.fake_llm import call, text, tool_calls
 
@@ -96,6 +97,22 @@ def test_a_command_s_progress_line_shows_its_exit_status_not_the_supervisor(serv
         "  ↳ exit 0 · hello",
         "⚙ shell(echo oops; exit 1)",
         "  ↳ exit 1 · oops",
+    ]
+
+
+def test_in_yolo_mode_a_rule_s_denial_is_named_apart(server: Any, code_puppy_home: Path, project: Path) -> None:
+    (project / ".claude").mkdir()
+    (project / ".claude" / "settings.json").write_text(json.dumps({"permissions": {"deny": ["Bash(git push:*)"]}}))
+    trust_project(project)
+    server.script(tool_calls(call("shell", {"command": "git push origin main"})), text("Not pushed."))
+    completed = run_cli("-p", "push it", "--permission-mode", "yolo", cwd=project)
+    assert (completed.returncode, completed.stdout) == (0, "Not pushed.\n")
+    assert completed.stderr.splitlines() == [
+        "⚙ shell(git push origin main)",
+        "  ↳ denied: `shell` on `git push origin main` is denied by the permission rule `Bash(git push:*)` in "
+        ".claude/settings.json.",
+        "code-puppy: 1 call was denied in yolo mode (1 command); a permission rule, a plugin, a protected file or the "
+        "project's bounds denied it (each result says which)",
     ]
 
 
