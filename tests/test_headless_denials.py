@@ -139,9 +139,17 @@ def denied(*tool_names: str) -> DeniedCalls:
         ),
         (
             "accept-edits",
-            ("shell", "run_command", "mcp__db__query"),
-            "3 calls were denied in accept-edits mode (2 commands, 1 MCP tool); allow commands with --allow PATTERN or "
-            "--permission-mode auto; allow MCP tools with --allow mcp__SERVER or --permission-mode yolo",
+            ("shell", "run_command", "echo_echo"),
+            "3 calls were denied in accept-edits mode (2 commands, 1 other tool); allow commands with --allow PATTERN "
+            "or --permission-mode auto; allow other tools with --allow mcp__SERVER for an MCP server's, or "
+            "--permission-mode yolo",
+        ),
+        (
+            "ask",
+            ("read_file", "grep", "write_file"),
+            "3 calls were denied in ask mode (1 edit, 2 reads); allow edits with --permission-mode accept-edits or "
+            "auto; a permission rule, a plugin, a protected file or the project's bounds denied the other 2 (each "
+            "result says which)",
         ),
         (
             "accept-edits",

@@ -8,28 +8,29 @@ from typing import Literal
 from pydantic_ai.messages import AgentStreamEvent, FunctionToolResultEvent
 
 from code_puppy.options import PermissionMode
-from code_puppy.tools import EDIT_TOOL_NAMES, SHELL_TOOL_NAMES
+from code_puppy.tools import EDIT_TOOL_NAMES, POLICY_TOOL_NAMES, SHELL_TOOL_NAMES
 
-Kind = Literal["edit", "command", "MCP tool", "other call"]
-_ORDER: tuple[Kind, ...] = ("edit", "command", "MCP tool", "other call")
+Kind = Literal["edit", "command", "other tool", "read"]
+_ORDER: tuple[Kind, ...] = ("edit", "command", "other tool", "read")
 
 _WAYS_OUT: dict[tuple[Kind, ...], str] = {
     ("edit",): "--permission-mode accept-edits or auto",
     ("command",): "--allow PATTERN or --permission-mode auto",
     ("edit", "command"): "--permission-mode auto, or accept-edits with --allow PATTERN",
-    ("MCP tool",): "--allow mcp__SERVER or --permission-mode yolo",
+    ("other tool",): "--allow mcp__SERVER for an MCP server's, or --permission-mode yolo",
 }
 """How a headless run lets each kind of call through, for the kinds a mode denies by itself."""
 _READ_ONLY_WAYS_OUT: dict[tuple[Kind, ...], str] = {
     ("command",): "--permission-mode auto",
     ("edit", "command"): "--permission-mode auto",
+    ("other tool",): "--permission-mode yolo",
 }
 """read-only mode offers no edit or command tool at all, so an allow-list does not help."""
 _MODE_DENIES: dict[PermissionMode, frozenset[Kind]] = {
-    "read-only": frozenset({"edit", "command", "MCP tool"}),
-    "ask": frozenset({"edit", "command", "MCP tool"}),
-    "accept-edits": frozenset({"command", "MCP tool"}),
-    "auto": frozenset({"MCP tool"}),
+    "read-only": frozenset({"edit", "command", "other tool"}),
+    "ask": frozenset({"edit", "command", "other tool"}),
+    "accept-edits": frozenset({"command", "other tool"}),
+    "auto": frozenset({"other tool"}),
     "yolo": frozenset(),
 }
 """The kinds of calls each mode denies when nobody can approve them (edits of agent configuration and paths outside
@@ -71,18 +72,20 @@ class DeniedCalls:
         ]
         if others:
             which = alone if not ways else f"the other {'one' if others == 1 else others}"
-            ways.append(
-                f"a permission rule, a plugin, a protected file or the project's bounds denied {which} (each result says which)"
-            )
+            by = "a permission rule, a plugin, a protected file or the project's bounds"
+            ways.append(f"{by} denied {which} (each result says which)")
         return f"{head}; {'; '.join(ways)}"
 
 
 def _kind(tool_name: str) -> Kind:
+    """An edit, a command, a read (a built-in tool no mode denies: reading, searching, the plan), or another tool:
+    an MCP server's or a plugin's, which every mode but yolo denies unless allowed (an MCP tool is named by its
+    server's prefix, not `mcp__`, so the two are not told apart here)."""
     if tool_name in EDIT_TOOL_NAMES:
         return "edit"
     if tool_name in SHELL_TOOL_NAMES:
         return "command"
-    return "MCP tool" if tool_name.startswith("mcp__") else "other call"
+    return "read" if tool_name in POLICY_TOOL_NAMES else "other tool"
 
 
 def _order(item: tuple[Kind, int]) -> int:
