@@ -35,8 +35,9 @@ class TextSink:
         self._err = err or sys.stderr
         self._calls: dict[str, str] = {}
         """The running calls' lines, by call id."""
-        self._last = ""
-        """The id of the call whose line was printed last."""
+        self._overlapped = False
+        """Whether calls ran at once since nothing was running: their results end in any order, so each names its
+        call."""
 
     def start(self, session_id: str) -> None:
         pass
@@ -48,13 +49,12 @@ class TextSink:
         if isinstance(event, FunctionToolCallEvent):
             line = tool_call_line(event.part.tool_name, event.part.args_as_dict())
             self._calls[event.part.tool_call_id] = line
-            self._last = event.part.tool_call_id
+            self._overlapped = self._overlapped or len(self._calls) > 1
             print(f"⚙ {line}", file=self._err, flush=True)
         elif isinstance(event, FunctionToolResultEvent):
-            # Parallel calls end in any order: a result that does not follow its own call's line names the call.
-            alone = self._calls.keys() == {event.part.tool_call_id} and self._last == event.part.tool_call_id
             call = self._calls.pop(event.part.tool_call_id, event.part.tool_name)
-            named = "" if alone else f"{call} · "
+            named = f"{call} · " if self._overlapped else ""
+            self._overlapped = self._overlapped and bool(self._calls)
             print(f"  ↳ {named}{short_result(event.part.tool_name, event)}", file=self._err, flush=True)
         elif isinstance(event, EnqueuedMessagesEvent):
             print(f"↪ steer: {steered_text(event)}", file=self._err, flush=True)
