@@ -16,7 +16,7 @@ from code_puppy.sessions.store import SqliteConversationStore
 from tests.conftest import CODE_PUPPY, run_cli
 from tests.fake_llm import FakeLLMServer, call, error, text, tool_calls
 
-RESULT_KEYS = {"session_id", "output", "status", "usage", "duration_ms", "error", "cost_usd", "cost_complete"}
+RESULT_KEYS = {"session_id", "output", "status", "usage", "duration_ms", "error", "cost_usd", "cost_complete", "denied"}
 
 
 def two_tools_then_answer(server: Any) -> None:

@@ -25,7 +25,7 @@ from rich.markdown import Markdown
 from rich.text import Text
 
 from code_puppy.chat.live import Live, Screen
-from code_puppy.core.events import RunOutcome, tool_call_line, tool_result_line
+from code_puppy.core.events import RunOutcome, short_result, tool_call_line
 from code_puppy.core.plan import PlanView
 from code_puppy.run.steering import steered_text
 from code_puppy.sessions.costs import RequestCost
@@ -33,9 +33,6 @@ from code_puppy.sessions.costs import RequestCost
 _FENCE = re.compile(r"^\s*(```|~~~)")
 _PADDING = re.compile(r" +((?:\x1b\[[0-9;]*m)*)\n")
 _LEADING_BLANKS = re.compile(r"\A(?:(?:\x1b\[[0-9;]*m)*[ ]*(?:\x1b\[[0-9;]*m)*\n)+")
-_READ_HEADER = re.compile(r"\[[^\]|]*\| ([^\]]*)\]")
-_SHELL_HANDLES = re.compile(r"^PID: \d+ ", re.MULTILINE)
-_SHELL_STATUS = re.compile(r'\{"pid": \d+, "exit_code": (-?\d+|null)\}\s*$')
 
 
 class MarkdownStream:
@@ -96,28 +93,6 @@ def diff_text(diff: str) -> Text:
         text.append(line + "\n", style=style)
     text.rstrip()
     return text
-
-
-def short_result(name: str, event: FunctionToolResultEvent) -> str:
-    """A few words on how a tool call went: `42 lines`, `exit 0 · 3 passed`, `denied: …`."""
-    part = event.part
-    outcome = getattr(part, "outcome", "success")
-    if outcome != "success":
-        return tool_result_line(event)
-    content = part.model_response_str()
-    if name == "shell":
-        status = _SHELL_STATUS.search(content)
-        output = _SHELL_HANDLES.split(content, maxsplit=1)[0].strip()
-        last = output.splitlines()[-1] if output else ""
-        code = status.group(1) if status else "?"
-        exit_text = "still running" if code == "null" else f"exit {code}"
-        return f"{exit_text} · {last[:80]}" if last else exit_text
-    if name == "read_file" and (header := _READ_HEADER.match(content)):
-        return header.group(1)
-    if name in ("grep", "list_files"):
-        count = len(content.splitlines())
-        return f"{count} line{'s' if count != 1 else ''}"
-    return tool_result_line(event)
 
 
 class ChatSink:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -55,6 +56,8 @@ class RunOutcome:
     """What the invocation's model requests cost in US dollars (priced ones); None when none could be priced."""
     cost_complete: bool = True
     """Whether every request was priced."""
+    denied: int = 0
+    """Tool calls the permission policy, a permission rule or a plugin denied (`DeniedCalls`)."""
 
 
 class EventSink(Protocol):
@@ -120,10 +123,41 @@ def tool_call_line(name: str, args: dict[str, Any]) -> str:
     return f"{name}({shown[:77] + '…' if len(shown) > 80 else shown})"
 
 
+_SHELL_HANDLES = re.compile(r"^PID: \d+ ", re.MULTILINE)
+_SHELL_STATUS = re.compile(r'\{"pid": \d+, "exit_code": (-?\d+|null)\}\s*$')
+_READ_HEADER = re.compile(r"\[[^\]|]*\| ([^\]]*)\]")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z`])")
+
+
 def tool_result_line(event: FunctionToolResultEvent) -> str:
-    """The first line of a tool result, short; denials and failures say so."""
+    """The first line of a tool result, short; denials and failures say so, and a denial keeps its first sentence
+    whole (what was denied and why; the advice to the model after it is left out)."""
     text = event.part.model_response_str() if hasattr(event.part, "model_response_str") else str(event.part.content)
     first = text.strip().splitlines()[0] if text.strip() else ""
     outcome = getattr(event.part, "outcome", "success")
+    if outcome == "denied":
+        return f"denied: {_SENTENCE_END.split(first, maxsplit=1)[0]}"
     prefix = "" if outcome == "success" else f"{outcome}: "
     return prefix + (first[:97] + "…" if len(first) > 100 else first)
+
+
+def short_result(name: str, event: FunctionToolResultEvent) -> str:
+    """A few words on how a tool call went, as the chat and headless progress show it: `42 lines`,
+    `exit 0 · 3 passed`, `denied: …`; a shell result's process handles are left out."""
+    part = event.part
+    if getattr(part, "outcome", "success") != "success":
+        return tool_result_line(event)
+    content = part.model_response_str()
+    if name == "shell":
+        status = _SHELL_STATUS.search(content)
+        output = _SHELL_HANDLES.split(content, maxsplit=1)[0].strip()
+        last = printable(output.splitlines()[-1], spelled=True) if output else ""
+        code = status.group(1) if status else "?"
+        exit_text = "still running" if code == "null" else f"exit {code}"
+        return f"{exit_text} · {last[:80]}" if last else exit_text
+    if name == "read_file" and (header := _READ_HEADER.match(content)):
+        return header.group(1)
+    if name in ("grep", "list_files"):
+        count = len(content.splitlines())
+        return f"{count} line{'s' if count != 1 else ''}"
+    return tool_result_line(event)

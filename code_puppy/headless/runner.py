@@ -10,16 +10,17 @@ import sys
 import time
 import traceback
 from collections.abc import Coroutine
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic_ai.messages import TextContent
+from pydantic_ai.messages import AgentStreamEvent, TextContent
 from pydantic_ai.usage import RunUsage
 
 from code_puppy.config import ConfigError
 from code_puppy.core.command_lines import run_command_lines
 from code_puppy.core.conversation import Conversation
+from code_puppy.core.denials import DeniedCalls
 from code_puppy.core.events import EXIT_CODES, EventSink, RunOutcome, Status, Usage, ending
 from code_puppy.core.project import Project
 from code_puppy.core.turn import TurnOutcome, unrun_follow_up_note
@@ -31,7 +32,7 @@ from code_puppy.mentions import mention_attachments
 from code_puppy.options import RunOptions
 from code_puppy.paths import write_atomically
 from code_puppy.run.steering import SteeringInbox
-from code_puppy.sessions.costs import CostTotals
+from code_puppy.sessions.costs import CostTotals, RequestCost
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,6 +76,8 @@ class Output:
     """What the invocation spent, once its project is open."""
     usage_file: Path | None = None
     usage_file_error: str | None = None
+    denied: DeniedCalls = field(default_factory=DeniedCalls)
+    """The calls the run was not allowed to make: the result's `denied` and the closing line."""
 
     def start(self, session_id: str) -> None:
         self.session_id = session_id
@@ -99,6 +102,7 @@ class Output:
             error=message,
             cost_usd=cost.cost_usd,
             cost_complete=cost.complete,
+            denied=self.denied.count,
         )
         self.sink.finish(ended)
         if self.usage_file is not None:
@@ -131,7 +135,8 @@ async def _headless(options: RunOptions, headless: HeadlessOptions, output: Outp
             inbox = conversation.inbox
             read_messages(sys.stdin, lambda text: loop.call_soon_threadsafe(_steer_or_report, inbox, text))
         timeout = headless.timeout or project.settings.run.timeout
-        outcome, stopped_by = await _with_signals(_turn(conversation, headless.prompt, output.sink, timeout))
+        sink = _Counting(output.sink, output.denied)
+        outcome, stopped_by = await _with_signals(_turn(conversation, headless.prompt, sink, timeout))
     finally:
         await project.close()
     if session.notice:
@@ -145,6 +150,8 @@ async def _headless(options: RunOptions, headless: HeadlessOptions, output: Outp
     if options.debug and status == "error" and isinstance(outcome.error, Exception):
         traceback.print_exception(outcome.error, file=sys.stderr)
     output.finish(status, message=message, outcome=outcome)
+    if closing := output.denied.closing_line(project.mode):
+        print(f"code-puppy: {closing}", file=sys.stderr, flush=True)
     if output.usage_file_error is not None and status == "success":
         return EXIT_CODES["error"]
     return EXIT_CODES[status]
@@ -191,6 +198,33 @@ async def _with_signals(turn: Coroutine[Any, Any, TurnOutcome]) -> tuple[TurnOut
         for signum, _ in stops:
             loop.remove_signal_handler(signum)
     return outcome, stopped_by[0] if stopped_by else None
+
+
+@dataclass
+class _Counting:
+    """The invocation's sink, with the denied calls counted on their way to it."""
+
+    sink: EventSink
+    denied: DeniedCalls
+
+    def start(self, session_id: str) -> None:
+        self.sink.start(session_id)
+
+    def run_started(self, index: int) -> None:
+        self.sink.run_started(index)
+
+    def event(self, event: AgentStreamEvent) -> None:
+        self.denied.note(event)
+        self.sink.event(event)
+
+    def request(self, cost: RequestCost) -> None:
+        self.sink.request(cost)
+
+    def warning(self, text: str) -> None:
+        self.sink.warning(text)
+
+    def finish(self, outcome: RunOutcome) -> None:
+        self.sink.finish(outcome)
 
 
 def _steer_or_report(inbox: SteeringInbox, text: str) -> None:

@@ -20,18 +20,24 @@ from pydantic_ai.messages import (
     ThinkingPartDelta,
 )
 
-from code_puppy.core.events import RunOutcome, tool_call_line, tool_result_line
+from code_puppy.core.events import RunOutcome, short_result, tool_call_line
 from code_puppy.core.plan import PlanView
 from code_puppy.run.steering import steered_text
 from code_puppy.sessions.costs import RequestCost
 
 
 class TextSink:
-    """Only the final answer on stdout; one progress line per tool call on stderr."""
+    """Only the final answer on stdout; on stderr, a line per tool call when it starts and one when it ends, in the
+    chat's words (`exit 0 · 3 passed`, `denied: …`)."""
 
     def __init__(self, out: TextIO | None = None, err: TextIO | None = None) -> None:
         self._out = out or sys.stdout
         self._err = err or sys.stderr
+        self._calls: dict[str, str] = {}
+        """The running calls' lines, by call id."""
+        self._overlapped = False
+        """Whether calls ran at once since nothing was running: their results end in any order, so each names its
+        call."""
 
     def start(self, session_id: str) -> None:
         pass
@@ -41,9 +47,15 @@ class TextSink:
 
     def event(self, event: AgentStreamEvent) -> None:
         if isinstance(event, FunctionToolCallEvent):
-            print(f"⚙ {tool_call_line(event.part.tool_name, event.part.args_as_dict())}", file=self._err, flush=True)
+            line = tool_call_line(event.part.tool_name, event.part.args_as_dict())
+            self._calls[event.part.tool_call_id] = line
+            self._overlapped = self._overlapped or len(self._calls) > 1
+            print(f"⚙ {line}", file=self._err, flush=True)
         elif isinstance(event, FunctionToolResultEvent):
-            print(f"  ↳ {tool_result_line(event)}", file=self._err, flush=True)
+            call = self._calls.pop(event.part.tool_call_id, event.part.tool_name)
+            named = f"{call} · " if self._overlapped else ""
+            self._overlapped = self._overlapped and bool(self._calls)
+            print(f"  ↳ {named}{short_result(event.part.tool_name, event)}", file=self._err, flush=True)
         elif isinstance(event, EnqueuedMessagesEvent):
             print(f"↪ steer: {steered_text(event)}", file=self._err, flush=True)
 

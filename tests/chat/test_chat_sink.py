@@ -5,7 +5,8 @@ from __future__ import annotations
 from pydantic_ai.messages import FunctionToolResultEvent, ToolReturnPart
 from pydantic_ai.usage import RunUsage
 
-from code_puppy.chat.chat_sink import MarkdownStream, describe_usage, diff_text, short_result, thousands
+from code_puppy.chat.chat_sink import MarkdownStream, describe_usage, diff_text, thousands
+from code_puppy.core.events import short_result
 
 
 def test_streamed_text_is_cut_into_complete_markdown_blocks() -> None:
