@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import sys
 import time
 import uuid
@@ -252,6 +253,8 @@ def test_shell_escape_multiline_input_and_per_project_history(
     ]
     (history,) = (code_puppy_home / "history").iterdir()
     assert "+first line\n+second line\n+third line\n" in history.read_text()
+    # It holds everything typed: private to the user, as sessions.db is.
+    assert (stat.S_IMODE(history.parent.stat().st_mode), stat.S_IMODE(history.stat().st_mode)) == (0o700, 0o600)
 
 
 def test_a_shell_escape_runs_without_provider_keys(server: FakeLLMServer, project: Path) -> None:
