@@ -461,3 +461,20 @@ def test_permissions_auto_without_a_sandbox_keeps_the_mode(
         chat.wait_for("permission mode: ask")
     finally:
         chat.close()
+
+
+def test_a_mention_of_a_file_that_is_not_there_is_said_and_sent_as_text(server: FakeLLMServer, chat: PtyChat) -> None:
+    server.script(text("Looked."))
+    chat.type("compare @README.md with @nothere.py\r")
+    screen = chat.wait_turn("Looked.")
+    lines = screen.splitlines()
+    start = lines.index(next(line for line in lines if line.endswith("compare @README.md with @nothere.py")))
+    assert lines[start + 1 : start + 3] == [
+        "  ↳ attached README.md",
+        "  ↳ nothing attached for @nothere.py: no such file in the project (sent as text)",
+    ]
+    sent = user_messages(server.requests[0].body)[-1]
+    assert [part["text"] for part in sent] == [
+        "compare @README.md with @nothere.py",
+        '<file path="README.md">\n# demo project\n</file>',
+    ]
