@@ -289,6 +289,9 @@ class Chat:
     def attach(self, text: str, kind: str) -> None:
         self._attached.append(attachment(text, kind))
 
+    def detach(self, kind: str) -> None:
+        self._attached = [item for item in self._attached if item.metadata != {"attached": kind}]
+
     def interrupt_idle(self) -> None:
         """The second Ctrl-C within 2 s quits; the first says so."""
         if time.monotonic() - self._interrupted_at < 2:
