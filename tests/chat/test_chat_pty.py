@@ -335,7 +335,7 @@ def test_session_model_usage_and_permission_commands(server: FakeLLMServer, chat
     # The toolbar goes by the reported usage; the fake model has no price, so its cost is unknown, never $0.
     chat.wait_for(f"session {first} · ctx {thousands(used)} · cost unknown · ask")
     chat.type("/usage\r")
-    chat.wait_for(f"session {first}: 1 requests")
+    chat.wait_for(f"session {first}: 1 request · ")  # the header says "request" of one, as its rows do
     chat.type("/permissions yolo\r")
     chat.wait_for("permission mode: yolo")
     chat.wait_for(" · yolo   /help")  # the toolbar
