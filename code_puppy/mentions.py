@@ -45,14 +45,16 @@ def typed_text(content: str | Sequence[UserContent]) -> str:
     )
 
 
-def mention_attachments(text: str, root: Path) -> tuple[list[TextContent], list[str]]:
-    """The `attachment`s of the files and folders `text` names with `@path`; and the attached paths.
+def mention_attachments(text: str, root: Path) -> tuple[list[TextContent], list[str], list[str]]:
+    """The `attachment`s of the files and folders `text` names with `@path`; the attached paths; and the `@path`s in
+    the project that name nothing there (they stay in the prompt as text).
 
     Files are `<file path="…">` blocks (cut to `MAX_ATTACHED_CHARS`), directories their listing. Paths outside the
     project are left alone.
     """
     attachments: list[TextContent] = []
     attached: list[str] = []
+    missing: list[str] = []
     for token in dict.fromkeys(match.group(1).rstrip(".,;:!?)") for match in _AT_TOKEN.finditer(text)):
         target = (root / token).resolve()
         if target != root and root not in target.parents:
@@ -67,13 +69,14 @@ def mention_attachments(text: str, root: Path) -> tuple[list[TextContent], list[
             listing = "\n".join(names[:500])
             attachments.append(attachment(f'<directory path="{token}">\n{listing}\n</directory>', "directory"))
         else:
+            missing.append(token)
             continue
         attached.append(token)
-    return attachments, attached
+    return attachments, attached, missing
 
 
 def expand_mentions(text: str, root: Path) -> tuple[str, list[str]]:
     """`text` with its `mention_attachments` appended as text, where a prompt must be one string (steering); and
     the attached paths."""
-    attachments, attached = mention_attachments(text, root)
+    attachments, attached, _ = mention_attachments(text, root)
     return "\n\n".join([text, *(item.content for item in attachments)]), attached

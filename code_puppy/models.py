@@ -44,6 +44,9 @@ KNOWN_PROVIDERS: tuple[str, ...] = (
 _ALIASES = {"google-gla": "google", "google-vertex": "google-cloud"}
 """Provider names from older pydantic-ai releases that users still write."""
 
+_PRICE = "code_puppy_price"
+"""The attribute a model made from a priced `[models.NAME]` entry carries its price in (`entry_price`)."""
+
 PLACEHOLDER_API_KEY = "not-needed"
 """Sent to named endpoints without `api_key_env`; local servers ignore the key."""
 
@@ -156,7 +159,28 @@ def model_resolver(settings: Settings) -> Callable[[str], Model]:
     return resolve
 
 
+def with_price(model: Model, price: tuple[float, float]) -> Model:
+    """`model`, its requests priced at `price` (US dollars per million input and output tokens) whatever its name:
+    what a `[models.NAME]` entry's `input_price`/`output_price` does for the requests made through it, and only those
+    (a provider string naming a model of the same name is priced from the price table)."""
+    setattr(model, _PRICE, price)
+    return model
+
+
+def entry_price(model: Model) -> tuple[float, float] | None:
+    """The price `with_price` gave `model` (a wrapper model answers for the model it wraps), or None."""
+    price: tuple[float, float] | None = getattr(model, _PRICE, None)
+    return price
+
+
 def _endpoint_model(name: str, endpoint: ModelEndpoint) -> Model:
+    model = _endpoint_client_model(name, endpoint)
+    if endpoint.input_price is not None and endpoint.output_price is not None:
+        with_price(model, (endpoint.input_price, endpoint.output_price))
+    return model
+
+
+def _endpoint_client_model(name: str, endpoint: ModelEndpoint) -> Model:
     from pydantic_ai.profiles import ModelProfile
 
     api_key = PLACEHOLDER_API_KEY

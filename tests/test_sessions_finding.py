@@ -211,6 +211,12 @@ def test_fork_continues_independently_and_leaves_the_original_unchanged(
     ]
     shown = run_cli("sessions", "show", fork, cwd=project).stdout
     assert f"forked from {original} (base)" in shown.splitlines()
+    # Listed apart from its source, not as its twin.
+    listed = {
+        line.split()[0]: line.split("  ")[-1]
+        for line in run_cli("sessions", "list", cwd=project).stdout.splitlines()[1:]
+    }
+    assert (listed[original[:8]], listed[fork[:8]]) == ("base · the shared start", "base (fork)")
     # The fork shares the stored messages of the history it copied rather than copying them.
     with sqlite3.connect(code_puppy_home / "sessions.db") as db:
         assert db.execute("SELECT count(*) FROM entries").fetchone() == (2 + 2 + 4,)

@@ -25,7 +25,7 @@ from prompt_toolkit.patch_stdout import patch_stdout
 from prompt_toolkit.styles import Style
 
 from code_puppy.chat.commands import CommandRegistry, split_command
-from code_puppy.chat.input import ChatCompleter, ProjectFiles, expand_mentions, history_path
+from code_puppy.chat.input import ChatCompleter, ProjectFiles, expand_mentions, private_history
 from code_puppy.chat.jobs import shell_job, show_resumed, turn_job
 from code_puppy.chat.keys import chat_key_bindings
 from code_puppy.chat.live import Live, Screen
@@ -103,8 +103,7 @@ class Chat:
         self._interrupted_at = 0.0
         self._exit_code = 0
         self._quitting = False
-        history = history_path(data_dir(), options.project_root)
-        history.parent.mkdir(parents=True, exist_ok=True)
+        history = private_history(data_dir(), options.project_root)
         files = ProjectFiles(options.project_root)
         self._prompt: PromptSession[str] = PromptSession(
             history=FileHistory(str(history)),
@@ -297,6 +296,9 @@ class Chat:
 
     def attach(self, text: str, kind: str) -> None:
         self._attached.append(attachment(text, kind))
+
+    def detach(self, kind: str) -> None:
+        self._attached = [item for item in self._attached if item.metadata != {"attached": kind}]
 
     def interrupt_idle(self) -> None:
         """The second Ctrl-C within 2 s quits; the first says so."""

@@ -61,6 +61,10 @@ class ChatControl(Protocol):
         """Send `text` with the next turn's prompt, for the model to see with it, as an `attachment` of `kind`."""
         ...
 
+    def detach(self, kind: str) -> None:
+        """Send none of the attachments of `kind` waiting for the next turn's prompt."""
+        ...
+
     def put_input(self, text: str) -> None:
         """Make `text` the input line's content, to edit and send again."""
         ...

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -14,7 +15,7 @@ from prompt_toolkit.document import Document
 
 from code_puppy.mentions import expand_mentions
 
-__all__ = ["ChatCompleter", "ProjectFiles", "expand_mentions", "history_path"]
+__all__ = ["ChatCompleter", "ProjectFiles", "expand_mentions", "history_path", "private_history"]
 
 _SKIPPED_DIRS = frozenset(
     {".git", ".hg", ".svn", "node_modules", ".venv", "venv", "__pycache__", ".mypy_cache", ".pytest_cache"}
@@ -28,6 +29,25 @@ def history_path(data_dir: Path, project_root: Path) -> Path:
     """The prompt-history file of one project, inside the data directory."""
     digest = hashlib.sha256(str(project_root.resolve()).encode()).hexdigest()[:16]
     return data_dir / "history" / f"{project_root.name or 'root'}-{digest}.txt"
+
+
+def private_history(data_dir: Path, project_root: Path) -> Path:
+    """The project's prompt-history file, created 0600 in 0700 folders; one an older code-puppy (or a loose umask)
+    left readable to others is closed, as sessions.db is: it holds everything the user typed.
+
+    Raises:
+        OSError: The data directory cannot be created.
+    """
+    path = history_path(data_dir, project_root)
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, exist_ok=True)
+    if not path.exists():
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+    for item, private in ((path.parent, 0o700), (path, 0o600)):
+        with contextlib.suppress(OSError):  # not the user's to change: the history is still read and written
+            if item.stat().st_mode & 0o077:
+                item.chmod(private)
+    return path
 
 
 class ProjectFiles:

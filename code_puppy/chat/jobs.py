@@ -37,9 +37,14 @@ async def turn_job(
     from code_puppy.core.events import ending
     from code_puppy.core.turn import unrun_follow_up_note
 
-    files, paths = mention_attachments(text, chat.project_root)
+    files, paths, missing = mention_attachments(text, chat.project_root)
     if paths:
         chat.screen.print(Text(f"  ↳ attached {', '.join(paths)}", style="dim"))
+    if missing:
+        names = ", ".join(f"@{token}" for token in missing)
+        chat.screen.print(
+            Text(f"  ↳ nothing attached for {names}: no such file in the project (sent as text)", style="dim")
+        )
     runtime = await chat.ready()
     sink = ChatSink(chat.screen, chat.live, chat.project_root)
     started = time.monotonic()

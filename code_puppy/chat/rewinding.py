@@ -14,6 +14,9 @@ if TYPE_CHECKING:
     from code_puppy.checkpoints.rewind import Only, RewindResult
 
 _KINDS = {"both": None, "code": "code", "conversation": "conversation"}
+_UNDO_NOTE = "undo-note"
+"""The kind of the note `/undo` leaves for the model; a `/rewind` since drops it: it may name a turn no longer there,
+and the files are as the rewind left them."""
 REWIND_USAGE = "/rewind N [both|code|conversation]: go back to before turn N of the list (/rewind shows it)"
 
 
@@ -35,7 +38,7 @@ async def undo(chat: ChatControl, args: str) -> str:
     chat.attach(
         f"<note>The user undid the file changes of {what}: {files_line(result)} are back as they were before it. "
         "Do not assume those changes are still there; read the files again before changing them.</note>",
-        "note",
+        _UNDO_NOTE,
     )
     overwritten = f"; your edits to {', '.join(result.conflicts)} are kept as a checkpoint" if result.conflicts else ""
     return f"undid {what} · changed back {files_line(result)}{overwritten}"
@@ -57,6 +60,7 @@ async def rewind(chat: ChatControl, args: str) -> str:
         return f"there is no turn {words[0]} (/rewind lists them)"
     from code_puppy.checkpoints.rewind import describe_rewind
 
+    chat.detach(_UNDO_NOTE)
     if result.turn is not None:
         chat.put_input(result.turn.prompt)
     return "\n".join(describe_rewind(result))

@@ -169,11 +169,13 @@ class Builtins:
         runtime = self._chat.runtime
         if runtime is None:
             return "still loading"
-        total = runtime.session.usage
+        # Counted from the cost book, as the rows below: every request the session made, its title's included.
+        total = runtime.session_cost()
         spending = runtime.project.spending
+        requests = f"{total.requests} request{'s' if total.requests != 1 else ''}"
         lines = [
-            f"session {runtime.session.id[:8]}: {total.requests} requests · {total.input_tokens} input tokens · "
-            f"{total.output_tokens} output tokens · {runtime.session_cost().describe()} · {runtime.context_used()}"
+            f"session {runtime.session.id[:8]}: {requests} · {total.input_tokens:,} input tokens · "
+            f"{total.output_tokens:,} output tokens · {total.describe()} · {runtime.context_used()}"
         ]
         book = spending.book
         for kind, model, totals in book.breakdown(runtime.session.id) if book is not None else []:

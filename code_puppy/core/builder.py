@@ -22,7 +22,7 @@ from pydantic_ai_harness.tool_output_limits import Band, ToolOutputLimits, Trunc
 from code_puppy.checkpoints.capability import Checkpoints
 from code_puppy.checkpoints.shadow import ShadowRepo
 from code_puppy.config import Settings
-from code_puppy.cost.spending import CostMeter, Spending, configured_prices
+from code_puppy.cost.spending import CostMeter, Spending
 from code_puppy.definitions.agent_scope import AgentScope, ScopedPlanning, ScopedSubAgents
 from code_puppy.definitions.files import AgentDefinition
 from code_puppy.definitions.skill_library import skill_folders
@@ -118,7 +118,7 @@ def build_pydantic_agent(settings: Settings, options: AgentOptions) -> Agent[Run
     """
     root = options.project_root.resolve()
     plugins = options.plugins
-    spending = options.spending if options.spending is not None else Spending(prices=configured_prices(settings))
+    spending = options.spending if options.spending is not None else Spending()
     # The history-processor and MCP code is imported only when configured: a run without either never pays for it.
     user_processing: list[AbstractCapability[Any]] = []
     history = settings.history

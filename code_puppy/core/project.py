@@ -24,7 +24,7 @@ from code_puppy.checkpoints.rewind import Rewinder, finish_interrupted_rewind, i
 from code_puppy.checkpoints.shadow import ShadowRepo
 from code_puppy.config import Settings, load_settings
 from code_puppy.core.builder import AgentOptions, build_pydantic_agent, capability, without_secrets
-from code_puppy.cost.spending import Budgets, Spending, configured_prices, unpriced_model_message
+from code_puppy.cost.spending import Budgets, Spending, unpriced_model_message
 from code_puppy.definitions.agent_scope import AgentScope
 from code_puppy.definitions.file_commands import FileCommand
 from code_puppy.definitions.files import AgentDefinition, Loaded, folders, load_agents, skill_files
@@ -130,7 +130,6 @@ class Project:
         self.store = open_store()
         self.spending = Spending(
             budgets=Budgets.of(self.settings.budget, options.max_budget_usd),
-            prices=configured_prices(self.settings),
             book=self.store.costs,
             project_dir=self.root,
         )

@@ -1,10 +1,11 @@
 """What this process spends on models, and the budgets that stop it: `Spending`, and `CostMeter`, which feeds it.
 
-Every model request of a run passes through `CostMeter`: it is priced (`[models.NAME]` prices first, then
-pydantic-ai's `ModelResponse.cost()`, which asks `genai-prices`), stored with its session (`CostBook`), and added to
-the totals of the invocation and the turn. A request the registry cannot price stays unpriced: its cost is None, never
-$0. Before each request the budgets are checked; a spent one raises `BudgetReached` (a `UsageLimitExceeded`, so a run
-stopped by it ends as any run stopped by a limit: checkpointed, exit 3). The request in flight is never cut.
+Every model request of a run passes through `CostMeter`: it is priced (the price of the `[models.NAME]` entry it was
+made through first, then pydantic-ai's `ModelResponse.cost()`, which asks `genai-prices`), stored with its session
+(`CostBook`), and added to the totals of the invocation and the turn. A request the registry cannot price stays
+unpriced: its cost is None, never $0. Before each request the budgets are checked; a spent one raises `BudgetReached`
+(a `UsageLimitExceeded`, so a run stopped by it ends as any run stopped by a limit: checkpointed, exit 3). The
+request in flight is never cut.
 
 pydantic-ai-harness's `SpendLimits` keeps its counters in a store of its own, keyed by window, and sees only the
 requests of the agent it is part of; the totals here come from the one ledger every front end reads (the bar,
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import KW_ONLY, dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -29,7 +30,8 @@ from pydantic_ai.messages import ModelResponse
 from pydantic_ai.models import Model, ModelRequestContext
 from pydantic_ai.usage import RequestUsage
 
-from code_puppy.config import BudgetConfig, Settings
+from code_puppy.config import BudgetConfig
+from code_puppy.models import entry_price
 from code_puppy.run.deps import in_main_run
 from code_puppy.sessions.costs import CostBook, CostTotals, RequestCost, RequestKind, format_cost
 
@@ -67,19 +69,6 @@ class Budgets:
         return any(limit is not None for limit in limits)
 
 
-Prices = Mapping[str, tuple[float, float]]
-"""US dollars per million input and output tokens, by the model name sent to the endpoint (`[models.NAME] name`)."""
-
-
-def configured_prices(settings: Settings) -> dict[str, tuple[float, float]]:
-    """The `input_price`/`output_price` of each `[models.NAME]` entry that has them."""
-    return {
-        endpoint.name: (endpoint.input_price, endpoint.output_price)
-        for endpoint in settings.models.values()
-        if endpoint.input_price is not None and endpoint.output_price is not None
-    }
-
-
 class Spending:
     """What this process spent, request by request, and whether the next request may be sent.
 
@@ -92,13 +81,11 @@ class Spending:
         self,
         *,
         budgets: Budgets | None = None,
-        prices: Prices | None = None,
         book: CostBook | None = None,
         project_dir: Path | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now().astimezone(),
     ) -> None:
         self.budgets = budgets or Budgets()
-        self.prices: Prices = prices or {}
         self.book = book
         self.project_dir = project_dir
         self.clock = clock
@@ -135,7 +122,7 @@ class Spending:
 
     def priceable(self, model: Model) -> bool:
         """Whether requests to `model` can be priced: a configured price, or one `genai-prices` knows."""
-        if model.model_name in self.prices:
+        if entry_price(model) is not None:
             return True
         key = (model.system, model.model_name)
         if key not in self._priceable:
@@ -162,7 +149,7 @@ class Spending:
     def price(self, model: Model, response: ModelResponse) -> float | None:
         """What `response` cost in US dollars, or None when it cannot be priced."""
         usage = response.usage
-        if (custom := self.prices.get(model.model_name)) is not None:
+        if (custom := entry_price(model)) is not None:
             return (usage.input_tokens * custom[0] + usage.output_tokens * custom[1]) / 1_000_000
         if not response.model_name:
             response = replace(response, model_name=model.model_name)

@@ -292,14 +292,17 @@ class SessionCatalog:
     def recent(
         self, project_dir: Path | None = None, *, limit: int | None = None, archived: bool = False
     ) -> list[SessionInfo]:
-        """The sessions of `project_dir`, or of every project, with saved messages or a journaled turn (a prompt was
-        submitted), most recently updated first; the archived ones instead with `archived`."""
+        """The sessions of `project_dir`, or of every project, with saved messages, a journaled turn (a prompt was
+        submitted) or a saved history rewound to none, most recently updated first; the archived ones instead with
+        `archived`."""
         project = None if project_dir is None else str(project_dir.resolve())
         with self._database.read() as db:
             rows = db.execute(
                 f"""
                 SELECT {_COLUMNS} FROM {self.table}
-                WHERE (message_count > 0 OR id IN (SELECT session_id FROM journals))
+                WHERE (
+                    message_count > 0 OR id IN (SELECT session_id FROM journals) OR id IN (SELECT id FROM conversations)
+                )
                     AND (:project IS NULL OR project_dir = :project) AND (archived_at IS NOT NULL) = :archived
                 ORDER BY updated_at DESC, created_at DESC, id DESC LIMIT :limit
                 """,

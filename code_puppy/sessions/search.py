@@ -37,6 +37,7 @@ __all__ = (
     "catch_up",
     "fts_query",
     "index_saved",
+    "recount_turns",
     "search",
     "start_indexer",
     "text_parts",
@@ -188,27 +189,38 @@ def _index_stored(db: sqlite3.Connection, session_id: str) -> int:
     """Index one stored session's whole history, inside a write transaction; 1 if it needed it, else 0."""
     if db.execute("SELECT indexed FROM sessions WHERE id = ?", (session_id,)).fetchone() != (0,):
         return 0
-    messages = [
-        message
-        for (message,) in db.execute(
-            """
-            WITH RECURSIVE chain (id, parent_id, message) AS (
-                SELECT entries.id, entries.parent_id, entries.message FROM entries
-                JOIN conversations ON conversations.head_id = entries.id WHERE conversations.id = ?
-                UNION ALL
-                SELECT entries.id, entries.parent_id, entries.message
-                FROM chain JOIN entries ON entries.id = chain.parent_id
-            )
-            SELECT message FROM chain
-            """,
-            (session_id,),
-        )
-    ]
+    messages = _stored_history(db, session_id)
     # Rows a save made since the migration are part of the history read here: start from none.
     db.execute("DELETE FROM search_text WHERE session_id = ?", (session_id,))
     db.execute("UPDATE sessions SET turns = 0, indexed = 1 WHERE id = ?", (session_id,))
-    index_new(db, session_id, reversed(messages))
+    index_new(db, session_id, messages)
     return 1
+
+
+def recount_turns(db: sqlite3.Connection, session_id: str) -> None:
+    """Count the user prompts of a history rewound to one of its earlier messages (or to none), inside the save's
+    transaction: the turns rewound away are no longer the session's. Their text stays found by search, as the old
+    branch stays stored."""
+    prompts = sum(role == "user" for message in _stored_history(db, session_id) for role, _ in text_parts(message))
+    db.execute("UPDATE sessions SET turns = ? WHERE id = ?", (prompts, session_id))
+
+
+def _stored_history(db: sqlite3.Connection, session_id: str) -> list[str]:
+    """The stored messages of a session's current history, oldest first, as JSON."""
+    newest_first = db.execute(
+        """
+        WITH RECURSIVE chain (id, parent_id, message) AS (
+            SELECT entries.id, entries.parent_id, entries.message FROM entries
+            JOIN conversations ON conversations.head_id = entries.id WHERE conversations.id = ?
+            UNION ALL
+            SELECT entries.id, entries.parent_id, entries.message
+            FROM chain JOIN entries ON entries.id = chain.parent_id
+        )
+        SELECT message FROM chain
+        """,
+        (session_id,),
+    ).fetchall()
+    return [message for (message,) in reversed(newest_first)]
 
 
 def start_indexer(path: Path) -> threading.Event:

@@ -118,9 +118,10 @@ class Session:
         """A new session of the same project whose history is `info`'s, sharing its stored messages (the store's
         `fork`); the original goes on unchanged. Listed at once."""
         fork_id = new_session_id()
-        store.sessions.create(
-            Path(info.project_dir), session_id=fork_id, model=model or info.model, title=info.name or info.title
-        )
+        # Its title says what it is a fork of, never only that: a copy of the source's would list them as twins.
+        source = (info.name or info.title).removesuffix(" (fork)")
+        title = f"{source} (fork)" if source else ""
+        store.sessions.create(Path(info.project_dir), session_id=fork_id, model=model or info.model, title=title)
         if await store.read_record(info.id) is None:  # nothing saved yet (a journaled first turn): an empty fork
             conversation = Conversation(conversation_id=fork_id)
         else:

@@ -22,7 +22,7 @@ from .catalog import SessionCatalog, record_save
 from .costs import CostBook
 from .runs import THIS_HOST
 from .schema import Database, delete_conversation, discard_journal, timestamp
-from .search import index_saved
+from .search import index_saved, recount_turns
 
 __all__ = ("SqliteConversationStore", "message_adapter", "open_store")
 
@@ -138,6 +138,8 @@ class SqliteConversationStore(ConversationStore):
             if db.execute("SELECT 1 FROM sessions WHERE id = ?", (conversation_id,)).fetchone() is not None:
                 forked_from = record.forked_from if stored is None else None
                 index_saved(db, conversation_id, _appended(stored, new_entries, messages), forked_from=forked_from)
+                if stored is not None and not new_entries and record.head_id != stored[2]:
+                    recount_turns(db, conversation_id)  # rewound to an earlier message, or to none
             record_save(
                 db,
                 record,

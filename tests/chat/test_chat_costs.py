@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.conftest import run_cli
+from tests.conftest import run_cli, wait_for
 from tests.cost.test_costs import configure, cost_of
 from tests.fake_llm import FakeLLMServer, call, text, tool_calls
 from tests.pty_chat import PtyChat
@@ -41,6 +41,39 @@ def test_bar_turn_line_usage_and_budget(server: FakeLLMServer, project: Path, co
         chat.wait_turn("Three.")
         total = f"${cost_of(server.requests):.4f}"
         chat.wait_for(f"% · {total} · ask")
+    finally:
+        chat.close()
+
+
+def test_usage_counts_the_requests_it_prices_in_one_number_format(
+    server: FakeLLMServer, project: Path, code_puppy_home: Path
+) -> None:
+    configure(code_puppy_home, server)
+    config = code_puppy_home / "config.toml"
+    config.write_text(config.read_text().replace("auto_title = false", "auto_title = true"))
+    (project / "big.txt").write_text("word " * 3000)  # over a thousand input tokens
+    server.script(text("Read it."), text("Reading a big file"))
+    chat = PtyChat(project)
+    try:
+        chat.wait_for("session ")
+        chat.type("look at @big.txt\r")
+        chat.wait_turn("Read it.")
+        wait_for(lambda: "Reading a big file" in run_cli("sessions", "list", cwd=project).stdout, what="the title")
+        chat.type("/usage\r")
+        screen = chat.wait_for("this chat: ")
+        (header,) = [line for line in screen.splitlines() if line.startswith("session ") and " requests · " in line]
+        # The title request is in the header's counts as it is in its cost and in the rows below it.
+        inputs, outputs = sum(r.input_tokens for r in server.requests), sum(r.output_tokens for r in server.requests)
+        assert inputs >= 1000 and len(server.requests) == 2
+        assert header.split(": ", 1)[1].startswith(
+            f"2 requests · {inputs:,} input tokens · {outputs:,} output tokens · ${cost_of(server.requests):.4f} · "
+        )
+        lines = screen.splitlines()
+        rows = lines[lines.index(header) + 1 : lines.index(header) + 3]
+        assert [row.split()[:6] for row in rows] == [
+            ["main", "gpt-4o", "1", "request", "·", f"{server.requests[0].input_tokens:,}"],
+            ["title", "gpt-4o", "1", "request", "·", f"{server.requests[1].input_tokens:,}"],
+        ]
     finally:
         chat.close()
 

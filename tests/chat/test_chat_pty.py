@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import sys
 import time
 import uuid
@@ -252,6 +253,8 @@ def test_shell_escape_multiline_input_and_per_project_history(
     ]
     (history,) = (code_puppy_home / "history").iterdir()
     assert "+first line\n+second line\n+third line\n" in history.read_text()
+    # It holds everything typed: private to the user, as sessions.db is.
+    assert (stat.S_IMODE(history.parent.stat().st_mode), stat.S_IMODE(history.stat().st_mode)) == (0o700, 0o600)
 
 
 def test_a_shell_escape_runs_without_provider_keys(server: FakeLLMServer, project: Path) -> None:
@@ -332,7 +335,7 @@ def test_session_model_usage_and_permission_commands(server: FakeLLMServer, chat
     # The toolbar goes by the reported usage; the fake model has no price, so its cost is unknown, never $0.
     chat.wait_for(f"session {first} · ctx {thousands(used)} · cost unknown · ask")
     chat.type("/usage\r")
-    chat.wait_for(f"session {first}: 1 requests")
+    chat.wait_for(f"session {first}: 1 request · ")  # the header says "request" of one, as its rows do
     chat.type("/permissions yolo\r")
     chat.wait_for("permission mode: yolo")
     chat.wait_for(" · yolo   /help")  # the toolbar
@@ -458,3 +461,20 @@ def test_permissions_auto_without_a_sandbox_keeps_the_mode(
         chat.wait_for("permission mode: ask")
     finally:
         chat.close()
+
+
+def test_a_mention_of_a_file_that_is_not_there_is_said_and_sent_as_text(server: FakeLLMServer, chat: PtyChat) -> None:
+    server.script(text("Looked."))
+    chat.type("compare @README.md with @nothere.py\r")
+    screen = chat.wait_turn("Looked.")
+    lines = screen.splitlines()
+    start = lines.index(next(line for line in lines if line.endswith("compare @README.md with @nothere.py")))
+    assert lines[start + 1 : start + 3] == [
+        "  ↳ attached README.md",
+        "  ↳ nothing attached for @nothere.py: no such file in the project (sent as text)",
+    ]
+    sent = user_messages(server.requests[0].body)[-1]
+    assert [part["text"] for part in sent] == [
+        "compare @README.md with @nothere.py",
+        '<file path="README.md">\n# demo project\n</file>',
+    ]

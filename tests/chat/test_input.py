@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -9,7 +11,7 @@ from prompt_toolkit.completion import CompleteEvent
 from prompt_toolkit.document import Document
 
 from code_puppy.chat.commands import CommandRegistry, split_command
-from code_puppy.chat.input import ChatCompleter, ProjectFiles, expand_mentions, history_path
+from code_puppy.chat.input import ChatCompleter, ProjectFiles, expand_mentions, history_path, private_history
 from code_puppy.headless.stdin_messages import parse_user_message
 
 
@@ -94,6 +96,31 @@ def test_prompt_history_is_kept_per_project(tmp_path: Path) -> None:
     one, two = history_path(tmp_path, tmp_path / "a" / "app"), history_path(tmp_path, tmp_path / "b" / "app")
     assert one != two and one.parent == two.parent == tmp_path / "history"
     assert one == history_path(tmp_path, tmp_path / "a" / "app")
+
+
+def _modes(*paths: Path) -> tuple[int, ...]:
+    return tuple(stat.S_IMODE(path.stat().st_mode) for path in paths)
+
+
+def test_prompt_history_is_created_private_to_the_user(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    previous = os.umask(0o022)
+    try:
+        history = private_history(data, tmp_path / "app")
+    finally:
+        os.umask(previous)
+    assert history == history_path(data, tmp_path / "app") and history.read_text() == ""
+    assert _modes(data, history.parent, history) == (0o700, 0o700, 0o600)
+
+
+def test_a_prompt_history_left_readable_to_others_is_closed_and_kept(tmp_path: Path) -> None:
+    history = history_path(tmp_path, tmp_path / "app")
+    history.parent.mkdir(mode=0o755)
+    history.write_text("\n# 2026-01-01\n+my secret prompt\n")
+    history.chmod(0o644)
+    assert private_history(tmp_path, tmp_path / "app") == history
+    assert _modes(history.parent, history) == (0o700, 0o600)
+    assert history.read_text() == "\n# 2026-01-01\n+my secret prompt\n"
 
 
 @pytest.mark.parametrize(

@@ -62,6 +62,24 @@ def test_undo_puts_the_files_back_and_tells_the_model_next_time(
     assert note["text"].endswith("</note>")
 
 
+def test_a_rewind_after_an_undo_drops_the_undos_note(server: FakeLLMServer, chat: PtyChat, project: Path) -> None:
+    server.script(text("Hello."))
+    chat.type("first question\r")
+    chat.wait_turn("Hello.")
+    changing_turn(server)
+    chat.type("change things\r")
+    chat.wait_turn("Changed them.")
+    chat.type("/undo\r")
+    chat.wait_for(shows("changed back 2 files: app.py, new.py (deleted)"))
+
+    chat.type("/rewind 1\r")  # the undone turn leaves the conversation: a note naming it would contradict it
+    chat.wait_for("the old branch is kept")
+    server.script(text("Fresh."))
+    chat.type("\x15something else\r")
+    chat.wait_turn("Fresh.")
+    assert user_messages(server.requests[-1].body) == ["first question", "something else"]
+
+
 def test_undo_asks_before_overwriting_the_users_edit(server: FakeLLMServer, chat: PtyChat, project: Path) -> None:
     changing_turn(server)
     chat.type("change things\r")

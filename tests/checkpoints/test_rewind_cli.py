@@ -302,3 +302,22 @@ def test_rewind_turns_2_over_two_turns_editing_one_file_goes_back_two(server: Fa
     undone = run_cli("rewind", "--only", "code", cwd=files)  # the rewind of both is one checkpoint: one step undoes it
     assert undone.returncode == 0, undone.stderr
     assert (files / "app.py").read_text() == "version = 3\n"
+
+
+def test_sessions_list_counts_the_turns_a_rewind_leaves_and_keeps_a_session_rewound_to_none(
+    server: FakeLLMServer, files: Path
+) -> None:
+    server.script(text("First answer."))
+    session_id = json.loads(run_cli("-p", "first question", "--output-format", "json", cwd=files).stdout)["session_id"]
+    agent_turn(server)
+    assert run_cli("-c", "-p", "change things", *YOLO, cwd=files).returncode == 0
+
+    def listed() -> list[str]:
+        (row,) = run_cli("sessions", "list", "--all", cwd=files).stdout.splitlines()[1:]
+        return row.split()[:3]
+
+    assert listed()[::2] == [session_id[:8], "2"]
+    assert run_cli("rewind", cwd=files).returncode == 0
+    assert listed()[::2] == [session_id[:8], "1"]
+    assert run_cli("rewind", "--only", "conversation", cwd=files).returncode == 0
+    assert listed()[::2] == [session_id[:8], "0"]  # still listed: `-r` goes on from it

@@ -96,6 +96,26 @@ def test_configured_prices_price_a_private_endpoint(
     assert (code, result["cost_usd"], result["cost_complete"]) == (0, 0.0, True)
 
 
+def test_an_entrys_price_applies_only_through_that_entry(
+    server: FakeLLMServer, project: Path, code_puppy_home: Path
+) -> None:
+    # A local model that happens to be called gpt-4o, free: OpenAI's gpt-4o named by a provider string is still paid
+    # for at the price table's rate, even sent to the same server.
+    (code_puppy_home / "config.toml").write_text(
+        f'[sessions]\nauto_title = false\n[models.local]\nname = "gpt-4o"\nbase_url = "{server.base_url}"\n'
+        "input_price = 0\noutput_price = 0\n"
+    )
+    server.script(text("Free."), text("Paid."))
+    code, result, _ = json_run("hello", "-m", "local", cwd=project)
+    assert (code, result["cost_usd"], result["cost_complete"]) == (0, 0.0, True)
+    env = {"OPENAI_BASE_URL": server.base_url, "OPENAI_API_KEY": "sk-test"}
+    done = run_cli("-p", "hello", "-m", "openai-chat:gpt-4o", "--output-format", "json", cwd=project, env=env)
+    result = json.loads(done.stdout)
+    assert (done.returncode, result["cost_complete"]) == (0, True), done.stderr
+    assert result["cost_usd"] == pytest.approx(cost_of(server.requests[1:]), rel=1e-9)
+    assert result["cost_usd"] > 0
+
+
 def test_a_file_defined_delegates_requests_are_its_kind_and_its_sessions(
     server: FakeLLMServer, project: Path, code_puppy_home: Path
 ) -> None:

@@ -18,8 +18,9 @@ from pydantic_ai.usage import RequestUsage
 from code_puppy.config import BudgetConfig, HistoryConfig, ModelEndpoint, Settings
 from code_puppy.core.builder import AgentOptions, build_pydantic_agent
 from code_puppy.core.turn import run_turn
-from code_puppy.cost.spending import BudgetReached, Budgets, CostMeter, Spending, configured_prices, dollars
+from code_puppy.cost.spending import BudgetReached, Budgets, CostMeter, Spending, dollars
 from code_puppy.history.compaction import compact_history
+from code_puppy.models import entry_price, resolve_model, with_price
 from code_puppy.run.deps import RunDeps
 from code_puppy.sessions.costs import CostTotals, RequestCost, format_cost
 from code_puppy.sessions.session import Session
@@ -31,8 +32,12 @@ PRICES = (1.0, 2.0)
 """US dollars per million input and output tokens, configured for the function model."""
 
 
-def spending_for(model_name: str, store: SqliteConversationStore, *, per_turn_usd: float | None = None) -> Spending:
-    return Spending(budgets=Budgets(per_turn_usd=per_turn_usd), prices={model_name: PRICES}, book=store.costs)
+def spending_for(
+    model: FunctionModel, store: SqliteConversationStore, *, per_turn_usd: float | None = None
+) -> Spending:
+    """A `Spending` in `store`'s ledger, `model` priced at `PRICES` as a `[models.NAME]` entry's price does."""
+    with_price(model, PRICES)
+    return Spending(budgets=Budgets(per_turn_usd=per_turn_usd), book=store.costs)
 
 
 def priced(request: RequestCost) -> float:
@@ -62,7 +67,7 @@ async def test_an_automatic_compaction_summary_is_counted(project: Path, store: 
     await session.set_message_history(long_history())
     script = Model([read("r1"), "done"])
     model = script.model
-    spending = spending_for(model.model_name, store)
+    spending = spending_for(model, store)
     settings = Settings(history=HistoryConfig(compaction="summarize"))
     agent = build_pydantic_agent(settings, AgentOptions(model=model, project_root=project, spending=spending))
     sink = Sink()
@@ -84,7 +89,7 @@ async def test_compact_now_is_counted_with_the_session(project: Path, store: Sql
     await session.set_message_history([U("q1"), C("c1"), R("c1"), T("a1", model_name="m"), U("q2"), T("a2")])
     script = Model([])
     model = script.model
-    spending = spending_for(model.model_name, store)
+    spending = spending_for(model, store)
     spending.session_id = session.id
     report = await compact_history(
         session, model, keep_messages=2, summary_capabilities=[CostMeter(spending, kind="compaction")]
@@ -99,7 +104,7 @@ async def test_a_spent_turn_budget_stops_before_the_next_request(project: Path, 
     session = await Session.start(store, project, model="test")
     script = Model([read("r1"), read("r2"), "never"])
     model = script.model
-    spending = spending_for(model.model_name, store, per_turn_usd=1e-9)
+    spending = spending_for(model, store, per_turn_usd=1e-9)
     agent = build_pydantic_agent(Settings(), AgentOptions(model=model, project_root=project, spending=spending))
     outcome = await run_turn(agent, RunDeps(session), "read", Sink())  # type: ignore[arg-type]
     assert isinstance(outcome.error, BudgetReached)
@@ -115,7 +120,7 @@ async def test_a_compaction_summary_that_spends_the_budget_stops_the_request_it_
     await session.set_message_history(long_history())
     script = Model(["never"])
     model = script.model
-    spending = spending_for(model.model_name, store, per_turn_usd=1e-9)
+    spending = spending_for(model, store, per_turn_usd=1e-9)
     settings = Settings(history=HistoryConfig(compaction="summarize"))
     agent = build_pydantic_agent(settings, AgentOptions(model=model, project_root=project, spending=spending))
     sink = Sink()
@@ -138,7 +143,7 @@ def never_called(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse
     raise AssertionError("Spending only reads a model's name and provider")
 
 
-PRICED = FunctionModel(never_called, model_name="priced")
+PRICED = with_price(FunctionModel(never_called, model_name="priced"), PRICES)
 """A model priced by configuration only (`PRICES`)."""
 KNOWN = FunctionModel(never_called, model_name="gpt-4o")
 """A model genai-prices knows: $2.50 input, $10 output per million tokens."""
@@ -165,7 +170,7 @@ def tracking(
 ) -> tuple[Spending, list[str]]:
     """A `Spending` with `budgets` over `PRICED` (its ledger `store`'s, if given), and the warnings it gives."""
     book = store.costs if store is not None else None
-    spending = Spending(budgets=budgets, prices={"priced": PRICES}, book=book, project_dir=project_dir)
+    spending = Spending(budgets=budgets, book=book, project_dir=project_dir)
     warnings: list[str] = []
     spending.on_warning = warnings.append
     return spending, warnings
@@ -333,11 +338,17 @@ def test_prices_come_from_the_models_that_set_both() -> None:
     settings = Settings(
         models={
             "local": ModelEndpoint(name="qwen", input_price=0.5, output_price=1.5),
-            "free": ModelEndpoint(name="llama", input_price=0, output_price=0),
+            "free": ModelEndpoint(name="gpt-4o", input_price=0, output_price=0),
             "unpriced": ModelEndpoint(name="mystery"),
         }
     )
-    assert configured_prices(settings) == {"qwen": (0.5, 1.5), "llama": (0.0, 0.0)}
+    models = [resolve_model(settings, name) for name in ("local", "free", "unpriced")]
+    assert [entry_price(model) for model in models] == [(0.5, 1.5), (0.0, 0.0), None]
+    # The free entry's price is its own: another model of the same name is priced from the price table.
+    other = OpenAIChatModel("gpt-4o", provider=OpenAIProvider(base_url="http://127.0.0.1:9/v1", api_key="sk-test"))
+    spending = Spending()
+    one_million_input_tokens = costing(1.0, model_name="gpt-4o")
+    assert [spending.price(model, one_million_input_tokens) for model in (models[1], other)] == [0.0, 2.5]
 
 
 def test_with_a_budget_a_model_without_a_price_is_refused() -> None:
@@ -386,7 +397,7 @@ def test_a_budget_is_written_as_the_user_wrote_it(amount: float, written: str) -
 async def test_a_follow_up_run_of_the_turn_is_a_continuation(project: Path, store: SqliteConversationStore) -> None:
     session = await Session.start(store, project, model="test")
     script = Model(["first answer", "second answer"])
-    spending = spending_for(script.model.model_name, store)
+    spending = spending_for(script.model, store)
     agent = build_pydantic_agent(Settings(), AgentOptions(model=script.model, project_root=project, spending=spending))
     follow_ups = ["and then?"]
 
