@@ -151,7 +151,10 @@ def test_a_block_reaches_the_model_as_the_tool_result_and_a_raising_hook_blocks_
     ]
     assert not (project / "made").exists()
     assert [line for line in completed.stderr.splitlines() if line.startswith("code-puppy")] == [
-        "code-puppy: plugin crashy: pre_tool_call raised RuntimeError: kaboom"
+        "code-puppy: plugin crashy: pre_tool_call raised RuntimeError: kaboom",
+        # The closing line of a headless run with denied calls (issue 26): a plugin's block counts.
+        "code-puppy: 2 calls were denied in yolo mode (1 command, 1 read); a permission rule, a plugin, a protected "
+        "file or the project's bounds denied them (each result says which)",
     ]
 
 

@@ -39,7 +39,7 @@ def test_cost_clear_and_claude_commands_without_a_counterpart(server: FakeLLMSer
         chat.wait_turn("One.")
         first = chat.wait_for("session ").split(" · session ")[1][:8]
         chat.type("/cost\r")
-        chat.wait_for(f"session {first}: 1 requests")
+        chat.wait_for(f"session {first}: 1 request ")
         chat.type("/status\r")
         chat.wait_for("unknown command /status here: the toolbar shows the session")
         chat.type("/model sonnet\r")
