@@ -117,29 +117,36 @@ class ShadowRepo:
         root = root.resolve()
         name = hashlib.sha256(str(root).encode()).hexdigest()[:16]
         repo = cls(root, data / "checkpoints" / name, git=git, max_file_bytes=int(max_file_mb * 1024 * 1024))
-        if not (repo.directory / "HEAD").is_file():
-            repo._create()
-        elif "splitIndex" not in (repo.directory / "config").read_text(errors="replace"):
+        if not repo._ready():
+            # Another process may be creating it right now: look again under the lock it holds while it does.
+            repo.directory.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             with repo.lock():
-                repo._configure()  # made by an earlier version
+                if not (repo.directory / "HEAD").is_file():
+                    repo._create()
+                elif not repo._ready():
+                    repo._configure()  # made by an earlier version
         return repo
+
+    def _ready(self) -> bool:
+        try:
+            config = (self.directory / "config").read_text(errors="replace")
+        except OSError:
+            return False
+        return (self.directory / "HEAD").is_file() and "splitIndex" in config
 
     def _configure(self) -> None:
         for key, value in _SETTINGS:
             self.git("config", key, value)
 
     def _create(self) -> None:
-        self.directory.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        with self.lock():
-            if (self.directory / "HEAD").is_file():
-                return
-            self.git("init", "--quiet", "--bare", str(self.directory), worktree=False)
-            self._configure()
-            info = self.directory / "info"
-            info.mkdir(exist_ok=True)
-            (info / "attributes").write_text("* -text -filter -diff\n")
-            (self.directory / "project").write_text(f"{self.root}\n")
-            (self.directory / "HEAD").write_text("ref: refs/heads/snapshots\n")
+        """Make the repository; the caller holds `lock()`."""
+        self.git("init", "--quiet", "--bare", str(self.directory), worktree=False)
+        self._configure()
+        info = self.directory / "info"
+        info.mkdir(exist_ok=True)
+        (info / "attributes").write_text("* -text -filter -diff\n")
+        (self.directory / "project").write_text(f"{self.root}\n")
+        (self.directory / "HEAD").write_text("ref: refs/heads/snapshots\n")
 
     @contextlib.contextmanager
     def lock(self) -> Generator[None]:

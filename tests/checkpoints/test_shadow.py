@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -133,6 +134,42 @@ def test_a_second_process_waits_for_the_lock(project: Path, shadow: ShadowRepo) 
     waited = time.monotonic() - started
     holder.communicate()
     assert waited > 0.5 and holder.returncode == 0
+
+
+def test_opening_while_another_process_is_still_creating_the_repository_waits_for_it(
+    project: Path, code_puppy_home: Path
+) -> None:
+    # Sixteen runs started at once in a new project: one makes the repository while the others open it. They saw
+    # git init's HEAD before its config existed and failed reading the config (FileNotFoundError, CI stop 34).
+    creator = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from pathlib import Path; from code_puppy.checkpoints.shadow import ShadowRepo\n"
+            "repo = ShadowRepo(Path(sys.argv[1]).resolve(), Path(sys.argv[2]), git='git', max_file_bytes=1 << 20)\n"
+            "repo.directory.parent.mkdir(parents=True)\n"
+            "with repo.lock():\n"
+            "    (repo.directory / 'HEAD').write_text('ref: refs/heads/master\\n')  # git init, half way\n"
+            "    print('creating', flush=True); time.sleep(1.5)\n"
+            "    repo._create()\n",
+            str(project),
+            str(_shadow_directory(project, code_puppy_home)),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert creator.stdout is not None and creator.stdout.readline() == "creating\n"
+
+    opened = ShadowRepo.open(project, code_puppy_home, max_file_mb=1)
+
+    creator.communicate()
+    assert creator.returncode == 0
+    assert opened.git("config", "core.splitIndex") == b"true\n"
+    assert files_in(opened, opened.snapshot()) == sorted(p.name for p in project.iterdir())
+
+
+def _shadow_directory(project: Path, code_puppy_home: Path) -> Path:
+    return code_puppy_home / "checkpoints" / hashlib.sha256(str(project.resolve()).encode()).hexdigest()[:16]
 
 
 def test_a_snapshot_after_one_killed_midway_still_works(project: Path, shadow: ShadowRepo) -> None:
