@@ -78,12 +78,12 @@ class ShadowRepo:
         self._git = git
         self._thread_lock = threading.Lock()
         self._trees: dict[str, str] = {}
+        """The tree of each snapshot commit seen, so that a snapshot finding nothing changed costs one `git status`."""
         self._taken: tuple[str, str, dict[str, Change]] | None = None
         """The latest snapshot of this object: the tree before it, its tree, and what changed in between."""
         self._last: str | None = None
         self._signature: tuple[int, int, int] | None = None
         """The latest snapshot's tree, and its index file as this object left it (None: a snapshot failed halfway)."""
-        """The tree of each snapshot commit seen, so that a snapshot finding nothing changed costs one `git status`."""
         self.walks = 0
         """`git status` walks taken by this object."""
         self._watcher: Watcher | None = None
@@ -128,11 +128,8 @@ class ShadowRepo:
         return repo
 
     def _ready(self) -> bool:
-        try:
-            config = (self.directory / "config").read_text(errors="replace")
-        except OSError:
-            return False
-        return (self.directory / "HEAD").is_file() and "splitIndex" in config
+        config = self.directory / "config"
+        return (self.directory / "HEAD").is_file() and config.is_file() and "splitIndex" in config.read_text("latin-1")
 
     def _configure(self) -> None:
         for key, value in _SETTINGS:
