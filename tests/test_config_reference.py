@@ -10,7 +10,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from code_puppy.config import Settings
-from code_puppy.config.reference import COMMAND, END, README, START, render, updated
+from code_puppy.config.reference import COMMAND, END, README, START, field_docs, render, updated
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,10 +37,11 @@ def test_every_key_of_every_table_is_in_the_reference_with_its_description() -> 
             models += [arg for arg in _models_in(field.annotation) if arg not in models]
             if model is Settings and _models_in(field.annotation):
                 continue  # a table: its heading, above, and its keys
-            assert field.description, f"{model.__name__}.{name} has no docstring"
+            described = field_docs(model).get(name)
+            assert described, f"{model.__name__}.{name} has no docstring"
             if name != "options":  # `[plugins.NAME]`, checked below
                 assert f"| `{name}` |" in reference, name
-            assert " ".join(field.description.split()).replace("|", "\\|") in reference
+            assert " ".join(described.split()).replace("|", "\\|") in reference
     assert "| `[plugins.NAME]` | table | `{}` | trusted |" in reference
 
 

@@ -7,7 +7,10 @@ argument); `tests/test_config_reference.py` fails when the committed text differ
 
 from __future__ import annotations
 
+import ast
+import inspect
 import sys
+import textwrap
 import types
 from collections.abc import Mapping
 from pathlib import Path
@@ -36,12 +39,10 @@ _SCALARS: Mapping[object, str] = {str: "string", bool: "boolean", int: "integer"
 
 def render() -> str:
     """The reference as Markdown: a table for the top-level keys, then one per table of config.toml."""
-    top: list[tuple[str, FieldInfo]] = []
     sections: list[str] = []
     for name, field in Settings.model_fields.items():
         model, keyed = _table_model(field.annotation)
         if model is None:
-            top.append((name, field))
             continue
         heading = f"[{name}.NAME]" if keyed else f"[{name}]"
         sections += _section(name, heading, model)
@@ -55,32 +56,35 @@ def render() -> str:
         "#### Top level",
         "",
     ]
-    return "\n".join(intro + _table("", top) + sections).rstrip() + "\n"
+    return "\n".join(intro + _table("", Settings) + sections).rstrip() + "\n"
 
 
 def _section(key: str, heading: str, model: type[BaseModel]) -> list[str]:
     lines = [f"#### `{heading}`", ""]
     if doc := _model_doc(model):
         lines += [doc, ""]
-    fields = list(model.model_fields.items())
-    lines += _table(key, fields)
+    lines += _table(key, model)
     holders: dict[type[BaseModel], list[str]] = {}  # tables an entry may be written as, e.g. `[permissions] allow`'s
-    for name, field in fields:
+    for name, field in model.model_fields.items():
         for element in _element_models(field.annotation):
             holders.setdefault(element, []).append(f"`{name}`")
     for element, names in holders.items():
         lines += [f"#### `{heading}` {' and '.join(names)} written as a table", ""]
         if doc := _model_doc(element):
             lines += [doc, ""]
-        lines += _table(key, list(element.model_fields.items()))
+        lines += _table(key, element)
     return lines
 
 
-def _table(section: str, fields: list[tuple[str, FieldInfo]]) -> list[str]:
+def _table(section: str, model: type[BaseModel]) -> list[str]:
     rows = ["| key | type | default | project | what it does |", "|---|---|---|---|---|"]
+    docs = field_docs(model)
+    fields = [
+        (name, field) for name, field in model.model_fields.items() if section or not _table_model(field.annotation)[0]
+    ]
     for name, field in fields:
         key, kind = _KEYS_AS_WRITTEN.get((section, name), (name, _type(field)))
-        cells = (f"`{key}`", kind, _default(field), _project(section, name), _cell(field.description or ""))
+        cells = (f"`{key}`", kind, _default(field), _project(section, name), _cell(docs.get(name, "")))
         rows.append("| " + " | ".join(cells) + " |")
     return [*rows, ""]
 
@@ -178,6 +182,26 @@ def _element_models(annotation: Any) -> list[type[BaseModel]]:
     for arg in get_args(annotation):
         found += [model for model in _element_models(arg) if model not in found]
     return found
+
+
+def field_docs(model: type[BaseModel]) -> dict[str, str]:
+    """The docstring written under each field in `model`'s class body, by field name.
+
+    Read from the source rather than through pydantic's `use_attribute_docstrings`, which would parse the source at
+    every start-up."""
+    body = ast.parse(textwrap.dedent(inspect.getsource(model))).body[0]
+    assert isinstance(body, ast.ClassDef)
+    docs: dict[str, str] = {}
+    for statement, following in zip(body.body, body.body[1:], strict=False):
+        if (
+            isinstance(statement, ast.AnnAssign)
+            and isinstance(statement.target, ast.Name)
+            and isinstance(following, ast.Expr)
+            and isinstance(following.value, ast.Constant)
+            and isinstance(following.value.value, str)
+        ):
+            docs[statement.target.id] = inspect.cleandoc(following.value.value)
+    return docs
 
 
 def _model_doc(model: type[BaseModel]) -> str:

@@ -26,8 +26,8 @@ CompactionKind = Literal["tiered", "summarize", "sliding", "off"]
 
 class _Section(BaseModel):
     # TOML has `inf` and `nan` (and `1e400` parses to inf): as a timeout, price or budget each would mean no limit.
-    # The attribute docstrings are the fields' descriptions: the README's configuration reference is made of them.
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, use_attribute_docstrings=True)
+    # Each field's docstring is its entry in the README's configuration reference (`code_puppy.config.reference`).
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ModelEndpoint(_Section):
