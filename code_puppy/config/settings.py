@@ -26,6 +26,7 @@ CompactionKind = Literal["tiered", "summarize", "sliding", "off"]
 
 class _Section(BaseModel):
     # TOML has `inf` and `nan` (and `1e400` parses to inf): as a timeout, price or budget each would mean no limit.
+    # Each field's docstring is its entry in the README's configuration reference (`code_puppy.config.reference`).
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
@@ -66,8 +67,10 @@ class AllowEntry(_Section):
 
 
 class PermissionsConfig(_Section):
+    """What the agent may do without asking (README "Permissions")."""
+
     mode: PermissionMode = "ask"
-    """ask | accept-edits | auto | yolo | read-only (DESIGN §3 "Permissions"; auto runs commands in the sandbox)."""
+    """The permission mode when `--permission-mode` is not given; `auto` runs commands in the sandbox."""
     allow: tuple[str | AllowEntry, ...] = ()
     """Shell commands that run without asking (`*` at the end matches any arguments), and MCP tools; an entry can be
     a table `{ command = "gh pr *", sandbox = false }`."""
@@ -129,15 +132,19 @@ HISTORY_PRESETS: Mapping[HistoryPreset, Mapping[str, Any]] = {
 
 
 class HistoryConfig(_Section):
+    """What is sent of a long conversation (README "History processors")."""
+
     compaction: CompactionKind = "tiered"
-    """The built-in compaction: tiered | summarize | sliding | off."""
+    """The built-in compaction, run after the processors when the history nears the model's context window: `tiered`
+    clears old tool results, then summarizes; `summarize` summarizes; `sliding` drops the oldest messages (no
+    summary request); `off` does nothing."""
     processors: tuple[ProcessorEntry, ...] = ()
     """History processors, applied in order: `module:callable` import paths or `{ path, args }` factory tables."""
     processor_condition: ProcessorEntry | None = None
     """A `module:callable` (or `{ path, args }` table) deciding, before every model request, whether the processors
     run."""
     preset: HistoryPreset | None = None
-    """minimal | balanced | summarizing: a processors list and a compaction in one word (`HISTORY_PRESETS`)."""
+    """A `processors` list and a `compaction` in one word (README "Presets"); keys set beside it win."""
     summary_model: str | None = None
     """The model summarizing processors use (a model string or a `[models]` name); unset: the session's model."""
 
@@ -155,6 +162,8 @@ class HistoryConfig(_Section):
 
 
 class RunConfig(_Section):
+    """Time limits of a run and of each model request (README "Headless runs")."""
+
     timeout: float | None = Field(default=None, gt=0)
     """Seconds a headless invocation may run in all (`--timeout`); unset: no limit. Exit 3 when it runs out."""
     first_event_timeout: float = Field(default=300, gt=0)
@@ -179,7 +188,7 @@ class BudgetConfig(_Section):
 
 
 class SandboxConfig(_Section):
-    """The OS sandbox commands run in (`code-puppy sandbox check|run`; README "Sandbox")."""
+    """The OS sandbox commands run in (`code-puppy sandbox check|run`; README "The sandbox")."""
 
     mechanism: Literal["auto", "bwrap", "landlock"] = "auto"
     """How commands are confined: bubblewrap, or Landlock (`auto`: bwrap when its probe works, else Landlock)."""
@@ -215,6 +224,8 @@ class SessionsConfig(_Section):
 
 
 class PluginsConfig(_Section):
+    """Plugins and their options (README "Plugins")."""
+
     disabled: tuple[str, ...] = ()
     """Plugin names that are not loaded."""
     max_continuations: int = Field(default=10, ge=0)
@@ -247,6 +258,7 @@ class McpServerConfig(_Section):
     command: str | None = None
     """The program that runs a stdio server, e.g. `npx` or `uvx`."""
     args: tuple[str, ...] = ()
+    """The stdio server's command-line arguments."""
     env: dict[str, str] = Field(default_factory=dict[str, str])
     """Variables added to the server's environment (it inherits only HOME, PATH, SHELL, TERM, USER, LOGNAME)."""
     cwd: str | None = None
@@ -256,6 +268,7 @@ class McpServerConfig(_Section):
     headers: dict[str, str] = Field(default_factory=dict[str, str])
     """HTTP headers sent with every request, e.g. `Authorization = "Bearer ${GITHUB_TOKEN}"`."""
     enabled: bool = True
+    """False: the server is not started (`.mcp.json`'s `"disabled": true`)."""
     timeout: float = Field(default=30.0, gt=0)
     """Seconds to wait for the server to start, and for any single tool call."""
     tool_prefix: str | bool = True
@@ -303,6 +316,8 @@ class _Sources:
 
 
 class ToolsConfig(_Section):
+    """Optional tools offered to the model."""
+
     planning: bool = True
     """Offer the model a task list (pydantic-ai-harness `Planning`), shown while the turn runs."""
 
