@@ -16,6 +16,7 @@ from tests.fake_llm import FakeLLMServer, call, text, tool_calls
 
 SCHEMA = json.loads((Path(__file__).parent / "fixtures" / "claude_sdk" / "messages.schema.json").read_text())
 VALIDATOR = Draft202012Validator(SCHEMA)
+KINDS = {"system": "system_init", "assistant": "assistant", "user": "user"}
 STREAM = ("--compat", "claude", "--output-format", "stream-json", "--verbose")
 UNPRICED_NOTE = (
     "code-puppy: note: total_cost_usd leaves out the requests to fake-model: no price is known for it"
@@ -24,11 +25,15 @@ UNPRICED_NOTE = (
 
 
 def messages(stdout: str) -> list[dict[str, Any]]:
-    """Each line of a stream-json output, checked against Claude Code's schema."""
+    """Each line of a stream-json output, checked against Claude Code's schema: against its own kind of message first,
+    so a failure names the field, then against the whole (it is exactly one kind)."""
     lines = [json.loads(line) for line in stdout.splitlines()]
     for line in lines:
-        errors = [f"{list(e.absolute_path)}: {e.message}" for e in VALIDATOR.iter_errors(line)]
+        kind = KINDS.get(line.get("type"), "result_success" if line.get("subtype") == "success" else "result_error")
+        validator = Draft202012Validator({"$ref": f"#/$defs/{kind}", "$defs": SCHEMA["$defs"]})
+        errors = [f"{list(e.absolute_path)}: {e.message}" for e in validator.iter_errors(line)]
         assert errors == [], (line, errors)
+        VALIDATOR.validate(line)
         if line["type"] == "assistant":
             BetaMessage.model_validate(line["message"])
     return lines
@@ -131,29 +136,42 @@ def test_a_denied_call_is_a_permission_denial(server: FakeLLMServer, project: Pa
     assert not (project / "notes.txt").exists()
 
 
-def test_json_is_the_result_message_alone_with_a_priced_model(code_puppy_home: Path, project: Path) -> None:
+def test_an_anthropic_model_is_priced(code_puppy_home: Path, project: Path) -> None:
     with FakeLLMServer() as fake:
         fake.script(text("from claude"))
         env = {"ANTHROPIC_BASE_URL": fake.anthropic_base_url, "ANTHROPIC_API_KEY": "sk-ant-test"}
-        completed = run_cli(
-            "-m", "anthropic:claude-sonnet-4-5", "-p", "hi", "--compat", "claude", "--output-format", "json",
-            cwd=project, env=env,
-        )  # fmt: skip
+        flags = ("-m", "anthropic:claude-sonnet-4-5", "--permission-mode", "acceptEdits")
+        completed = run_cli(*flags, "-p", "hi", *STREAM, cwd=project, env=env)
         request = fake.requests[0]
     assert completed.returncode == 0, completed.stderr
-    (result,) = messages(completed.stdout)
-    assert (result["type"], result["subtype"], result["result"], result["num_turns"]) == (
-        "result",
-        "success",
-        "from claude",
-        1,
+    init, _, result = messages(completed.stdout)
+    assert (init["model"], init["permissionMode"], init["apiKeySource"]) == (
+        "claude-sonnet-4-5",
+        "acceptEdits",
+        "ANTHROPIC_API_KEY",
     )
+    assert (result["subtype"], result["result"], result["num_turns"]) == ("success", "from claude", 1)
     # Claude Sonnet 4.5's list price: $3 and $15 per million input and output tokens.
     expected = (request.input_tokens * 3 + request.output_tokens * 15) / 1_000_000
     assert result["total_cost_usd"] == pytest.approx(expected)
     assert result["modelUsage"]["claude-sonnet-4-5"]["costUSD"] == pytest.approx(expected)
     assert result["modelUsage"]["claude-sonnet-4-5"]["contextWindow"] > 0
     assert "total_cost_usd" not in completed.stderr
+
+
+def test_json_is_the_result_message_alone(server: FakeLLMServer, project: Path) -> None:
+    server.script(text("Hello."))
+    completed = run_cli("-p", "hi", "--compat", "claude", "--output-format", "json", cwd=project)
+    assert completed.returncode == 0, completed.stderr
+    assert len(completed.stdout.splitlines()) == 1
+    (result,) = messages(completed.stdout)
+    assert (result["type"], result["subtype"], result["result"], result["total_cost_usd"]) == (
+        "result",
+        "success",
+        "Hello.",
+        0.0,
+    )
+    assert UNPRICED_NOTE in completed.stderr.splitlines()
 
 
 def test_a_run_that_fails_before_its_session_still_ends_with_a_result(server: FakeLLMServer, project: Path) -> None:

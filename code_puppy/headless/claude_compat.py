@@ -30,16 +30,11 @@ from code_puppy import __version__
 from code_puppy.core.events import RunOutcome
 from code_puppy.core.project import Project
 from code_puppy.definitions.file_commands import load_commands
+from code_puppy.options import CLAUDE_MODES
 from code_puppy.sessions.costs import RequestCost
 
-CLAUDE_PERMISSION_MODES = {
-    "ask": "default",
-    "accept-edits": "acceptEdits",
-    "yolo": "bypassPermissions",
-    "read-only": "plan",
-    "auto": "auto",
-}
-"""Our permission modes by Claude Code's names for them (`--permission-mode` takes both)."""
+_CLAUDE_NAMES = {ours: theirs for theirs, ours in CLAUDE_MODES.items()}
+"""Our permission modes by Claude Code's names for them; `auto` is `auto` in both."""
 
 
 @dataclass
@@ -100,19 +95,19 @@ class ClaudeSink:
         its tools."""
         self._initialized = True
         project = self.project
-        if project is None:
-            self._message("system", subtype="init", cwd=os.getcwd(), tools=[], mcp_servers=[], model="")
+        if not self.stream or project is None:
             return
+        model = project.model()
         self._message(
             "system",
             subtype="init",
             cwd=os.getcwd(),
             tools=_tool_names(project) if built else [],
             mcp_servers=[{"name": name, "status": "pending"} for name in project.settings.mcp_servers],
-            model=project.model().model_name,
-            permissionMode=CLAUDE_PERMISSION_MODES[project.mode],
+            model=model.model_name,
+            permissionMode=_CLAUDE_NAMES.get(project.mode, project.mode),
             slash_commands=[command.name for command in load_commands(project.root).items],
-            apiKeySource="ANTHROPIC_API_KEY" if project.model_name.startswith("anthropic:") else "none",
+            apiKeySource=_KEY if model.system == "anthropic" and _KEY in os.environ else "none",
             claude_code_version=__version__,
             output_style="default",
             agents=[definition.name for definition in project.agent_definitions.items],
@@ -258,6 +253,7 @@ class ClaudeSink:
         return ended
 
 
+_KEY = "ANTHROPIC_API_KEY"
 _TERMINAL_REASONS = {"success": "completed", "error_max_turns": "max_turns", "error_max_budget_usd": "budget_exhausted"}
 
 
