@@ -4,6 +4,7 @@ Agent SDK's types (tests/fixtures/claude_sdk) and against the `anthropic` packag
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ import pytest
 from anthropic.types.beta import BetaMessage
 from jsonschema import Draft202012Validator
 
-from tests.conftest import run_cli
+from tests.conftest import run_cli, start_cli, wait_for
 from tests.fake_llm import FakeLLMServer, call, text, tool_calls
 
 SCHEMA = json.loads((Path(__file__).parent / "fixtures" / "claude_sdk" / "messages.schema.json").read_text())
@@ -172,6 +173,23 @@ def test_json_is_the_result_message_alone(server: FakeLLMServer, project: Path) 
         0.0,
     )
     assert UNPRICED_NOTE in completed.stderr.splitlines()
+
+
+def test_an_interrupted_run_ends_with_error_during_execution(server: FakeLLMServer, project: Path) -> None:
+    server.script(text("too late", delay=30))
+    process = start_cli("-p", "hi", *STREAM, cwd=project)
+    wait_for(lambda: server.requests, what="the model request")
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    init, result = messages(stdout)
+    assert (init["subtype"], result["subtype"], result["is_error"], result["errors"]) == (
+        "init",
+        "error_during_execution",
+        True,
+        ["interrupted"],
+    )
+    assert "terminal_reason" not in result
 
 
 def test_a_run_that_fails_before_its_session_still_ends_with_a_result(server: FakeLLMServer, project: Path) -> None:
