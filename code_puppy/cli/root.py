@@ -89,6 +89,13 @@ def _stream_json_prompt(prompt: str | None) -> str:
     return text
 
 
+def _compat(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """`--compat`'s value, checked: claude is the one schema there is."""
+    if value not in (None, "claude"):
+        fail(f"--compat {value}: the one schema known is claude (Claude Code's json and stream-json output)")
+    return value
+
+
 SUBCOMMANDS = {
     "acp": "code_puppy.cli.acp:acp_command",
     "agents": "code_puppy.cli.definitions:agents_group",
@@ -224,6 +231,12 @@ class _Subcommands(click.Group):
     help="Headless output: the answer, one JSON object, or JSON lines.",
 )
 @click.option(
+    "--compat",
+    metavar="claude",
+    callback=_compat,
+    help="With -p and --output-format json or stream-json: Claude Code's schema, for scripts written for `claude -p`.",
+)
+@click.option(
     "--input-format",
     type=click.Choice(["text", "stream-json"]),
     default="text",
@@ -313,6 +326,7 @@ def cli(
     prompt: str | None,
     model: str | None,
     output_format: str,
+    compat: str | None,
     input_format: str,
     permission_mode: str | None,
     dangerously_skip_permissions: bool,
@@ -389,6 +403,8 @@ def cli(
             fail("--timeout bounds a headless run: use it with -p PROMPT")
         if usage_file is not None:
             fail("--usage-file writes a headless run's result: use it with -p PROMPT")
+        if compat is not None:
+            fail("--compat claude shapes a headless run's output: use it with -p PROMPT")
         if not sys.stdin.isatty():
             if words is not None:
                 fail(f"code-puppy PROMPT opens the chat, which needs a terminal: for one headless run, -p {words!r}")
@@ -409,6 +425,7 @@ def cli(
             output_format=output_format,
             input_format=input_format,
             usage_file=usage_file,
+            compat=compat,
         )
         return run_headless(options, headless)
 

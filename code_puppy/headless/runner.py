@@ -27,6 +27,7 @@ from code_puppy.core.turn import TurnOutcome, unrun_follow_up_note
 from code_puppy.cost.spending import Spending
 from code_puppy.definitions.file_commands import find_command
 from code_puppy.errors import one_line
+from code_puppy.headless.claude_compat import ClaudeSink
 from code_puppy.headless.sinks import SINKS
 from code_puppy.mentions import mention_attachments
 from code_puppy.options import RunOptions
@@ -47,6 +48,8 @@ class HeadlessOptions:
     """`stream-json`: further user messages arrive as JSON lines on stdin and steer the running turn."""
     usage_file: Path | None = None
     """Where the `json` result object is written as well, whatever the output format (`--usage-file`)."""
+    compat: str | None = None
+    """`claude`: `json` and `stream-json` in Claude Code's headless schema (`--compat claude`)."""
 
 
 def run_headless(options: RunOptions, headless: HeadlessOptions) -> int:
@@ -56,7 +59,12 @@ def run_headless(options: RunOptions, headless: HeadlessOptions) -> int:
     result object (`"status": "error"`, the session's id once there is one), before the error propagates to its one
     line on stderr.
     """
-    output = Output(SINKS[headless.output_format](), time.monotonic(), usage_file=headless.usage_file)
+    sink: EventSink
+    if headless.compat == "claude" and headless.output_format != "text":
+        sink = ClaudeSink(stream=headless.output_format == "stream-json")
+    else:
+        sink = SINKS[headless.output_format]()
+    output = Output(sink, time.monotonic(), usage_file=headless.usage_file)
     try:
         return asyncio.run(_headless(options, headless, output))
     except Exception as exc:
@@ -119,6 +127,8 @@ class Output:
 async def _headless(options: RunOptions, headless: HeadlessOptions, output: Output) -> int:
     project = Project(options)
     output.spending = project.spending
+    if isinstance(output.sink, ClaudeSink):
+        output.sink.project = project
     try:
         if project.checkpoint_note:
             print(f"code-puppy: note: {project.checkpoint_note}", file=sys.stderr)
