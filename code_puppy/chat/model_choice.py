@@ -10,6 +10,7 @@ from pathlib import Path
 
 from prompt_toolkit.application import Application, in_terminal
 from prompt_toolkit.formatted_text import StyleAndTextTuples
+from prompt_toolkit.input import create_input
 from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
 from prompt_toolkit.layout import FormattedTextControl, HSplit, Layout, Window
 
@@ -19,10 +20,10 @@ from code_puppy.model_choices import LOCAL_SERVERS, ModelChoice, describe, find_
 from code_puppy.paths import config_dir
 
 NOTHING_FOUND = """\
-code-puppy needs a model and found none: no provider key in the environment, no local OpenAI-compatible server on
-127.0.0.1 ({servers}), no [models] in config.toml. Either:
-  export ANTHROPIC_API_KEY=...   (or OPENAI_API_KEY, GEMINI_API_KEY, OPENROUTER_API_KEY, ...) and run code-puppy again,
-  start a local server (ollama serve, vllm serve MODEL, llama-server -m FILE) and run code-puppy again,
+code-puppy needs a model and found none: no provider key in the environment, no [models] in config.toml,
+no local server on 127.0.0.1 ({servers}). Either:
+  export ANTHROPIC_API_KEY=...  (or OPENAI_API_KEY, GEMINI_API_KEY, ...) and run code-puppy again,
+  start a local server (ollama serve, vllm serve MODEL, llama-server) and run code-puppy again,
   or pass -m MODEL (e.g. -m anthropic:claude-sonnet-5-5)."""
 
 
@@ -47,12 +48,14 @@ class ModelPicker:
         body = HSplit(
             [
                 Window(FormattedTextControl([("bold", title)]), height=1),
-                Window(FormattedTextControl(self._lines)),
+                Window(FormattedTextControl(self._lines), height=len(self._rows)),
                 Window(FormattedTextControl([("ansigray", hint)]), height=1),
             ]
         )
+        # An input of its own: the chat's input parser is flushed by the chat's own timer, which would take a lone Esc
+        # typed within half a second of `/model` away from the picker.
         self.app: Application[ModelChoice | None] = Application(
-            layout=Layout(body), key_bindings=keys, erase_when_done=erase
+            layout=Layout(body), key_bindings=keys, erase_when_done=erase, input=create_input()
         )
 
     async def run(self) -> ModelChoice | None:
@@ -113,7 +116,7 @@ async def first_run(project_root: Path) -> int | None:
     settings = await asyncio.to_thread(load_settings, project_root)
     choices = await asyncio.to_thread(find_choices, settings)
     if not choices:
-        servers = ", ".join(f"{port} {name}" for port, name in LOCAL_SERVERS)
+        servers = ", ".join(f"{name} :{port}" for port, name in LOCAL_SERVERS)
         print(NOTHING_FOUND.format(servers=servers), file=sys.stderr)
         return 2
     config = config_dir() / "config.toml"
