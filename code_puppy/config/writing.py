@@ -16,7 +16,7 @@ from code_puppy.errors import ConfigError
 from code_puppy.paths import write_atomically
 
 _TOP_LEVEL_MODEL = re.compile(r"^model\s*=.*$", re.MULTILINE)
-_TABLE_HEADER = re.compile(r"^\s*\[", re.MULTILINE)
+_TABLE_HEADER = re.compile(r"^[ \t]*\[", re.MULTILINE)
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
