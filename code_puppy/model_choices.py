@@ -163,18 +163,31 @@ def _models_at(port: int) -> list[tuple[str, int | None]]:
 
 
 def provider_choices(environ: Mapping[str, str]) -> list[ModelChoice]:
-    """For each provider whose key is set in `environ`, its newest known models (pydantic-ai's `KnownModelName` and
-    `genai-prices`' tables, installed with them), a few each, priced where `genai-prices` knows them."""
+    """For each provider whose key is set in `environ` and whose SDK is installed, its newest known models
+    (pydantic-ai's `KnownModelName` and `genai-prices`' tables, installed with them), a few each, priced where
+    `genai-prices` knows them."""
     choices: list[ModelChoice] = []
     offered: set[str] = set()
     for variable, provider, price_id in PROVIDER_KEYS:
-        if not environ.get(variable) or provider in offered:
+        if not environ.get(variable) or provider in offered or not _installed(provider):
             continue
         offered.add(provider)
         for model in _best_models(provider, price_id):
             price, window = _price(model, price_id), _context_window(model, price_id)
             choices.append(ModelChoice(f"{provider}:{model}", variable, price, window))
     return choices
+
+
+def _installed(provider: str) -> bool:
+    """Whether pydantic-ai can talk to `provider` here: its SDK extra installed (openai, anthropic and google come
+    with code-puppy; `pydantic-ai-slim[mistral]` and the like are the user's to add)."""
+    from pydantic_ai.providers import infer_provider_class
+
+    try:
+        infer_provider_class(provider)
+    except ImportError:
+        return False
+    return True
 
 
 def _best_models(provider: str, price_id: str) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import socket
 from pathlib import Path
 
@@ -106,3 +107,9 @@ def test_a_price_and_a_context_window_read_as_a_user_reads_them() -> None:
     ]
     assert list(describe(ModelChoice("b", "X", (0.075, 0.3), 1_048_576))) == ["b", "$0.075/$0.30 per M", "1M ctx", "X"]
     assert list(describe(ModelChoice("c", "Y", (0.0, 0.0), 2_000_000))) == ["c", "free", "2M ctx", "Y"]
+
+
+def test_a_provider_whose_sdk_is_not_installed_is_not_offered() -> None:
+    """Choosing it would leave a config.toml every start refuses ("needs an extra package")."""
+    assert importlib.util.find_spec("mistralai") is None  # pydantic-ai-slim[mistral] is no dependency of ours
+    assert provider_choices({"MISTRAL_API_KEY": "x"}) == []
