@@ -182,3 +182,29 @@ def test_slash_model_lists_prices_and_context_and_switches(
     chat.wait_for(lambda s: "›  4  anthropic:claude-haiku-5-5" in s and s.count("Esc keeps the current") == 1)
     chat.type("\x1b")
     chat.wait_for("model: anthropic:claude-haiku-5-5 (unchanged)")
+
+
+def test_slash_model_switches_to_a_local_servers_model_for_this_chat(
+    server: FakeLLMServer, project: Path, code_puppy_home: Path, chat_cleanup: list[PtyChat]
+) -> None:
+    """A model a local server lists that no `[models]` entry reaches yet: usable at once, config.toml untouched."""
+    server.models = ["fake-model", "other-model"]  # the first is the `fake` entry's: listed once, as `fake`
+    server.script(text("Answer from the other model."))
+    written = (code_puppy_home / "config.toml").read_text()
+    chat = PtyChat(project, env={"CODE_PUPPY_LOCAL_PORTS": str(server.server_port)})
+    chat_cleanup.append(chat)
+    chat.wait_for(IDLE_KEYS)
+    chat.type("/model\r")
+    screen = chat.wait_for("Esc keeps the current")
+    assert lines_from(screen, "Switch the model")[1:3] == [
+        "›  1  fake         unpriced  ? ctx  [models]",
+        f"   2  other-model  free      ? ctx  local server at 127.0.0.1:{server.server_port}",
+    ]
+    chat.type("2\r")
+    chat.wait_for(
+        "model: other-model (this chat only; to keep it, add [models.other-model] with base_url to config.toml)"
+    )
+    chat.type("hello\r")
+    chat.wait_turn("Answer from the other model.")
+    assert server.requests[-1].body["model"] == "other-model"
+    assert (code_puppy_home / "config.toml").read_text() == written
