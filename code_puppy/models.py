@@ -56,8 +56,8 @@ def choose_model_name(settings: Settings, flag: str | None) -> str:
     name = flag or os.environ.get("CODE_PUPPY_MODEL") or settings.model
     if not name:
         raise ConfigError(
-            "no model chosen: pass -m MODEL (e.g. -m anthropic:claude-sonnet-4-5), "
-            'set CODE_PUPPY_MODEL, or set model = "..." in config.toml'
+            "no model chosen: pass -m MODEL (e.g. -m anthropic:claude-sonnet-5-5), "
+            'set CODE_PUPPY_MODEL, or set model = "..." in config.toml (the chat offers the models it finds)'
         )
     return model_alias(settings, name)
 

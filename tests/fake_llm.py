@@ -367,6 +367,8 @@ class FakeLLMServer(ThreadingHTTPServer):
         self.per_conversation = per_conversation
         """Answer each request with the step numbered by the assistant messages in its history (Chat Completions,
         Anthropic Messages), without consuming the script: concurrent conversations each follow the whole script."""
+        self.models = ["fake-model"]
+        """What `GET /v1/models` lists, as a local OpenAI-compatible server lists its models."""
         self._steps = deque(steps)
         self._lock = threading.Lock()
         self._closing = threading.Event()
@@ -427,6 +429,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         pass  # keeps test and benchmark output clean
+
+    def do_GET(self) -> None:
+        if self.path.split("?")[0] != "/v1/models":
+            return self._send_json(404, _openai_error(404, f"fake server: unknown path {self.path}"))
+        models = [{"id": model, "object": "model", "owned_by": "fake"} for model in self.server.models]
+        return self._send_json(200, {"object": "list", "data": models})
 
     def do_POST(self) -> None:
         path = self.path.split("?")[0]

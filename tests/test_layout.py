@@ -22,7 +22,7 @@ MAX_COMPLEXITY = 15
 
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"errors", "paths", "tools", "options", "config", "models", "trust", "hardening", "mentions"})
-    | {"terminal_text"},
+    | {"terminal_text", "model_choices"},
     frozenset({"sessions"}),
     frozenset({"run"}),
     frozenset({"workspace", "permissions", "sandbox", "history", "definitions", "mcp", "cost", "checkpoints"})

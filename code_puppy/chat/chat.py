@@ -32,6 +32,7 @@ from code_puppy.chat.live import Live, Screen
 from code_puppy.chat.slash import OTHER_COMMANDS, register_builtins, register_file_commands
 from code_puppy.errors import ConfigError, one_line
 from code_puppy.mentions import attachment
+from code_puppy.model_choices import default_model_written
 from code_puppy.options import RunOptions
 from code_puppy.paths import data_dir
 
@@ -70,7 +71,17 @@ def run_chat(options: RunOptions) -> int:
         if picked is None:
             return 0
         options = replace(options, resume=picked)
-    return asyncio.run(Chat(options).run())
+    return asyncio.run(_chat(options))
+
+
+async def _chat(options: RunOptions) -> int:
+    """The chat, after the first run's choice of model when none is set anywhere."""
+    if not (options.model or os.environ.get("CODE_PUPPY_MODEL") or default_model_written(options.project_root)):
+        from code_puppy.chat.model_choice import first_run
+
+        if (code := await first_run(options.project_root)) is not None:
+            return code
+    return await Chat(options).run()
 
 
 @dataclass

@@ -33,10 +33,6 @@ async def turn_job(
     `attached`: what goes to the model with `text` (`!cmd` output, notes), besides the files it mentions."""
     from rich.text import Text
 
-    from code_puppy.chat.chat_sink import ChatSink
-    from code_puppy.core.events import ending
-    from code_puppy.core.turn import unrun_follow_up_note
-
     files, paths, missing = mention_attachments(text, chat.project_root)
     if paths:
         chat.screen.print(Text(f"  ↳ attached {', '.join(paths)}", style="dim"))
@@ -46,6 +42,12 @@ async def turn_job(
             Text(f"  ↳ nothing attached for {names}: no such file in the project (sent as text)", style="dim")
         )
     runtime = await chat.ready()
+    # Only once the runtime is up: its loader imports pydantic-ai in a worker thread, and two threads importing the
+    # same modules at once can each see the other's half-initialised module (an ImportError, "circular import").
+    from code_puppy.chat.chat_sink import ChatSink
+    from code_puppy.core.events import ending
+    from code_puppy.core.turn import unrun_follow_up_note
+
     sink = ChatSink(chat.screen, chat.live, chat.project_root)
     started = time.monotonic()
     runtime.sink = sink

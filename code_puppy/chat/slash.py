@@ -54,7 +54,7 @@ def register_builtins(commands: CommandRegistry, chat: ChatControl) -> None:
     builtins = Builtins(chat, commands)
     for name, handler, help in (
         ("help", builtins.help, "list the commands and keys"),
-        ("model", builtins.model, "[NAME] show or switch the model"),
+        ("model", builtins.model, "[NAME] switch the model (no NAME: pick one, with prices)"),
         ("new", builtins.new, "start a new session"),
         ("sessions", builtins.sessions, "list this project's sessions"),
         ("resume", builtins.resume, "[ID|NAME] continue a stored session (no ID: pick one)"),
@@ -109,11 +109,19 @@ class Builtins:
 
     async def model(self, args: str) -> str:
         runtime = await self._chat.ready()
+        note = ""
         if not args:
-            named = ", ".join(sorted(runtime.settings.models)) or "none"
-            return f"model: {runtime.model_name} (named in config: {named}); /model NAME switches"
+            from code_puppy.chat.model_choice import pick_model
+
+            picked = await pick_model(runtime.settings, runtime.model_name)
+            if picked is None:
+                return f"model: {runtime.model_name} (unchanged)"
+            args = picked.name
+            if picked.endpoint is not None:  # a local server's model: reachable for this chat, until written down
+                runtime.settings.models[picked.name] = picked.endpoint
+                note = f" (this chat only; to keep it, add [models.{picked.name}] with base_url to config.toml)"
         runtime.switch_model(args)
-        return f"model: {runtime.model_name}"
+        return f"model: {runtime.model_name}{note}"
 
     async def new(self, args: str) -> str:
         runtime = await self._chat.ready()

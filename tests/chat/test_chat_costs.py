@@ -94,8 +94,10 @@ def test_a_chat_budget_refuses_models_without_a_price(
         chat.wait_for("session ")
         chat.type("/model fake\r")
         chat.wait_for("model fake has no known price, so a budget cannot be kept")
-        chat.type("/model\r")
-        chat.wait_for("model: gpt (named in config")
+        chat.type("/model\r")  # the picker, Esc keeps the model: still gpt
+        chat.wait_for("Esc keeps the current")
+        chat.type("\x1b")
+        chat.wait_for("model: gpt (unchanged)")
         assert not server.requests
     finally:
         chat.close()
