@@ -262,6 +262,7 @@ class Builtins:
         return await rewind(self._chat, args)
 
     async def compact(self, args: str) -> str:
+        from code_puppy.cost.prompt_cache import prompt_caching
         from code_puppy.cost.spending import CostMeter
         from code_puppy.history.compaction import compact_history
 
@@ -275,7 +276,10 @@ class Builtins:
             runtime.model,
             kind=kind,
             focus=args or None,
-            summary_capabilities=[CostMeter(spending, kind="compaction")],
+            summary_capabilities=[
+                *prompt_caching(runtime.settings.run.prompt_cache),
+                CostMeter(spending, kind="compaction"),
+            ],
         )
         if not report.changed:
             return f"nothing to compact ({report.messages_before} messages)"

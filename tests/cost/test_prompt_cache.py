@@ -1,0 +1,196 @@
+"""Prompt caching through the installed console script: Anthropic requests against the fake server, which reports
+cache reads and writes as the real service does (tests/fake_cache.py), carry cache markers on a byte-stable prefix
+and are priced at the price table's cache prices; OpenAI requests carry the session's id as `prompt_cache_key`;
+`prompt_cache = false` sends neither; a bad retention is a config error."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+from pydantic_ai.messages import ModelResponse, TextPart
+from pydantic_ai.usage import RequestUsage
+
+from code_puppy.config import ModelEndpoint, Settings
+from code_puppy.cost.spending import Spending
+from code_puppy.models import resolve_model
+from tests.conftest import run_cli
+from tests.fake_cache import AnthropicPromptCache, CacheUsage
+from tests.fake_llm import FakeLLMServer, RecordedRequest, call, text, tool_calls
+
+SONNET = "anthropic:claude-sonnet-4-5"
+SONNET_PRICES = (3.0, 15.0, 0.30, 3.75)
+"""genai-prices' claude-sonnet-4-5: US dollars per million input, output, cache-read and cache-write tokens."""
+
+
+def anthropic_env(fake: FakeLLMServer) -> dict[str, str]:
+    return {"ANTHROPIC_BASE_URL": fake.anthropic_base_url, "ANTHROPIC_API_KEY": "sk-ant-test"}
+
+
+def breakpoints(body: dict[str, Any]) -> int:
+    """The request's `cache_control` markers: on blocks anywhere, and the top-level automatic one."""
+    return json.dumps(body).count('"cache_control"')
+
+
+def run_json(*args: str, cwd: Path, env: dict[str, str]) -> dict[str, Any]:
+    completed = run_cli("-p", *args, "--output-format", "json", cwd=cwd, env=env)
+    assert completed.returncode == 0, completed.stderr
+    return json.loads(completed.stdout)
+
+
+def test_anthropic_requests_cache_a_prefix_that_stays_byte_stable_across_requests_and_turns(
+    code_puppy_home: Path, project: Path
+) -> None:
+    (code_puppy_home / "config.toml").write_text("[sessions]\nauto_title = false\n")
+    with FakeLLMServer() as fake:
+        fake.prompt_cache = AnthropicPromptCache()
+        fake.script(
+            tool_calls(call("read_file", {"path": "README.md"})),
+            tool_calls(call("grep", {"pattern": "demo"})),
+            text("The project is a demo."),
+            tool_calls(call("list_files", {"path": "."})),
+            text("One file."),
+        )
+        first = run_json("what is it?", "-m", SONNET, cwd=project, env=anthropic_env(fake))
+        second = run_json("and the files?", "-c", "-m", SONNET, cwd=project, env=anthropic_env(fake))
+        requests = list(fake.requests)
+    assert [first["status"], second["status"], second["session_id"]] == ["success", "success", first["session_id"]]
+    bodies = [request.body for request in requests]
+    assert len(bodies) == 5
+    # Tools and instructions, to the byte, in every request of both turns: the prefix a cache read needs.
+    assert {json.dumps(body["tools"]) for body in bodies} == {json.dumps(bodies[0]["tools"])}
+    assert {json.dumps(body["system"]) for body in bodies} == {json.dumps(bodies[0]["system"])}
+    assert all(body["tools"][-1]["cache_control"] == {"type": "ephemeral", "ttl": "5m"} for body in bodies)
+    assert all(body["cache_control"] == {"type": "ephemeral", "ttl": "5m"} for body in bodies)
+    assert all(2 <= breakpoints(body) <= 4 for body in bodies)
+    # Each request reads what the one before it wrote, and writes only what the conversation added since.
+    usages = [CacheUsage(r.input_tokens, r.cache_read_tokens, r.cache_write_tokens) for r in requests]
+    assert usages[0].cache_read_tokens == 0 and usages[0].cache_write_tokens > 3000
+    for before, after in itertools.pairwise(usages):
+        assert after.cache_read_tokens == before.cache_read_tokens + before.cache_write_tokens
+        assert 0 < after.cache_write_tokens < 200
+    # Priced at the table's cache prices, and reported as such.
+    for result, served in ((first, requests[:3]), (second, requests[3:])):
+        assert result["usage"]["cache_read_tokens"] == sum(r.cache_read_tokens for r in served)
+        assert result["usage"]["cache_write_tokens"] == sum(r.cache_write_tokens for r in served)
+        assert result["cost_usd"] == pytest.approx(sum(price(r) for r in served), rel=1e-9)
+
+
+def price(request: RecordedRequest) -> float:
+    full, output, read, write = SONNET_PRICES
+    dollars = request.input_tokens * full + request.cache_read_tokens * read + request.cache_write_tokens * write
+    return (dollars + request.output_tokens * output) / 1_000_000
+
+
+@pytest.mark.parametrize("where", ["[run]", "[models.NAME]"])
+def test_prompt_cache_false_sends_no_cache_markers(code_puppy_home: Path, project: Path, where: str) -> None:
+    with FakeLLMServer() as fake:
+        fake.prompt_cache = AnthropicPromptCache()
+        config = "[sessions]\nauto_title = false\n"
+        if where == "[run]":
+            config += "[run]\nprompt_cache = false\n"
+        config += (
+            f'[models.claude]\nprovider = "anthropic"\nname = "claude-sonnet-4-5"\n'
+            f'base_url = "{fake.anthropic_base_url}"\napi_key_env = "FAKE_ANTHROPIC_KEY"\n'
+        )
+        if where == "[models.NAME]":
+            config += "prompt_cache = false\n"
+        (code_puppy_home / "config.toml").write_text(config)
+        fake.script(tool_calls(call("read_file", {"path": "README.md"})), text("A demo."), text("Still a demo."))
+        env = {"FAKE_ANTHROPIC_KEY": "sk-ant"}
+        first = run_json("what is it?", "-m", "claude", cwd=project, env=env)
+        cached = run_json("again", "-m", SONNET, cwd=project, env=anthropic_env(fake))
+        bodies = [request.body for request in fake.requests]
+    assert [breakpoints(body) for body in bodies[:2]] == [0, 0]
+    assert first["usage"]["cache_read_tokens"] == first["usage"]["cache_write_tokens"] == 0
+    # The same config's other model: [run]'s false reaches it, an endpoint's false does not.
+    assert breakpoints(bodies[2]) == (0 if where == "[run]" else 2)
+    assert cached["status"] == "success"
+
+
+def test_a_retention_reaches_anthropic_as_its_cache_ttl(code_puppy_home: Path, project: Path) -> None:
+    (code_puppy_home / "config.toml").write_text('[sessions]\nauto_title = false\n[run]\nprompt_cache = "1h"\n')
+    with FakeLLMServer(text("A demo.")) as fake:
+        run_json("what is it?", "-m", SONNET, cwd=project, env=anthropic_env(fake))
+        (body,) = [request.body for request in fake.requests]
+    assert body["cache_control"] == body["tools"][-1]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
+
+
+@pytest.mark.parametrize("provider", ["openai-chat", "openai-responses"])
+def test_openai_requests_carry_the_session_id_as_prompt_cache_key(
+    code_puppy_home: Path, project: Path, provider: str
+) -> None:
+    with FakeLLMServer(text("one"), text("two"), text("three"), text("four")) as fake:
+        endpoint = f'provider = "{provider}"\nname = "gpt-fake"\nbase_url = "{fake.base_url}"\n'
+        (code_puppy_home / "config.toml").write_text(
+            f"[sessions]\nauto_title = false\n[models.gpt]\n{endpoint}[models.plain]\n{endpoint}prompt_cache = false\n"
+        )
+        first = run_json("hello", "-m", "gpt", cwd=project, env={})
+        again = run_json("more", "-c", "-m", "gpt", cwd=project, env={})
+        other = run_json("new session", "-m", "gpt", cwd=project, env={})
+        plain = run_json("uncached", "-m", "plain", cwd=project, env={})
+        keys = [request.body.get("prompt_cache_key") for request in fake.requests]
+    sessions = [first["session_id"], again["session_id"], other["session_id"]]
+    assert sessions[0] == sessions[1] != sessions[2]
+    assert keys == [*sessions, None]
+    assert plain["status"] == "success"
+
+
+@pytest.mark.parametrize("where", ["[run]", "[models.gpt]"])
+def test_an_unknown_retention_is_a_one_line_config_error(code_puppy_home: Path, project: Path, where: str) -> None:
+    config = code_puppy_home / "config.toml"
+    if where == "[run]":
+        config.write_text('[run]\nprompt_cache = "2h"\n')
+    else:
+        config.write_text('[models.gpt]\nname = "gpt"\nprompt_cache = "forever"\n')
+    completed = run_cli("-p", "hi", "-m", "openai:gpt-5.1", cwd=project, env={"OPENAI_API_KEY": "sk-test"})
+    key, got = ("run.prompt_cache", "'2h'") if where == "[run]" else ("models.gpt.prompt_cache", "'forever'")
+    expected = f'code-puppy: error: {config}: \'{key}\': expected true, false, "5m", "30m", "1h" or "12h", got {got}\n'
+    assert (completed.returncode, completed.stdout, completed.stderr) == (2, "", expected)
+
+
+def test_the_fake_cache_reads_the_longest_written_prefix_and_writes_the_rest() -> None:
+    cache = AnthropicPromptCache(min_tokens=10)
+    tool = {"name": "read_file", "description": "x" * 80, "cache_control": {"type": "ephemeral"}}
+    system = [{"type": "text", "text": "y" * 200}]
+    first: dict[str, Any] = {"tools": [tool], "system": system, "messages": [{"role": "user", "content": "hi"}]}
+    first["cache_control"] = {"type": "ephemeral"}
+    prefix = cache.usage(first, 1000)
+    assert prefix.cache_read_tokens == 0 and prefix.cache_write_tokens > 70
+    assert prefix.input_tokens == 1000 - prefix.cache_write_tokens
+    grown = first | {"messages": [*first["messages"], {"role": "assistant", "content": "hello"}]}
+    assert cache.usage(grown, 1000).cache_read_tokens == prefix.cache_write_tokens
+    # Another system prompt: only the tools' prefix is read back.
+    changed = first | {"system": [{"type": "text", "text": "z" * 200}]}
+    tools_only = len(json.dumps({k: v for k, v in tool.items() if k != "cache_control"}, separators=(",", ":"))) // 4
+    assert cache.usage(changed, 1000).cache_read_tokens == tools_only
+    # No markers: nothing cached.
+    assert cache.usage({"messages": first["messages"]}, 50) == CacheUsage(50, 0, 0)
+
+
+def test_an_entry_prices_cache_reads_and_writes_at_its_own_cache_prices() -> None:
+    settings = Settings(
+        models={
+            "cached": ModelEndpoint(
+                name="qwen", input_price=2.0, output_price=8.0, cache_read_price=0.2, cache_write_price=2.5
+            ),
+            "flat": ModelEndpoint(name="qwen", input_price=2.0, output_price=8.0),
+        }
+    )
+    usage = RequestUsage(input_tokens=1_000_000, output_tokens=100_000, cache_read_tokens=600_000)
+    usage.cache_write_tokens = 300_000
+    response = ModelResponse(parts=[TextPart("ok")], usage=usage, model_name="qwen")
+    spending = Spending()
+    cached, flat = (resolve_model(settings, name) for name in ("cached", "flat"))
+    # 100k uncached at $2, 600k read at $0.2, 300k written at $2.5, 100k out at $8.
+    assert spending.price(cached, response) == pytest.approx(0.2 + 0.12 + 0.75 + 0.8)
+    assert spending.price(flat, response) == pytest.approx(2.0 + 0.8)
+    recorded = spending.record("main", cached, response, run_id="r")
+    assert recorded.saved_usd == pytest.approx(2.8 - 1.87)
+    assert spending.invocation.describe_cache() == "cache 60% of input · saved $0.9300"
+    with pytest.raises(ValidationError, match="cache_read_price and cache_write_price need input_price"):
+        ModelEndpoint(name="qwen", cache_read_price=0.1)
