@@ -182,6 +182,10 @@ class Builtins:
             requests = f"{totals.requests} request{'s' if totals.requests != 1 else ''}"
             tokens = f"{totals.input_tokens:,} in / {totals.output_tokens:,} out"
             lines.append(f"  {kind:<13}{model[:30]:<31}{requests:>13} · {tokens} · {totals.describe()}")
+        rewrites = runtime.session.cache_epoch
+        # A history rewritten after it was sent (compaction, a history processor) is written to the cache again.
+        rewritten = f"history rewritten {rewrites} time{'s' if rewrites != 1 else ''} (each a cache write)"
+        lines.append(f"prompt cache: {total.describe_cache() or 'nothing cached yet'} · {rewritten}")
         lines.append(f"this chat: {spending.invocation.describe()} over {spending.invocation.requests} requests")
         return "\n".join(lines)
 

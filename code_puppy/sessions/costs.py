@@ -214,6 +214,23 @@ class CostBook:
         )
         return [(row[0], row[1], _totals(row[2:])) for row in rows]
 
+    def history_rewrites(self, *, since: datetime | None = None, project_dir: Path | None = None) -> int:
+        """How many times the sessions with requests in that period (and project) had a history already sent
+        rewritten (their `cache_epoch`s summed): each such rewrite is written to the prompt cache again."""
+        rows = self._read(
+            """
+            SELECT coalesce(sum(cache_epoch), 0) FROM sessions WHERE id IN (
+                SELECT session_id FROM requests
+                WHERE (:since IS NULL OR created_at >= :since) AND (:project IS NULL OR project_dir = :project)
+            )
+            """,
+            {
+                "since": None if since is None else timestamp(since),
+                "project": None if project_dir is None else str(project_dir.resolve()),
+            },
+        )
+        return rows[0][0] if rows else 0
+
     def _read(self, sql: str, parameters: Sequence[object] | dict[str, object]) -> list[tuple[Any, ...]]:
         with self._database.read() as db:
             try:

@@ -21,6 +21,7 @@ from code_puppy.models import resolve_model
 from tests.conftest import run_cli
 from tests.fake_cache import AnthropicPromptCache, CacheUsage
 from tests.fake_llm import FakeLLMServer, RecordedRequest, call, text, tool_calls
+from tests.pty_chat import PtyChat
 
 SONNET = "anthropic:claude-sonnet-4-5"
 SONNET_PRICES = (3.0, 15.0, 0.30, 3.75)
@@ -194,3 +195,97 @@ def test_an_entry_prices_cache_reads_and_writes_at_its_own_cache_prices() -> Non
     assert spending.invocation.describe_cache() == "cache 60% of input · saved $0.9300"
     with pytest.raises(ValidationError, match="cache_read_price and cache_write_price need input_price"):
         ModelEndpoint(name="qwen", cache_read_price=0.1)
+
+
+def saved(requests: list[RecordedRequest]) -> float:
+    """What caching saved these requests at claude-sonnet-4-5's prices: reads at a tenth, writes at 1.25x."""
+    full, _, read, write = SONNET_PRICES
+    return sum(r.cache_read_tokens * (full - read) - r.cache_write_tokens * (write - full) for r in requests) / 1e6
+
+
+def test_usage_reports_the_cache_share_what_it_saved_and_the_history_rewrites(
+    code_puppy_home: Path, project: Path
+) -> None:
+    (code_puppy_home / "config.toml").write_text(
+        "[sessions]\nauto_title = false\n[history]\n"
+        'processors = [{ path = "code_puppy.history:keep_recent_turns", args = { n = 1 } }]\n'
+    )
+    with FakeLLMServer() as fake:
+        fake.prompt_cache = AnthropicPromptCache()
+        fake.script(tool_calls(call("read_file", {"path": "README.md"})), text("A demo."), text("Yes."), text("No."))
+        env = anthropic_env(fake)
+        run_json("what is it?", "-m", SONNET, cwd=project, env=env)
+        run_json("sure?", "-c", "-m", SONNET, cwd=project, env=env)
+        run_json("really?", "-c", "-m", SONNET, cwd=project, env=env)  # keeps one turn: the history is rewritten
+        requests = list(fake.requests)
+    report = json.loads(run_cli("usage", "--json", cwd=project).stdout)
+    total = report["total"]
+    read, written = sum(r.cache_read_tokens for r in requests), sum(r.cache_write_tokens for r in requests)
+    assert (total["cache_read_tokens"], total["cache_write_tokens"]) == (read, written)
+    assert total["cache_saved_usd"] == pytest.approx(saved(requests), rel=1e-6)
+    assert total["history_rewrites"] == 1
+    lines = run_cli("usage", cwd=project).stdout.splitlines()
+    share = f"{read / total['input_tokens']:.0%}"
+    assert lines[2].split()[:2] == ["total", "4"] and lines[2].split()[-2] == share
+    assert lines[3] == (
+        f"prompt cache: cache {share} of input · saved ${saved(requests):.4f} · history rewritten 1 time (each a cache "
+        "write)"
+    )
+
+
+def test_the_chat_shows_the_cache_share_in_the_turn_line_and_in_usage(code_puppy_home: Path, project: Path) -> None:
+    (code_puppy_home / "config.toml").write_text(f'model = "{SONNET}"\n[sessions]\nauto_title = false\n')
+    with FakeLLMServer() as fake:
+        fake.prompt_cache = AnthropicPromptCache()
+        fake.script(tool_calls(call("read_file", {"path": "README.md"})), text("A demo."))
+        chat = PtyChat(project, env=anthropic_env(fake))
+        try:
+            chat.wait_for("session ")
+            chat.type("what is it?\r")
+            chat.wait_turn("A demo.")
+            requests = list(fake.requests)
+            share = f"{sum(r.cache_read_tokens for r in requests) / sum(total_input(r) for r in requests):.0%}"
+            cache = f"cache {share} of input · saved ${saved(requests):.4f}"
+            (closing,) = [line for line in chat.text.splitlines() if line.startswith("· ") and " out · " in line]
+            assert closing.endswith(f" · {cache}")
+            chat.type("/usage\r")
+            screen = chat.wait_for("this chat: ")
+            assert f"prompt cache: {cache} · history rewritten 0 times (each a cache write)" in screen
+        finally:
+            chat.close()
+
+
+def total_input(request: RecordedRequest) -> int:
+    return request.input_tokens + request.cache_read_tokens + request.cache_write_tokens
+
+
+class ForgetfulCache(AnthropicPromptCache):
+    """A cache that is emptied before the third request, as an expiry would."""
+
+    calls: int = 0
+
+    def usage(self, body: dict[str, Any], total_tokens: int) -> CacheUsage:
+        self.calls += 1
+        if self.calls == 3:
+            self.written.clear()
+        return super().usage(body, total_tokens)
+
+
+def test_a_collapsed_cache_read_is_told_in_one_line(code_puppy_home: Path, project: Path) -> None:
+    (code_puppy_home / "config.toml").write_text("[sessions]\nauto_title = false\n")
+    with FakeLLMServer() as fake:
+        fake.prompt_cache = ForgetfulCache()
+        fake.script(
+            tool_calls(call("read_file", {"path": "README.md"})),
+            tool_calls(call("grep", {"pattern": "demo"})),
+            text("The project is a demo."),
+        )
+        completed = run_cli("-p", "what is it?", "-m", SONNET, cwd=project, env=anthropic_env(fake))
+        established = fake.requests[1].cache_read_tokens + fake.requests[1].cache_write_tokens
+    assert completed.returncode == 0, completed.stderr
+    (line,) = [line for line in completed.stderr.splitlines() if "prompt cache" in line]
+    assert line == (
+        "code-puppy: note: prompt cache: cache hit collapsed at model request 3: read 0 cached tokens but a prior "
+        f"request established ~{established} (~{established} tokens re-sent uncached) (the cached prefix changed, or "
+        "the cache expired)"
+    )
