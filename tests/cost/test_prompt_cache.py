@@ -289,3 +289,28 @@ def test_a_collapsed_cache_read_is_told_in_one_line(code_puppy_home: Path, proje
         f"request established ~{established} (~{established} tokens re-sent uncached) (the cached prefix changed, or "
         "the cache expired)"
     )
+
+
+def test_a_tool_loop_with_a_plan_reads_its_conversation_back_from_the_cache(
+    code_puppy_home: Path, project: Path
+) -> None:
+    (code_puppy_home / "config.toml").write_text("[sessions]\nauto_title = false\n")
+    with FakeLLMServer() as fake:
+        fake.prompt_cache = AnthropicPromptCache()
+        fake.script(
+            tool_calls(call("write_plan", {"items": [{"content": "look"}, {"content": "answer"}]})),
+            tool_calls(call("read_file", {"path": "README.md"})),
+            tool_calls(call("grep", {"pattern": "demo"})),
+            tool_calls(call("list_files", {"path": "."})),
+            text("A demo."),
+        )
+        run_json("what is it?", "-m", SONNET, cwd=project, env=anthropic_env(fake))
+        requests = list(fake.requests)
+    # The plan's reminder follows the cache breakpoint, so once the plan is there (the second request changes the
+    # system prompt once), each request reads all the one before it wrote but that request's reminder.
+    assert all("<plan-reminder>" in json.dumps(request.body["messages"][-1]) for request in requests[1:])
+    for before, after in itertools.pairwise(requests[1:]):
+        reminder = {"role": "user", **before.body["messages"][-1]["content"][-1]}
+        reminder_tokens = len(json.dumps(reminder, separators=(",", ":"))) // 4
+        assert after.cache_read_tokens == before.cache_read_tokens + before.cache_write_tokens - reminder_tokens
+    assert all(breakpoints(request.body) <= 4 for request in requests)
