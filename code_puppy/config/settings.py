@@ -57,8 +57,9 @@ class ModelEndpoint(_Section):
     context_window: int | None = Field(default=None, gt=0)
     """The model's context window in tokens, for compaction and the context gauge."""
     input_price: float | None = Field(default=None, ge=0)
-    """US dollars per million input tokens (cached ones included), for a model `genai-prices` does not know or a
-    negotiated rate; `0` for a free local model. Set with `output_price`."""
+    """US dollars per million input tokens (cached ones too, unless `cache_read_price`/`cache_write_price` say
+    otherwise), for a model `genai-prices` does not know or a negotiated rate; `0` for a free local model. Set with
+    `output_price`."""
     output_price: float | None = Field(default=None, ge=0)
     """US dollars per million output tokens."""
     cache_read_price: float | None = Field(default=None, ge=0)
