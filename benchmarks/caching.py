@@ -183,8 +183,8 @@ def main() -> None:
     read_later = sum(r.cache_read_tokens for r in later)
     input_later = sum(r.input_tokens + r.cache_read_tokens + r.cache_write_tokens for r in later)
     report["from_third_request"] = {
-        "read_share": round(read_later / input_later, 4),
-        "lowest_request_share": round(min(share(r) for r in later), 4),
+        "read_share": round(read_later / input_later, 6),
+        "lowest_request_share": round(min(share(r) for r in later), 6),
     }
     report["cost_ratio"] = round(report["cached"]["cost_usd"] / report["uncached"]["cost_usd"], 4)
     if options.json:
