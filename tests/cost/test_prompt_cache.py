@@ -13,14 +13,22 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 from pydantic_ai.messages import ModelResponse, TextPart
+from pydantic_ai.models import override_allow_model_requests
+from pydantic_ai.models.anthropic import AnthropicModel
+from pydantic_ai.providers.anthropic import AnthropicProvider
 from pydantic_ai.usage import RequestUsage
 
 from code_puppy.config import ModelEndpoint, Settings
-from code_puppy.cost.spending import Spending
+from code_puppy.cost.prompt_cache import prompt_caching
+from code_puppy.cost.spending import CostMeter, Spending
+from code_puppy.history.compaction import compact_history
 from code_puppy.models import resolve_model
+from code_puppy.sessions.session import Session
+from code_puppy.sessions.store import SqliteConversationStore
 from tests.conftest import run_cli
 from tests.fake_cache import AnthropicPromptCache, CacheUsage
 from tests.fake_llm import FakeLLMServer, RecordedRequest, call, text, tool_calls
+from tests.history.history_cases import C, R, T, U
 from tests.pty_chat import PtyChat
 
 SONNET = "anthropic:claude-sonnet-4-5"
@@ -314,3 +322,19 @@ def test_a_tool_loop_with_a_plan_reads_its_conversation_back_from_the_cache(
         reminder_tokens = len(json.dumps(reminder, separators=(",", ":"))) // 4
         assert after.cache_read_tokens == before.cache_read_tokens + before.cache_write_tokens - reminder_tokens
     assert all(breakpoints(request.body) <= 4 for request in requests)
+
+
+async def test_a_summary_request_caches_its_prefix_too(project: Path, store: SqliteConversationStore) -> None:
+    session = await Session.start(store, project, model="claude")
+    await session.set_message_history([U("q1"), C("c1"), R("c1"), T("a1", model_name="m"), U("q2"), T("a2")])
+    with FakeLLMServer(text("The summary.")) as fake, override_allow_model_requests(True):
+        fake.prompt_cache = AnthropicPromptCache()
+        model = AnthropicModel(
+            "claude-sonnet-4-5", provider=AnthropicProvider(api_key="sk-ant", base_url=fake.anthropic_base_url)
+        )
+        report = await compact_history(
+            session, model, keep_messages=2, summary_capabilities=[*prompt_caching(True), CostMeter(Spending())]
+        )
+        (body,) = [request.body for request in fake.requests]
+    assert report.changed and session.cache_epoch == 1
+    assert body["cache_control"] == {"type": "ephemeral", "ttl": "5m"}
