@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,8 @@ from tests.fake_llm import FakeLLMServer, RecordedRequest, call, text, tool_call
 from tests.history.history_cases import C, R, T, U
 from tests.pty_chat import PtyChat
 
+CLAUDE_PROJECT = Path(__file__).parent.parent / "fixtures" / "claude_project"
+"""A project with file-defined agents (tests/test_file_definitions.py)."""
 SONNET = "anthropic:claude-sonnet-4-5"
 SONNET_PRICES = (3.0, 15.0, 0.30, 3.75)
 """genai-prices' claude-sonnet-4-5: US dollars per million input, output, cache-read and cache-write tokens."""
@@ -338,3 +341,17 @@ async def test_a_summary_request_caches_its_prefix_too(project: Path, store: Sql
         (body,) = [request.body for request in fake.requests]
     assert report.changed and session.cache_epoch == 1
     assert body["cache_control"] == {"type": "ephemeral", "ttl": "5m"}
+
+
+def test_a_delegated_run_keys_its_requests_by_the_session_too(server: FakeLLMServer, tmp_path: Path) -> None:
+    project = tmp_path / "claude_project"
+    shutil.copytree(CLAUDE_PROJECT, project)
+    server.script(
+        tool_calls(call("delegate_task", {"agent_name": "reviewer", "task": "review the last change"})),
+        text("No findings."),
+        text("The reviewer found nothing."),
+    )
+    result = run_json("review", cwd=project, env={})
+    keys = [request.body.get("prompt_cache_key") for request in server.requests]
+    assert "You are the agent 'reviewer'" in json.dumps(server.requests[1].body)  # the delegate's request
+    assert keys == [result["session_id"]] * 3
