@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from code_puppy.config import ConfigError, ModelEndpoint, Settings
+from code_puppy.config.settings import CacheRetention
 
 if TYPE_CHECKING:
     from pydantic_ai.models import Model
+    from pydantic_ai.usage import RequestUsage
 
 KNOWN_PROVIDERS: tuple[str, ...] = (
     "anthropic",
@@ -46,6 +48,8 @@ _ALIASES = {"google-gla": "google", "google-vertex": "google-cloud"}
 
 _PRICE = "code_puppy_price"
 """The attribute a model made from a priced `[models.NAME]` entry carries its price in (`entry_price`)."""
+_PROMPT_CACHE = "code_puppy_prompt_cache"
+"""The attribute a model made from a `[models.NAME]` entry with `prompt_cache` carries it in (`entry_prompt_cache`)."""
 
 PLACEHOLDER_API_KEY = "not-needed"
 """Sent to named endpoints without `api_key_env`; local servers ignore the key."""
@@ -159,24 +163,52 @@ def model_resolver(settings: Settings) -> Callable[[str], Model]:
     return resolve
 
 
-def with_price(model: Model, price: tuple[float, float]) -> Model:
-    """`model`, its requests priced at `price` (US dollars per million input and output tokens) whatever its name:
-    what a `[models.NAME]` entry's `input_price`/`output_price` does for the requests made through it, and only those
-    (a provider string naming a model of the same name is priced from the price table)."""
-    setattr(model, _PRICE, price)
+class Price(NamedTuple):
+    """A `[models.NAME]` entry's price, in US dollars per million tokens."""
+
+    input: float
+    output: float
+    cache_read: float | None = None
+    """Input tokens read from the prompt cache; None: `input`."""
+    cache_write: float | None = None
+    """Input tokens written to the prompt cache; None: `input`."""
+
+    def of(self, usage: RequestUsage) -> float:
+        """What a request that used `usage` costs (its `input_tokens` count the cached ones too)."""
+        read = self.input if self.cache_read is None else self.cache_read
+        write = self.input if self.cache_write is None else self.cache_write
+        uncached = usage.input_tokens - usage.cache_read_tokens - usage.cache_write_tokens
+        dollars = uncached * self.input + usage.cache_read_tokens * read + usage.cache_write_tokens * write
+        return (dollars + usage.output_tokens * self.output) / 1_000_000
+
+
+def with_price(model: Model, price: tuple[float, float] | Price) -> Model:
+    """`model`, its requests priced at `price` (US dollars per million input and output tokens, and cached ones)
+    whatever its name: what a `[models.NAME]` entry's prices do for the requests made through it, and only those (a
+    provider string naming a model of the same name is priced from the price table)."""
+    setattr(model, _PRICE, price if isinstance(price, Price) else Price(*price))
     return model
 
 
-def entry_price(model: Model) -> tuple[float, float] | None:
+def entry_price(model: Model) -> Price | None:
     """The price `with_price` gave `model` (a wrapper model answers for the model it wraps), or None."""
-    price: tuple[float, float] | None = getattr(model, _PRICE, None)
+    price: Price | None = getattr(model, _PRICE, None)
     return price
+
+
+def entry_prompt_cache(model: Model) -> bool | CacheRetention | None:
+    """The `prompt_cache` of the `[models.NAME]` entry `model` was made from, or None (`[run] prompt_cache` applies)."""
+    setting: bool | CacheRetention | None = getattr(model, _PROMPT_CACHE, None)
+    return setting
 
 
 def _endpoint_model(name: str, endpoint: ModelEndpoint) -> Model:
     model = _endpoint_client_model(name, endpoint)
     if endpoint.input_price is not None and endpoint.output_price is not None:
-        with_price(model, (endpoint.input_price, endpoint.output_price))
+        cached = (endpoint.cache_read_price, endpoint.cache_write_price)
+        with_price(model, Price(endpoint.input_price, endpoint.output_price, *cached))
+    if endpoint.prompt_cache is not None:
+        setattr(model, _PROMPT_CACHE, endpoint.prompt_cache)
     return model
 
 

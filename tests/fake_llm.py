@@ -26,6 +26,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, NamedTuple, Self
 
+try:
+    from tests.fake_cache import AnthropicPromptCache
+except ImportError:  # run as a script: tests/ is the first entry of sys.path
+    from fake_cache import AnthropicPromptCache
+
 # A fixed creation time keeps responses, and the messages pydantic-ai builds from them, deterministic.
 CREATED = 1_700_000_000
 EXHAUSTED = "fake server: no scripted response left"
@@ -129,6 +134,8 @@ class RecordedRequest:
     body: dict[str, Any]
     input_tokens: int
     output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
 
 
 @dataclass
@@ -305,7 +312,11 @@ def _messages_response(turn: _Turn) -> dict[str, Any]:
     content = [dict(type="tool_use", id=c.id, name=c.name, input=c.args) for c in turn.calls]
     if turn.text is not None:
         content = [dict(type="text", text=turn.text, citations=None)]
-    usage = {"input_tokens": turn.request.input_tokens, "output_tokens": turn.request.output_tokens}
+    request = turn.request
+    usage = {"input_tokens": request.input_tokens, "output_tokens": request.output_tokens}
+    if request.cache_read_tokens or request.cache_write_tokens:
+        usage |= {"cache_read_input_tokens": request.cache_read_tokens}
+        usage |= {"cache_creation_input_tokens": request.cache_write_tokens}
     return dict(
         id=f"msg_{turn.index}",
         type="message",
@@ -369,6 +380,8 @@ class FakeLLMServer(ThreadingHTTPServer):
         Anthropic Messages), without consuming the script: concurrent conversations each follow the whole script."""
         self.models = ["fake-model"]
         """What `GET /v1/models` lists, as a local OpenAI-compatible server lists its models."""
+        self.prompt_cache: AnthropicPromptCache | None = None
+        """Set: Anthropic requests report cache reads and writes as the real service does (tests/fake_cache.py)."""
         self._steps = deque(steps)
         self._lock = threading.Lock()
         self._closing = threading.Event()
@@ -441,6 +454,9 @@ class _Handler(BaseHTTPRequestHandler):
         raw = self.rfile.read(int(self.headers.get("content-length", 0)))
         headers = {key.lower(): value for key, value in self.headers.items()}
         request = RecordedRequest(path, headers, json.loads(raw or b"{}"), input_tokens=len(raw) // 4 + 1)
+        if path == "/v1/messages" and self.server.prompt_cache is not None:
+            cached = self.server.prompt_cache.usage(request.body, request.input_tokens)
+            request.input_tokens, request.cache_read_tokens, request.cache_write_tokens = cached
         index = self.server._record(request)
         protocol = _PROTOCOLS.get(path)
         if protocol is None:

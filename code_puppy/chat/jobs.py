@@ -60,7 +60,8 @@ async def turn_job(
             outcome = await runtime.turn(text, sink, model=model, attachments=[*attached, *files], ask=runtime.ask)
     sink.flush_text()
     sink.flush_plan()
-    cost = runtime.project.spending.turn.describe()
+    turn = runtime.project.spending.turn
+    cost = " · ".join(filter(None, (turn.describe(), turn.describe_cache())))
     if runtime.project.options.debug and isinstance(outcome.error, Exception) and ending(outcome)[0] == "error":
         import traceback
 

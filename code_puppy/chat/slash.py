@@ -190,6 +190,10 @@ class Builtins:
             requests = f"{totals.requests} request{'s' if totals.requests != 1 else ''}"
             tokens = f"{totals.input_tokens:,} in / {totals.output_tokens:,} out"
             lines.append(f"  {kind:<13}{model[:30]:<31}{requests:>13} · {tokens} · {totals.describe()}")
+        rewrites = runtime.session.cache_epoch
+        # A history rewritten after it was sent (compaction, a history processor) is written to the cache again.
+        rewritten = f"history rewritten {rewrites} time{'s' if rewrites != 1 else ''} (each a cache write)"
+        lines.append(f"prompt cache: {total.describe_cache() or 'nothing cached yet'} · {rewritten}")
         lines.append(f"this chat: {spending.invocation.describe()} over {spending.invocation.requests} requests")
         return "\n".join(lines)
 
@@ -270,6 +274,7 @@ class Builtins:
         return await rewind(self._chat, args)
 
     async def compact(self, args: str) -> str:
+        from code_puppy.cost.prompt_cache import prompt_caching
         from code_puppy.cost.spending import CostMeter
         from code_puppy.history.compaction import compact_history
 
@@ -283,7 +288,10 @@ class Builtins:
             runtime.model,
             kind=kind,
             focus=args or None,
-            summary_capabilities=[CostMeter(spending, kind="compaction")],
+            summary_capabilities=[
+                *prompt_caching(runtime.settings.run.prompt_cache),
+                CostMeter(spending, kind="compaction"),
+            ],
         )
         if not report.changed:
             return f"nothing to compact ({report.messages_before} messages)"

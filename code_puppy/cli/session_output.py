@@ -139,10 +139,11 @@ def usage_report(
     """`code-puppy usage`: cost and tokens by local day and model, and the total; or the same as one JSON object."""
     rows = store.costs.by_day_and_model(since=since, project_dir=project_dir)
     total = sum((totals for _, _, totals in rows), CostTotals())
+    rewrites = store.costs.history_rewrites(since=since, project_dir=project_dir) if rows else 0
     if as_json:
         document = {
             "days": [{"day": day, "model": model, **_cost_fields(totals)} for day, model, totals in rows],
-            "total": _cost_fields(total),
+            "total": _cost_fields(total) | {"history_rewrites": rewrites},
         }
         json.dump(document, out)
         out.write("\n")
@@ -154,10 +155,16 @@ def usage_report(
     for day, model, totals in rows:
         print(_usage_line(day, model[:27], totals), file=out)
     print(_usage_line("total", "", total), file=out)
+    if total.cache_read_tokens or total.cache_write_tokens or rewrites:
+        cached = total.describe_cache() or "nothing cached"
+        times = f"{rewrites} time{'s' if rewrites != 1 else ''}"
+        print(f"prompt cache: {cached} · history rewritten {times} (each a cache write)", file=out)
 
 
 def _usage_line(day: str, model: str, totals: CostTotals) -> str:
-    tokens = f"{totals.input_tokens:>12,}{totals.output_tokens:>10,}{totals.cache_read_tokens:>10,}"
+    """`CACHED` is the share of the input tokens read from the prompt cache."""
+    share = "-" if totals.cache_share is None else f"{totals.cache_share:.0%}"
+    tokens = f"{totals.input_tokens:>12,}{totals.output_tokens:>10,}{share:>10}"
     return f"{day:<12}{model:<28}{totals.requests:>6}{tokens}  {totals.describe()}"
 
 
@@ -170,6 +177,7 @@ def _cost_fields(totals: CostTotals) -> dict[str, object]:
         "cache_write_tokens": totals.cache_write_tokens,
         "cost_usd": totals.cost_usd,
         "cost_complete": totals.complete,
+        "cache_saved_usd": round(totals.saved_usd, 10),
     }
 
 

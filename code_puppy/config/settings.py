@@ -5,10 +5,11 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal, cast
+from typing import Annotated, Any, Literal, cast, get_args
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Discriminator,
     Field,
@@ -22,6 +23,18 @@ from pydantic import (
 from code_puppy.options import PermissionMode
 
 CompactionKind = Literal["tiered", "summarize", "sliding", "off"]
+CacheRetention = Literal["5m", "30m", "1h", "12h"]
+
+
+def _prompt_cache(value: object) -> object:
+    if isinstance(value, bool) or value in get_args(CacheRetention):
+        return value
+    raise ValueError(f'expected true, false, "5m", "30m", "1h" or "12h", got {value!r}')
+
+
+PromptCache = Annotated[bool | CacheRetention, BeforeValidator(_prompt_cache)]
+"""`[run] prompt_cache`: true caches with the provider's default retention, false sends no cache markers and no OpenAI
+`prompt_cache_key`, a retention asks for that long (snapped by pydantic-ai to a tier the provider has)."""
 
 
 class _Section(BaseModel):
@@ -45,15 +58,27 @@ class ModelEndpoint(_Section):
     context_window: int | None = Field(default=None, gt=0)
     """The model's context window in tokens, for compaction and the context gauge."""
     input_price: float | None = Field(default=None, ge=0)
-    """US dollars per million input tokens (cached ones included), for a model `genai-prices` does not know or a
-    negotiated rate; `0` for a free local model. Set with `output_price`."""
+    """US dollars per million input tokens (cached ones too, unless `cache_read_price`/`cache_write_price` say
+    otherwise), for a model `genai-prices` does not know or a negotiated rate; `0` for a free local model. Set with
+    `output_price`."""
     output_price: float | None = Field(default=None, ge=0)
     """US dollars per million output tokens."""
+    cache_read_price: float | None = Field(default=None, ge=0)
+    """US dollars per million input tokens read from the provider's prompt cache; unset: `input_price`. Needs
+    `input_price`."""
+    cache_write_price: float | None = Field(default=None, ge=0)
+    """US dollars per million input tokens written to the provider's prompt cache; unset: `input_price`. Needs
+    `input_price`."""
+    prompt_cache: PromptCache | None = None
+    """Prompt caching for this endpoint, as `[run] prompt_cache` (which applies when unset): `false` for a server
+    that rejects cache markers or OpenAI's `prompt_cache_key`."""
 
     @model_validator(mode="after")
     def _both_prices(self) -> ModelEndpoint:
         if (self.input_price is None) != (self.output_price is None):
             raise ValueError("set both input_price and output_price (US dollars per million tokens), or neither")
+        if self.input_price is None and (self.cache_read_price is not None or self.cache_write_price is not None):
+            raise ValueError("cache_read_price and cache_write_price need input_price and output_price set too")
         return self
 
 
@@ -171,6 +196,11 @@ class RunConfig(_Section):
     local models reading a long prompt. Retried, then the run fails."""
     idle_timeout: float = Field(default=120, gt=0)
     """Seconds a streaming response may go silent between two chunks once it has started; then the run fails."""
+    prompt_cache: PromptCache = True
+    """Prompt caching (README "Prompt caching"): true caches the tools, instructions and conversation with the
+    provider's default retention; "5m", "30m", "1h" or "12h" asks for that retention (snapped to the provider's
+    tiers); false sends no cache markers and no OpenAI `prompt_cache_key`. Per endpoint: `[models.NAME]
+    prompt_cache`."""
 
 
 class BudgetConfig(_Section):

@@ -22,6 +22,7 @@ from pydantic_ai_harness.tool_output_limits import Band, ToolOutputLimits, Trunc
 from code_puppy.checkpoints.capability import Checkpoints
 from code_puppy.checkpoints.shadow import ShadowRepo
 from code_puppy.config import Settings
+from code_puppy.cost.prompt_cache import prompt_caching
 from code_puppy.cost.spending import CostMeter, Spending
 from code_puppy.definitions.agent_scope import AgentScope, ScopedPlanning, ScopedSubAgents
 from code_puppy.definitions.files import AgentDefinition
@@ -143,7 +144,10 @@ def build_pydantic_agent(settings: Settings, options: AgentOptions) -> Agent[Run
                     condition=processing.condition,
                     summary_model=processing.summary_model,
                     resolve_model=processing.resolve_model,
-                    summary_capabilities=[CostMeter(spending, kind="summary")],
+                    summary_capabilities=[
+                        *prompt_caching(settings.run.prompt_cache),
+                        CostMeter(spending, kind="summary"),
+                    ],
                 )
             )
     sandbox = options.sandbox or ProjectSandbox(settings.sandbox, root)
@@ -153,7 +157,8 @@ def build_pydantic_agent(settings: Settings, options: AgentOptions) -> Agent[Run
 
         mcp_servers.append(McpServers(settings.mcp_servers, project_root=root, sandbox=sandbox))
     compaction = compaction_strategy(
-        settings.history.compaction, summary_capabilities=[CostMeter(spending, kind="compaction")]
+        settings.history.compaction,
+        summary_capabilities=[*prompt_caching(settings.run.prompt_cache), CostMeter(spending, kind="compaction")],
     )
     policy = PermissionPolicy(
         root,
@@ -209,6 +214,8 @@ def build_pydantic_agent(settings: Settings, options: AgentOptions) -> Agent[Run
             *checkpointing,
             LocalWorkspace(root),
             ProviderRetries(settings.run),
+            # Tools, instructions and the conversation cached; OpenAI requests keyed by the session.
+            *prompt_caching(settings.run.prompt_cache),
         ]
 
     def guards() -> list[AbstractCapability[Any]]:

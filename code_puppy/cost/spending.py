@@ -150,7 +150,7 @@ class Spending:
         """What `response` cost in US dollars, or None when it cannot be priced."""
         usage = response.usage
         if (custom := entry_price(model)) is not None:
-            return (usage.input_tokens * custom[0] + usage.output_tokens * custom[1]) / 1_000_000
+            return custom.of(usage)
         if not response.model_name:
             response = replace(response, model_name=model.model_name)
         try:
@@ -182,6 +182,8 @@ class Spending:
         """Price `response`, store it, add it to the totals, and tell the listeners; it is `session_id`'s (default:
         the session of the turn)."""
         usage = response.usage
+        cost = self.price(model, response)
+        uncached = None if cost is None else self.price(model, without_cache(response))
         request = RequestCost(
             session_id=session_id or self.session_id or "",
             kind=kind,
@@ -190,7 +192,8 @@ class Spending:
             output_tokens=usage.output_tokens,
             cache_read_tokens=usage.cache_read_tokens,
             cache_write_tokens=usage.cache_write_tokens,
-            cost_usd=self.price(model, response),
+            cost_usd=cost,
+            saved_usd=None if cost is None or uncached is None else uncached - cost,
             run=self.run_index,
             run_id=run_id,
             project_dir=None if self.project_dir is None else str(self.project_dir),
@@ -245,6 +248,14 @@ class Spending:
         last, more = self.book.since(midnight, after=last)
         self._today = (midnight, last, total + more)
         return self._today[2]
+
+
+def without_cache(response: ModelResponse) -> ModelResponse:
+    """`response` as if its provider had cached nothing: every input token at the full price (what caching saved is
+    its price less the real one)."""
+    usage = response.usage
+    details = {key: value for key, value in usage.details.items() if key != "ephemeral_1h_input_tokens"}
+    return replace(response, usage=replace(usage, cache_read_tokens=0, cache_write_tokens=0, details=details))
 
 
 def dollars(amount: float) -> str:

@@ -13,9 +13,17 @@ from pathlib import Path
 from typing import Any, cast
 
 from pydantic_ai import RunContext, ToolDefinition
-from pydantic_ai.capabilities import AbstractCapability, WrapRunHandler
+from pydantic_ai.capabilities import AbstractCapability, WrapModelRequestHandler, WrapRunHandler
 from pydantic_ai.exceptions import ApprovalRequired, SkipToolExecution
-from pydantic_ai.messages import ToolCallPart
+from pydantic_ai.messages import (
+    ModelRequest,
+    ModelRequestPart,
+    ModelResponse,
+    SystemPromptPart,
+    ToolCallPart,
+    UserPromptPart,
+)
+from pydantic_ai.models import ModelRequestContext
 from pydantic_ai.run import AgentRunResult
 from pydantic_ai.tools import ToolDenied
 from pydantic_ai_harness.planning import Planning
@@ -167,12 +175,38 @@ class ScopedSubAgents(SubAgents[Any]):
 
 @dataclass
 class ScopedPlanning(Planning[Any]):
-    """The harness `Planning`, whose guidance reaches the model only while the scope in charge offers `write_plan`."""
+    """The harness `Planning`, whose guidance reaches the model only while the scope in charge offers `write_plan`,
+    and whose plan reminder is a request-scoped system prompt: the provider's cache breakpoint then lands before it, on
+    what the next request still sends, so a tool loop with a plan reads its conversation back from the prompt cache."""
 
     scope: AgentScope | None = None
 
     def get_instructions(self) -> Any:
         return _while_offered(super().get_instructions(), self.scope, "write_plan")
+
+    async def wrap_model_request(
+        self, ctx: RunContext[Any], *, request_context: ModelRequestContext, handler: WrapModelRequestHandler
+    ) -> ModelResponse:
+        async def request_scoped(request_context: ModelRequestContext) -> ModelResponse:
+            messages = request_context.messages
+            last = messages[-1] if messages else None
+            if isinstance(last, ModelRequest):
+                parts = [_request_scoped(part) for part in last.parts]
+                messages[-1] = replace(last, parts=parts)
+            return await handler(request_context)
+
+        return await super().wrap_model_request(ctx, request_context=request_context, handler=request_scoped)
+
+
+PLAN_REMINDER = "<plan-reminder>\n"
+"""How the harness's plan reminder begins (a user prompt appended to the request)."""
+
+
+def _request_scoped(part: ModelRequestPart) -> ModelRequestPart:
+    """The harness's plan reminder as a request-scoped system prompt; any other part as it is."""
+    if isinstance(part, UserPromptPart) and isinstance(part.content, list) and part.content[:1] == [PLAN_REMINDER]:
+        return SystemPromptPart("".join(item for item in part.content if isinstance(item, str)), scope="request")
+    return part
 
 
 def _while_offered(instructions: Any, scope: AgentScope | None, tool: str) -> Any:

@@ -36,6 +36,9 @@ class RequestCost:
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
     cost_usd: float | None = None
+    saved_usd: float | None = None
+    """What prompt caching saved: the request's price with every input token at the full price, less `cost_usd`
+    (negative when it wrote more to the cache than it read); None when it could not be priced."""
     run: int = 0
     """The run of the turn it belongs to: 0 for the prompt's run, then one per follow-up."""
     run_id: str | None = None
@@ -55,6 +58,23 @@ class CostTotals:
     """The sum of the priced requests."""
     unpriced: int = 0
     """Requests that could not be priced."""
+    saved_usd: float = 0.0
+    """What prompt caching saved the priced requests (`RequestCost.saved_usd`)."""
+
+    @property
+    def cache_share(self) -> float | None:
+        """The share of the input tokens read from the prompt cache; None without input tokens."""
+        return self.cache_read_tokens / self.input_tokens if self.input_tokens else None
+
+    def describe_cache(self) -> str | None:
+        """`cache 91% of input · saved $0.0123`, or None when nothing was read from or written to a cache."""
+        if not (self.cache_read_tokens or self.cache_write_tokens) or self.cache_share is None:
+            return None
+        share = f"cache {self.cache_share:.0%} of input"
+        if self.requests == self.unpriced:
+            return share
+        saved = round(self.saved_usd, 10)
+        return f"{share} · {'saved' if saved >= 0 else 'cost'} {format_cost(abs(saved))}"
 
     @property
     def cost_usd(self) -> float | None:
@@ -76,6 +96,7 @@ class CostTotals:
             self.cache_write_tokens + other.cache_write_tokens,
             self.priced_usd + other.priced_usd,
             self.unpriced + other.unpriced,
+            self.saved_usd + other.saved_usd,
         )
 
     @classmethod
@@ -88,6 +109,7 @@ class CostTotals:
             request.cache_write_tokens,
             request.cost_usd or 0.0,
             int(request.cost_usd is None),
+            request.saved_usd or 0.0,
         )
 
     def describe(self) -> str:
@@ -105,19 +127,20 @@ def format_cost(cost: float | None, *, complete: bool = True) -> str:
 
 _SUMS = """
     count(*), coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0), coalesce(sum(cache_read_tokens), 0),
-    coalesce(sum(cache_write_tokens), 0), coalesce(sum(cost_usd), 0.0), count(*) - count(cost_usd)
+    coalesce(sum(cache_write_tokens), 0), coalesce(sum(cost_usd), 0.0), count(*) - count(cost_usd),
+    coalesce(sum(saved_usd), 0.0)
 """
 
 
 def _totals(row: Sequence[Any]) -> CostTotals:
-    requests, input_tokens, output_tokens, cache_read, cache_write, cost, unpriced = row  # the columns of _SUMS
-    return CostTotals(requests, input_tokens, output_tokens, cache_read, cache_write, cost, unpriced)
+    requests, input_tokens, output_tokens, cache_read, cache_write, cost, unpriced, saved = row  # _SUMS' columns
+    return CostTotals(requests, input_tokens, output_tokens, cache_read, cache_write, cost, unpriced, saved)
 
 
 class CostBook:
     """The `requests` rows of a sessions database: written once per request, read by every total and report.
 
-    Reads of a database an older code-puppy made (opened read-only, so not migrated yet) find no rows.
+    Reads of a database an older code-puppy made (opened read-only, so not migrated yet) find no rows, or no savings.
     """
 
     def __init__(self, database: Database) -> None:
@@ -128,8 +151,8 @@ class CostBook:
             db.execute(
                 """
                 INSERT INTO requests (session_id, project_dir, run_id, run, kind, model, input_tokens, output_tokens,
-                    cache_read_tokens, cache_write_tokens, cost_usd, created_at)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    cache_read_tokens, cache_write_tokens, cost_usd, saved_usd, created_at)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """,
                 (
                     request.session_id,
@@ -143,6 +166,7 @@ class CostBook:
                     request.cache_read_tokens,
                     request.cache_write_tokens,
                     request.cost_usd,
+                    request.saved_usd,
                     timestamp(at or datetime.now(UTC)),
                 ),
             )
@@ -190,6 +214,23 @@ class CostBook:
         )
         return [(row[0], row[1], _totals(row[2:])) for row in rows]
 
+    def history_rewrites(self, *, since: datetime | None = None, project_dir: Path | None = None) -> int:
+        """How many times the sessions with requests in that period (and project) had a history already sent
+        rewritten (their `cache_epoch`s summed): each such rewrite is written to the prompt cache again."""
+        rows = self._read(
+            """
+            SELECT coalesce(sum(cache_epoch), 0) FROM sessions WHERE id IN (
+                SELECT session_id FROM requests
+                WHERE (:since IS NULL OR created_at >= :since) AND (:project IS NULL OR project_dir = :project)
+            )
+            """,
+            {
+                "since": None if since is None else timestamp(since),
+                "project": None if project_dir is None else str(project_dir.resolve()),
+            },
+        )
+        return rows[0][0] if rows else 0
+
     def _read(self, sql: str, parameters: Sequence[object] | dict[str, object]) -> list[tuple[Any, ...]]:
         with self._database.read() as db:
             try:
@@ -197,4 +238,6 @@ class CostBook:
             except sqlite3.OperationalError as exc:
                 if "no such table: requests" in str(exc):
                     return []
+                if "no such column: saved_usd" in str(exc):  # made before m009: nothing saved was recorded
+                    return db.execute(sql.replace("sum(saved_usd)", "sum(NULL)"), parameters).fetchall()
                 raise

@@ -242,6 +242,11 @@ def m008_session_sources(db: sqlite3.Connection) -> None:
     db.execute("CREATE INDEX session_sources_source ON session_sources (source_id)")
 
 
+def m009_cache_savings(db: sqlite3.Connection) -> None:
+    # What prompt caching saved each request (sessions/costs.py `RequestCost.saved_usd`); NULL for older rows.
+    db.execute("ALTER TABLE requests ADD COLUMN saved_usd REAL")
+
+
 MIGRATIONS: list[Migration] = [
     m001_conversations,
     m002_sessions,
@@ -251,6 +256,7 @@ MIGRATIONS: list[Migration] = [
     m006_checkpoints,
     m007_finding_sessions,
     m008_session_sources,
+    m009_cache_savings,
 ]
 """Applied in order; append new ones, never edit or reorder applied ones."""
 

@@ -398,7 +398,7 @@ def test_a_database_from_before_costs_keeps_its_sessions(
     # Make it a database as the code before costs left it: no requests table, its migration never applied.
     with sqlite3.connect(code_puppy_home / "sessions.db") as db:
         db.execute("DROP TABLE requests")
-        db.execute("DELETE FROM schema_migrations WHERE name = 'm005_request_costs'")
+        db.execute("DELETE FROM schema_migrations WHERE name IN ('m005_request_costs', 'm009_cache_savings')")
     listed = run_cli("sessions", "list", cwd=project)  # read-only: it does not migrate
     assert listed.returncode == 0 and listed.stdout.splitlines()[1].split()[-5:] == [
         "unknown",

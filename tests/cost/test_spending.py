@@ -20,7 +20,7 @@ from code_puppy.core.builder import AgentOptions, build_pydantic_agent
 from code_puppy.core.turn import run_turn
 from code_puppy.cost.spending import BudgetReached, Budgets, CostMeter, Spending, dollars
 from code_puppy.history.compaction import compact_history
-from code_puppy.models import entry_price, resolve_model, with_price
+from code_puppy.models import Price, entry_price, resolve_model, with_price
 from code_puppy.run.deps import RunDeps
 from code_puppy.sessions.costs import CostTotals, RequestCost, format_cost
 from code_puppy.sessions.session import Session
@@ -262,6 +262,7 @@ def test_a_request_is_recorded_with_its_session_run_and_tokens(store: SqliteConv
         cache_read_tokens=7,
         cache_write_tokens=3,
         cost_usd=0.5,
+        saved_usd=0.0,  # its price has no cache prices: cached tokens cost what the others do
         run=2,
         run_id="r2",
         project_dir=str(project),
@@ -343,7 +344,7 @@ def test_prices_come_from_the_models_that_set_both() -> None:
         }
     )
     models = [resolve_model(settings, name) for name in ("local", "free", "unpriced")]
-    assert [entry_price(model) for model in models] == [(0.5, 1.5), (0.0, 0.0), None]
+    assert [entry_price(model) for model in models] == [Price(0.5, 1.5), Price(0.0, 0.0), None]
     # The free entry's price is its own: another model of the same name is priced from the price table.
     other = OpenAIChatModel("gpt-4o", provider=OpenAIProvider(base_url="http://127.0.0.1:9/v1", api_key="sk-test"))
     spending = Spending()
