@@ -332,12 +332,14 @@ async def test_a_summary_request_caches_its_prefix_too(project: Path, store: Sql
     await session.set_message_history([U("q1"), C("c1"), R("c1"), T("a1", model_name="m"), U("q2"), T("a2")])
     with FakeLLMServer(text("The summary.")) as fake, override_allow_model_requests(True):
         fake.prompt_cache = AnthropicPromptCache()
-        model = AnthropicModel(
-            "claude-sonnet-4-5", provider=AnthropicProvider(api_key="sk-ant", base_url=fake.anthropic_base_url)
-        )
-        report = await compact_history(
-            session, model, keep_messages=2, summary_capabilities=[*prompt_caching(True), CostMeter(Spending())]
-        )
+        provider = AnthropicProvider(api_key="sk-ant", base_url=fake.anthropic_base_url)
+        async with provider:  # closes its HTTP client, which would otherwise leak a socket into a later test
+            report = await compact_history(
+                session,
+                AnthropicModel("claude-sonnet-4-5", provider=provider),
+                keep_messages=2,
+                summary_capabilities=[*prompt_caching(True), CostMeter(Spending())],
+            )
         (body,) = [request.body for request in fake.requests]
     assert report.changed and session.cache_epoch == 1
     assert body["cache_control"] == {"type": "ephemeral", "ttl": "5m"}
