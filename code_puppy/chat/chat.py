@@ -330,13 +330,12 @@ class Chat:
         await self.screen.drain()  # the command or diff first, then the question
         answer: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         self._approval = Approval(question, answer, always)
-        activity, self._live.activity = self._live.activity, "waiting for your answer"
         self.screen.invalidate()
         try:
-            result = await answer
+            with self._live.waiting():
+                result = await answer
         finally:
             self._approval = None
-            self._live.activity = activity
         labels = {"yes": "allowed", "no": "denied", "always": "allowed for the rest of this session"}
         self.screen.print(f"  ↳ {labels[result]}")
         return result
