@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import io
 import time
-from collections.abc import Iterator
+from collections.abc import Generator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,7 +55,7 @@ class Live:
         return " · ".join([f"{frame} {self.activity or 'working'}  {elapsed:.1f}s", *notes])
 
     @contextmanager
-    def waiting(self) -> Iterator[None]:
+    def waiting(self) -> Generator[None]:
         """The job waits for the user's answer: the spinner says so, and the wait is left out of its time."""
         self.waiting_since = time.monotonic()
         try:
