@@ -137,7 +137,10 @@ def test_a_session_whose_runs_all_failed_before_the_model_answered_is_listed_onl
 
     listed = run_cli("sessions", "list", cwd=project).stdout.splitlines()
     assert [line.split()[::2][:2] for line in listed[1:-1]] == [[answered[:8], "1"]]
-    assert listed[-1] == "(1 session whose every run failed before the model answered is not listed: --all lists it)"
+    assert listed[-1] == (
+        "(1 session whose every run failed before the model answered is not listed: "
+        "`code-puppy sessions list --all` lists it)"
+    )
     every = run_cli("sessions", "list", "--all", cwd=project).stdout.splitlines()
     assert [(line.split()[0], line.split()[2], line.split()[-1]) for line in every[1:]] == [
         (failed["session_id"][:8], "failed", "hi"),

@@ -42,7 +42,7 @@ def list_sessions(
     one = hidden == 1
     note = (
         f"({hidden} session{'' if one else 's'} whose every run failed before the model answered "
-        f"{'is' if one else 'are'} not listed: --all lists {'it' if one else 'them'})"
+        f"{'is' if one else 'are'} not listed: `code-puppy sessions list --all` lists {'it' if one else 'them'})"
     )
     if not sessions:
         where = f" in {project_dir}" if project_dir is not None else ""
