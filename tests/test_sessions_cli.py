@@ -125,6 +125,34 @@ def test_a_failed_run_keeps_the_prompt_and_the_finished_tool_exchange(server: An
     assert (resumed["exit"], resumed["output"]) == (0, "recovered")
 
 
+def test_a_session_whose_runs_all_failed_before_the_model_answered_is_listed_only_with_all(
+    server: Any, project: Path
+) -> None:
+    server.script(text("an answer"), error(401, "bad key"), error(401, "bad key"), text("answered at last"))
+    answered = headless_json("-p", "a real session", cwd=project)["session_id"]
+    failed = headless_json("-p", "hi", cwd=project)
+    assert (failed["exit"], failed["status"]) == (1, "error")
+    again = headless_json("-c", "-p", "hi again", cwd=project)
+    assert (again["exit"], again["session_id"]) == (1, failed["session_id"])
+
+    listed = run_cli("sessions", "list", cwd=project).stdout.splitlines()
+    assert [line.split()[::2][:2] for line in listed[1:-1]] == [[answered[:8], "1"]]
+    assert listed[-1] == (
+        "(1 session whose every run failed before the model answered is not listed: "
+        "`code-puppy sessions list --all` lists it)"
+    )
+    every = run_cli("sessions", "list", "--all", cwd=project).stdout.splitlines()
+    assert [(line.split()[0], line.split()[2], line.split()[-1]) for line in every[1:]] == [
+        (failed["session_id"][:8], "failed", "hi"),
+        (answered[:8], "1", "session"),
+    ]
+    # What the user typed is kept: `sessions show` has it, and the session goes on once the model answers.
+    assert "› hi again" in run_cli("sessions", "show", failed["session_id"], cwd=project).stdout
+    assert headless_json("-r", failed["session_id"], "-p", "once more", cwd=project)["output"] == "answered at last"
+    listed = run_cli("sessions", "list", cwd=project).stdout.splitlines()
+    assert [line.split()[::2][:2] for line in listed[1:]] == [[failed["session_id"][:8], "1"], [answered[:8], "1"]]
+
+
 def test_sigint_during_a_tool_checkpoints_with_the_dangling_call_repaired(server: Any, project: Path) -> None:
     server.script(tool_calls(call("shell", {"command": "touch started && sleep 30"})))
     process = subprocess.Popen(

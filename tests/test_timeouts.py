@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -160,3 +161,29 @@ def test_a_limit_in_the_config_that_is_not_finite_is_one_line_exit_2(
         f"code-puppy: error: {config}: '{key}': input should be a finite number, got {shown}\n",
     )
     assert server.requests == []
+
+
+SLOW_PLUGINS = {
+    # Start-up work a plugin awaits (a connection, say): the timeout interrupts it.
+    "startup": "import asyncio\nimport code_puppy\n\n@code_puppy.hookimpl\nasync def startup():\n"
+    "    await asyncio.sleep(30)\n",
+    # Work done as it is imported, which nothing can interrupt: the run stops as soon as it is over.
+    "import": "import time\n\ntime.sleep(4)\n",
+}
+
+
+@pytest.mark.parametrize("slow", SLOW_PLUGINS)
+def test_the_timeout_counts_from_the_process_start_through_a_slow_plugin(
+    server: FakeLLMServer, project: Path, code_puppy_home: Path, slow: str
+) -> None:
+    (code_puppy_home / "plugins").mkdir()
+    (code_puppy_home / "plugins" / "slow.py").write_text(SLOW_PLUGINS[slow])
+    server.script(text("too late"))
+    began = time.monotonic()
+    completed = run_cli("-p", "hi", "--timeout", "2", "--output-format", "json", cwd=project, timeout=90)
+    took = time.monotonic() - began
+    assert completed.returncode == 3, completed.stderr
+    result = json.loads(completed.stdout)
+    assert (result["status"], result["error"], result["output"]) == ("limit", "stopped by a limit: timeout (2 s)", None)
+    assert server.requests == []  # stopped while starting: nothing was sent
+    assert took < 20  # not the plugin's 30 s: a bound for a loaded machine, not a speed check

@@ -30,6 +30,7 @@ from code_puppy.chat.jobs import shell_job, show_resumed, turn_job
 from code_puppy.chat.keys import chat_key_bindings
 from code_puppy.chat.live import Live, Screen
 from code_puppy.chat.slash import OTHER_COMMANDS, register_builtins, register_file_commands
+from code_puppy.chat.toolbar import toolbar_line
 from code_puppy.errors import ConfigError, one_line
 from code_puppy.mentions import attachment
 from code_puppy.model_choices import default_model_written
@@ -340,13 +341,12 @@ class Chat:
         await self.screen.drain()  # the command or diff first, then the question
         answer: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         self._approval = Approval(question, answer, always)
-        activity, self._live.activity = self._live.activity, "waiting for your answer"
         self.screen.invalidate()
         try:
-            result = await answer
+            with self._live.waiting():
+                result = await answer
         finally:
             self._approval = None
-            self._live.activity = activity
         labels = {"yes": "allowed", "no": "denied", "always": "allowed for the rest of this session"}
         self.screen.print(f"  ↳ {labels[result]}")
         return result
@@ -428,16 +428,21 @@ class Chat:
         runtime = self._runtime
         if runtime is None:
             # The model the config will most likely choose, until it has loaded and says for sure.
-            parts = [self._options.model or os.environ.get("CODE_PUPPY_MODEL") or "…", "loading…"]
+            status = {"model": self._options.model or os.environ.get("CODE_PUPPY_MODEL") or "…", "mode": "loading…"}
         else:
-            session = f"session {runtime.session.id[:8]}"
-            cost = runtime.session_cost().describe()
-            parts = [runtime.model_name, session, runtime.context_used(), cost, runtime.policy.mode]
+            status = {
+                "model": runtime.model_name,
+                "session": f"session {runtime.session.id[:8]}",
+                "context": runtime.context_used(),
+                "cost": runtime.session_cost().describe(),
+                "mode": runtime.policy.mode,
+            }
         if self.busy():
-            keys = "Enter steer · Tab queue · Ctrl-C cancel" if self._job_is_turn else "Tab queue · Ctrl-C cancel"
+            keys = {"steer": "Enter steer"} if self._job_is_turn else {}
+            keys |= {"queue": "Tab queue", "cancel": "Ctrl-C cancel"}
         else:
-            keys = "/help · @file · !cmd · Esc-Enter newline"
-        return f" {' · '.join(parts)}   {keys}"
+            keys = {"help": "/help", "file": "@file", "cmd": "!cmd", "newline": "Esc-Enter newline"}
+        return toolbar_line(status, keys, self.screen.width)
 
 
 def failure_line(error: BaseException) -> str:

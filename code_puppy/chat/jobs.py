@@ -66,7 +66,9 @@ async def turn_job(
         import traceback
 
         chat.screen.print(Text("".join(traceback.format_exception(outcome.error)).rstrip(), style="dim"))
-    chat.screen.print(Text(_ending(outcome, time.monotonic() - started, cost), style="dim"), "")
+    # The turn's own time: its waits for the user's answers are left out.
+    seconds = time.monotonic() - started - chat.live.waited
+    chat.screen.print(Text(_ending(outcome, seconds, cost), style="dim"), "")
     if outcome.checkpoint_note:
         chat.screen.print(Text(outcome.checkpoint_note, style="yellow"))
     if outcome.unrun_follow_up:

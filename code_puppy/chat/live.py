@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import io
 import time
+from collections.abc import Generator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,14 +33,36 @@ class Live:
     """The line of the answer still being written."""
     plan: list[str] = field(default_factory=list[str])
     """The model's task list, one checklist line per step, while the turn runs."""
+    waiting_since: float | None = None
+    """When the job began waiting for the user's answer to a question (monotonic); None when it is not waiting."""
+    waited: float = 0.0
+    """Seconds the job has spent waiting for the user's answers: not its own time."""
+
+    def elapsed(self) -> float:
+        """The job's own time so far: since it started, less its waits for the user."""
+        if self.started is None:
+            return 0.0
+        return (self.waiting_since or time.monotonic()) - self.started - self.waited
 
     def spinner_line(self, *notes: str) -> str:
-        """`⠇ writing  1.9s · 1 queued`; empty when idle."""
+        """`⠇ writing  1.9s · 1 queued`, or `… waiting for your answer` while a question waits; empty when idle."""
         if self.started is None:
             return ""
-        elapsed = time.monotonic() - self.started
+        if self.waiting_since is not None:
+            return " · ".join(["… waiting for your answer", *notes])
+        elapsed = self.elapsed()
         frame = SPINNER[int(elapsed * 10) % len(SPINNER)]
         return " · ".join([f"{frame} {self.activity or 'working'}  {elapsed:.1f}s", *notes])
+
+    @contextmanager
+    def waiting(self) -> Generator[None]:
+        """The job waits for the user's answer: the spinner says so, and the wait is left out of its time."""
+        self.waiting_since = time.monotonic()
+        try:
+            yield
+        finally:
+            self.waited += time.monotonic() - self.waiting_since
+            self.waiting_since = None
 
 
 class Screen:

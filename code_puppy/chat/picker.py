@@ -166,7 +166,7 @@ async def pick_session(store: SqliteConversationStore, project_dir: Path) -> str
     Raises:
         ConfigError: The project has no session to pick.
     """
-    sessions = store.sessions.recent(project_dir, limit=500)
+    sessions = store.sessions.recent(project_dir, limit=500, failed=False)
     if not sessions:
         raise ConfigError(f"no session to resume in {project_dir}")
     # Inside the chat, its prompt steps aside while the picker has the terminal; at start-up there is none.

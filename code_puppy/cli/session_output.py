@@ -215,9 +215,10 @@ def show_session(store: SqliteConversationStore, id_or_prefix: str, out: TextIO,
         print(f"imported from {'Claude Code' if tool == 'claude-code' else 'Codex'} session {source_id}", file=shown)
     cost = store.costs.session_totals([info.id]).get(info.id)
     if cost is not None:
+        copied = " (the turns it copied count in their source)" if record and record.forked_from else ""
         print(
             f"{cost.requests} requests · {cost.input_tokens:,} input / {cost.output_tokens:,} output tokens · "
-            f"{cost.describe()}",
+            f"{cost.describe()}{copied}",
             file=shown,
         )
     if groups:

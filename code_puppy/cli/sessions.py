@@ -23,10 +23,15 @@ def sessions() -> None:
 
 
 @sessions.command("list")
-@click.option("--all", "all_projects", is_flag=True, help="Sessions of every project, not just this one.")
+@click.option(
+    "--all",
+    "all_projects",
+    is_flag=True,
+    help="Every session: of every project, and those whose runs all failed before the model answered (TURNS: failed).",
+)
 @click.option("--archived", is_flag=True, help="The archived sessions instead.")
 def sessions_list(*, all_projects: bool, archived: bool) -> None:
-    """Sessions of this project (id, age, turns, project, cost, name or title), newest first."""
+    """Sessions of this project (id, age, turns the model answered, project, cost, name or title), newest first."""
 
     from code_puppy.paths import find_project_root, sessions_db
 
@@ -34,7 +39,9 @@ def sessions_list(*, all_projects: bool, archived: bool) -> None:
     if not sessions_db().exists():
         click.echo(f"no sessions{f' in {project}' if project else ''}")
         return
-    with_store(lambda store: _listing()(store, project, sys.stdout, archived=archived), readonly=True)
+    with_store(
+        lambda store: _listing()(store, project, sys.stdout, archived=archived, failed=all_projects), readonly=True
+    )
 
 
 @sessions.command("rename")

@@ -97,12 +97,13 @@ class Conversation:
         finally:
             self.project.narrow_to(None)
 
-    def limits(self, *, timeout: float | None = None) -> TurnLimits:
+    def limits(self, *, timeout: float | None = None, timeout_from: float | None = None) -> TurnLimits:
         settings = self.project.settings
         return TurnLimits(
             max_requests=self.project.options.max_requests,
             max_continuations=settings.plugins.max_continuations,
             timeout=timeout,
+            timeout_from=timeout_from,
             idle_timeout=settings.run.idle_timeout,
         )
 
@@ -117,10 +118,11 @@ class Conversation:
         files: EditorFiles | None = None,
         follow_up: FollowUp | None = None,
         timeout: float | None = None,
+        timeout_from: float | None = None,
     ) -> TurnOutcome:
         """One user turn on the shared run path (`run_turn`), on `model` (this conversation's by default). `ask`
         answers approvals (none: they are refused), `files` is the editor's; text steered as a run ended runs as its
-        follow-up, then `follow_up`'s."""
+        follow-up, then `follow_up`'s. `timeout` counts from `timeout_from` (monotonic), else from now."""
         steers = held_steers(self.inbox, sink.event)
 
         async def then(result: Any) -> str | None:
@@ -134,7 +136,7 @@ class Conversation:
             prompt,
             sink,
             model=model or self.model,
-            limits=self.limits(timeout=timeout),
+            limits=self.limits(timeout=timeout, timeout_from=timeout_from),
             follow_up=then,
             plugins=self.project.plugins,
             attachments=attachments,

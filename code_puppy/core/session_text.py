@@ -27,23 +27,38 @@ from code_puppy.terminal_text import printable
 
 
 def list_sessions(
-    store: SqliteConversationStore, project_dir: Path | None, out: TextIO, *, archived: bool = False
+    store: SqliteConversationStore,
+    project_dir: Path | None,
+    out: TextIO,
+    *,
+    archived: bool = False,
+    failed: bool = False,
 ) -> None:
-    """One line per session, newest first: id, age, turns, project, cost, and its name or title."""
-    sessions = store.sessions.recent(project_dir, archived=archived)
+    """One line per session, newest first: id, age, turns, project, cost, and its name or title. Sessions whose every
+    run failed before the model answered only with `failed` (TURNS `failed`); otherwise a last line counts them."""
+    every = store.sessions.recent(project_dir, archived=archived)
+    sessions = [info for info in every if failed or not info.failed]
+    hidden = len(every) - len(sessions)
+    one = hidden == 1
+    note = (
+        f"({hidden} session{'' if one else 's'} whose every run failed before the model answered "
+        f"{'is' if one else 'are'} not listed: `code-puppy sessions list --all` lists {'it' if one else 'them'})"
+    )
     if not sessions:
         where = f" in {project_dir}" if project_dir is not None else ""
-        print(f"no {'archived ' if archived else ''}sessions{where}", file=out)
+        print(f"no {'archived ' if archived else ''}sessions{where}", *[note] * bool(hidden), sep="\n", file=out)
         return
     costs = store.costs.session_totals(info.id for info in sessions)
     now = datetime.now(UTC)
     print(f"{'ID':<10}{'AGE':>5}{'TURNS':>7}  {'PROJECT':<24}{'COST':>10}  NAME/TITLE", file=out)
     for info in sessions:
-        turns = str(info.turns) if info.indexed else "-"
+        turns = "failed" if info.failed else str(info.turns) if info.indexed else "-"
         cost = short_cost(costs.get(info.id))
         label = f"{info.name} · {info.title}" if info.name and info.title else info.label
         line = f"{info.id[:8]:<10}{age(info.updated_at, now):>5}{turns:>7}  {short_path(info.project_dir):<24}"
         print(printable(f"{line}{cost:>10}  {label}"), file=out)
+    if hidden:
+        print(note, file=out)
 
 
 def age(moment: datetime, now: datetime) -> str:

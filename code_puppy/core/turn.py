@@ -41,6 +41,8 @@ class TurnLimits:
     """Follow-up runs after the prompt's (`[plugins] max_continuations`)."""
     timeout: float | None = None
     """Seconds the whole turn may take (`--timeout`, `[run] timeout`)."""
+    timeout_from: float | None = None
+    """When those seconds began (monotonic): a headless invocation's process start; None: the turn's start."""
     idle_timeout: float | None = None
     """Seconds a model's stream may go silent once it has started (`[run] idle_timeout`)."""
 
@@ -201,7 +203,8 @@ async def _run_turn(
     if spending is not None:
         spending.begin_turn(session.id)
         spending.on_request, spending.on_warning = sink.request, sink.warning
-    deadline = None if limits.timeout is None else time.monotonic() + limits.timeout
+    began = time.monotonic() if limits.timeout_from is None else limits.timeout_from
+    deadline = None if limits.timeout is None else began + limits.timeout
     usage = RunUsage()
     result: AgentRunResult[str] | None = None
     runs = 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import signal
 import sys
 import time
@@ -42,7 +43,8 @@ class HeadlessOptions:
 
     prompt: str
     timeout: float | None = None
-    """Seconds the whole invocation may take (`--timeout`); `[run] timeout` when not given."""
+    """Seconds the whole invocation may take from the process's start, start-up included (`--timeout`); `[run]
+    timeout` when not given."""
     output_format: str = "text"
     input_format: str = "text"
     """`stream-json`: further user messages arrive as JSON lines on stdin and steer the running turn."""
@@ -59,6 +61,7 @@ def run_headless(options: RunOptions, headless: HeadlessOptions) -> int:
     result object (`"status": "error"`, the session's id once there is one), before the error propagates to its one
     line on stderr.
     """
+    process_started = _process_started()
     sink: EventSink
     if headless.compat == "claude" and headless.output_format != "text":
         sink = ClaudeSink(stream=headless.output_format == "stream-json")
@@ -66,11 +69,23 @@ def run_headless(options: RunOptions, headless: HeadlessOptions) -> int:
         sink = SINKS[headless.output_format]()
     output = Output(sink, time.monotonic(), usage_file=headless.usage_file)
     try:
-        return asyncio.run(_headless(options, headless, output))
+        return asyncio.run(_headless(options, headless, output, process_started))
     except Exception as exc:
         if headless.output_format != "text":
             output.fail(str(exc) if isinstance(exc, ConfigError) else f"internal error: {one_line(exc, typed=True)}")
         raise
+
+
+def _process_started() -> float:
+    """When this process started, on the `time.monotonic` clock: from `/proc` where there is one (Linux), else now."""
+    now = time.monotonic()
+    try:
+        with open("/proc/self/stat", "rb") as stat:  # start time: the 20th field after the name's parenthesis
+            ticks = int(stat.read().rsplit(b")", 1)[1].split()[19])
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return now
+    return now - max(0.0, age)
 
 
 @dataclass
@@ -124,7 +139,7 @@ class Output:
         self.finish("error", message=message)
 
 
-async def _headless(options: RunOptions, headless: HeadlessOptions, output: Output) -> int:
+async def _headless(options: RunOptions, headless: HeadlessOptions, output: Output, process_started: float) -> int:
     project = Project(options)
     output.spending = project.spending
     if isinstance(output.sink, ClaudeSink):
@@ -146,7 +161,8 @@ async def _headless(options: RunOptions, headless: HeadlessOptions, output: Outp
             read_messages(sys.stdin, lambda text: loop.call_soon_threadsafe(_steer_or_report, inbox, text))
         timeout = headless.timeout or project.settings.run.timeout
         sink = _Counting(output.sink, output.denied)
-        outcome, stopped_by = await _with_signals(_turn(conversation, headless.prompt, sink, timeout))
+        turn = _turn(conversation, headless.prompt, sink, timeout, started=process_started)
+        outcome, stopped_by = await _with_signals(turn)
     finally:
         await project.close()
     if session.notice:
@@ -167,12 +183,22 @@ async def _headless(options: RunOptions, headless: HeadlessOptions, output: Outp
     return EXIT_CODES[status]
 
 
-async def _turn(conversation: Conversation, prompt: str, sink: EventSink, timeout: float | None) -> TurnOutcome:
+async def _turn(
+    conversation: Conversation, prompt: str, sink: EventSink, timeout: float | None, *, started: float
+) -> TurnOutcome:
     """The turn, in the task the signals cancel: the plugins and the agent (MCP servers, the provider's HTTP client)
-    start and stop in it too, so a signal while they do still ends in a report."""
+    start and stop in it too, so a signal while they do still ends in a report. `timeout` counts from `started`, the
+    process's start: loading the config, the plugins and the store, and starting the MCP servers are part of it."""
     project = conversation.project
     async with conversation.steerable():
-        await project.start()
+        starting = asyncio.timeout(None if timeout is None else started + timeout - time.monotonic())
+        try:
+            async with starting:
+                await project.start()
+        except TimeoutError:
+            if not starting.expired():
+                raise
+            return TurnOutcome(None, TimeoutError(f"{timeout:g} s"), RunUsage(), 0)  # nothing was sent
         attachments: list[TextContent] = []
         # A prompt that starts with a file command's `/name` runs it; any other `/word` is sent as it is.
         command = None
@@ -183,7 +209,9 @@ async def _turn(conversation: Conversation, prompt: str, sink: EventSink, timeou
         with conversation.command(command, warn=sink.warning) as model:
             if command is not None:
                 prompt = await run_command_lines(conversation, command, prompt, ask=None, warn=sink.warning)
-            outcome = await conversation.turn(prompt, sink, model=model, attachments=attachments, timeout=timeout)
+            outcome = await conversation.turn(
+                prompt, sink, model=model, attachments=attachments, timeout=timeout, timeout_from=started
+            )
         conversation.inbox.close()
         # The turn is over and saved: a signal while the servers stop ends the process, not the outcome.
         with contextlib.suppress(asyncio.CancelledError):

@@ -51,9 +51,15 @@ class SessionInfo:
     archived_at: datetime | None = None
     """When it was archived: hidden from lists, pickers and `-c` until unarchived."""
     turns: int = 0
-    """User prompts sent in the session (0 until an older session is indexed: `indexed`)."""
+    """User prompts the model answered in the session (0 until an older session is indexed: `indexed`)."""
     indexed: bool = True
     """Whether its prompts and answers are in the search index (sessions stored before it existed: not yet)."""
+
+    @property
+    def failed(self) -> bool:
+        """Whether it holds prompts and every run of it failed before the model answered (a refused key, a server
+        down): left out of lists unless asked for, kept so that what the user typed is not lost."""
+        return self.indexed and self.turns == 0 and self.message_count > 0
 
     @property
     def label(self) -> str:
@@ -290,11 +296,16 @@ class SessionCatalog:
             )
 
     def recent(
-        self, project_dir: Path | None = None, *, limit: int | None = None, archived: bool = False
+        self,
+        project_dir: Path | None = None,
+        *,
+        limit: int | None = None,
+        archived: bool = False,
+        failed: bool = True,
     ) -> list[SessionInfo]:
         """The sessions of `project_dir`, or of every project, with saved messages, a journaled turn (a prompt was
         submitted) or a saved history rewound to none, most recently updated first; the archived ones instead with
-        `archived`."""
+        `archived`; without the `failed` ones unless `failed`."""
         project = None if project_dir is None else str(project_dir.resolve())
         with self._database.read() as db:
             rows = db.execute(
@@ -304,9 +315,10 @@ class SessionCatalog:
                     message_count > 0 OR id IN (SELECT session_id FROM journals) OR id IN (SELECT id FROM conversations)
                 )
                     AND (:project IS NULL OR project_dir = :project) AND (archived_at IS NOT NULL) = :archived
+                    AND (:failed OR NOT (indexed AND turns = 0 AND message_count > 0))
                 ORDER BY updated_at DESC, created_at DESC, id DESC LIMIT :limit
                 """,
-                {"project": project, "limit": -1 if limit is None else limit, "archived": archived},
+                {"project": project, "limit": -1 if limit is None else limit, "archived": archived, "failed": failed},
             ).fetchall()
         return [_info(row) for row in rows]
 

@@ -93,12 +93,26 @@ def _is_typed(item: Any) -> bool:
     )
 
 
+def answered_prompts(message_jsons: Iterable[str]) -> int:
+    """The user prompts among these stored messages that a model response followed: the turns that reached the model
+    (a run that failed before any response leaves its prompt unanswered)."""
+    answered, asked = 0, False
+    for message_json in message_jsons:
+        message: dict[str, Any] = json.loads(message_json)
+        if message.get("kind") == "response":
+            answered, asked = answered + asked, False
+        elif any(part.get("part_kind") == "user-prompt" for part in message.get("parts", ())):
+            asked = True
+    return answered
+
+
 def index_new(db: sqlite3.Connection, session_id: str, message_jsons: Iterable[str]) -> None:
-    """Index the messages a save appends to `session_id`, and count its new user prompts; inside its transaction."""
-    rows = [(text, session_id, role) for message in message_jsons for role, text in text_parts(message)]
+    """Index the messages a save appends to `session_id`, and count its new answered turns; inside its transaction."""
+    messages = list(message_jsons)
+    rows = [(text, session_id, role) for message in messages for role, text in text_parts(message)]
     db.executemany("INSERT INTO search_text (text, session_id, role) VALUES (?, ?, ?)", rows)
-    if prompts := sum(role == "user" for _, _, role in rows):
-        db.execute("UPDATE sessions SET turns = turns + ? WHERE id = ?", (prompts, session_id))
+    if turns := answered_prompts(messages):
+        db.execute("UPDATE sessions SET turns = turns + ? WHERE id = ?", (turns, session_id))
 
 
 def index_saved(
@@ -198,11 +212,11 @@ def _index_stored(db: sqlite3.Connection, session_id: str) -> int:
 
 
 def recount_turns(db: sqlite3.Connection, session_id: str) -> None:
-    """Count the user prompts of a history rewound to one of its earlier messages (or to none), inside the save's
+    """Count the answered turns of a history rewound to one of its earlier messages (or to none), inside the save's
     transaction: the turns rewound away are no longer the session's. Their text stays found by search, as the old
     branch stays stored."""
-    prompts = sum(role == "user" for message in _stored_history(db, session_id) for role, _ in text_parts(message))
-    db.execute("UPDATE sessions SET turns = ? WHERE id = ?", (prompts, session_id))
+    turns = answered_prompts(_stored_history(db, session_id))
+    db.execute("UPDATE sessions SET turns = ? WHERE id = ?", (turns, session_id))
 
 
 def _stored_history(db: sqlite3.Connection, session_id: str) -> list[str]:

@@ -6,6 +6,7 @@ is one it does not.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
 from collections.abc import Sequence
@@ -15,6 +16,8 @@ from typing import Any
 import pytest
 
 from code_puppy.sessions.schema import MIGRATIONS, migrate
+from code_puppy.sessions.session import Session
+from code_puppy.sessions.store import SqliteConversationStore
 from tests.conftest import run_cli
 from tests.fake_llm import FakeLLMServer, RecordedRequest, call, text, tool_calls
 
@@ -387,6 +390,27 @@ def test_usage_sums_by_day_and_model(server: FakeLLMServer, project: Path, code_
         2,
         "code-puppy: error: --since: expected an age like 24h, 7d or 2w, or a date like 2026-11-01; got 'yesterday'\n",
     )
+
+
+def test_a_fork_shows_what_it_spent_itself(server: FakeLLMServer, project: Path, code_puppy_home: Path) -> None:
+    configure(code_puppy_home, server)
+    server.script(text("Base answer."), text("Fork answer."))
+    code, base, _ = json_run("the shared start", cwd=project)
+    assert code == 0
+    with SqliteConversationStore(code_puppy_home / "sessions.db") as store:
+        fork = asyncio.run(Session.fork(store, store.sessions.find(base["session_id"])[0], model=None)).id
+
+    def costs() -> dict[str, str]:
+        lines = run_cli("sessions", "list", cwd=project).stdout.splitlines()[1:]
+        return {line.split()[0]: line.split()[4] for line in lines}
+
+    # Its own spending, none yet: the turns it copied are counted once, in its source.
+    assert costs() == {fork[:8]: "$0.0000", base["session_id"][:8]: f"${base['cost_usd']:.4f}"}
+    shown = run_cli("sessions", "show", fork, cwd=project).stdout.splitlines()
+    assert shown[2] == "0 requests · 0 input / 0 output tokens · $0.0000 (the turns it copied count in their source)"
+    code, forked, _ = json_run("go on", "-r", fork, cwd=project)
+    assert code == 0 and forked["cost_usd"] > 0
+    assert costs() == {fork[:8]: f"${forked['cost_usd']:.4f}", base["session_id"][:8]: f"${base['cost_usd']:.4f}"}
 
 
 def test_a_database_from_before_costs_keeps_its_sessions(
