@@ -318,6 +318,7 @@ def test_sessions_show_groups(server: Any, project: Path, code_puppy_home: Path)
     assert shown.returncode == 0 and lines[0].endswith("· fake · 6 messages")
     tokens = [int(line.split("~")[1].split()[0]) for line in lines[2:] if "~" in line]
     assert lines[1:] == [
+        "0 requests · 0 input / 0 output tokens · $0.0000",  # made by code-puppy, never sent: nothing spent
         "cache epoch 2 · history version 9",
         f"2 groups · ~{tokens[0]} tokens (estimated_tokens)",
         f"group 0 · messages 0-3 · closed · ~{tokens[1]} tokens · tools: read_file",

@@ -175,7 +175,8 @@ class CostBook:
         """The totals of each of these sessions that has requests, or none yet but was created since requests were
         counted (a fork before its first run, a session whose runs all failed): what the session itself spent. A fork
         starts from nothing: the turns it copied stay its source's spending, never counted twice. Sessions from before
-        code-puppy counted costs are left out: what they spent is unknown."""
+        code-puppy counted costs, and imported ones (what Claude Code or Codex spent on them), are left out: what they
+        spent is unknown."""
         ids = list(session_ids)
         if not ids:
             return {}
@@ -183,7 +184,8 @@ class CostBook:
         rows = self._read(f"SELECT session_id, {_SUMS} FROM requests WHERE session_id IN ({marks}) GROUP BY 1", ids)
         totals = {row[0]: _totals(row[1:]) for row in rows}
         counted_since = "SELECT applied_at FROM schema_migrations WHERE name = 'm005_request_costs'"
-        rows = self._read(f"SELECT id FROM sessions WHERE id IN ({marks}) AND created_at >= ({counted_since})", ids)
+        query = f"SELECT id FROM sessions WHERE id IN ({marks}) AND created_at >= ({counted_since}) "
+        rows = self._read(f"{query}AND id NOT IN (SELECT session_id FROM session_sources)", ids)
         return {session_id: CostTotals() for (session_id,) in rows} | totals
 
     def breakdown(self, session_id: str) -> list[tuple[str, str, CostTotals]]:

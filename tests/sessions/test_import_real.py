@@ -137,6 +137,7 @@ def test_an_imported_session_is_found_by_its_id_in_claude_code_after_our_own_ids
     assert json.loads(by_full_source.stdout)["session"]["id"] == report["session_id"]
     assert "\n› /init\n" in by_source.stdout
     assert by_source.stdout.splitlines()[1] == "imported from Claude Code session 1af7fc5e-8455-4414-9ccd-011d40f70b2a"
+    assert " requests · " not in by_source.stdout  # what Claude Code spent on it is unknown here, not $0
 
 
 def test_prompts_are_what_the_user_typed_never_doubled_nor_local_commands() -> None:
