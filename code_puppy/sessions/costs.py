@@ -67,14 +67,17 @@ class CostTotals:
         return self.cache_read_tokens / self.input_tokens if self.input_tokens else None
 
     def describe_cache(self) -> str | None:
-        """`cache 91% of input · saved $0.0123`, or None when nothing was read from or written to a cache."""
+        """`cache 91% of input · saved $0.0123` (`· writing it cost $0.0017 more` while writes outweigh reads), or None
+        when nothing was read from or written to a cache."""
         if not (self.cache_read_tokens or self.cache_write_tokens) or self.cache_share is None:
             return None
         share = f"cache {self.cache_share:.0%} of input"
         if self.requests == self.unpriced:
             return share
         saved = round(self.saved_usd, 10)
-        return f"{share} · {'saved' if saved >= 0 else 'cost'} {format_cost(abs(saved))}"
+        if saved >= 0:
+            return f"{share} · saved {format_cost(saved)}"
+        return f"{share} · writing it cost {format_cost(-saved)} more"  # early on: more written than read back yet
 
     @property
     def cost_usd(self) -> float | None:

@@ -24,6 +24,7 @@ from code_puppy.cost.prompt_cache import prompt_caching
 from code_puppy.cost.spending import CostMeter, Spending
 from code_puppy.history.compaction import compact_history
 from code_puppy.models import resolve_model
+from code_puppy.sessions.costs import CostTotals
 from code_puppy.sessions.session import Session
 from code_puppy.sessions.store import SqliteConversationStore
 from tests.conftest import run_cli
@@ -206,6 +207,11 @@ def test_an_entry_prices_cache_reads_and_writes_at_its_own_cache_prices() -> Non
     assert spending.invocation.describe_cache() == "cache 60% of input · saved $0.9300"
     with pytest.raises(ValidationError, match="cache_read_price and cache_write_price need input_price"):
         ModelEndpoint(name="qwen", cache_read_price=0.1)
+
+
+def test_a_first_request_that_only_wrote_the_cache_says_what_writing_cost() -> None:
+    first = CostTotals(requests=1, input_tokens=3_500, cache_write_tokens=3_400, priced_usd=0.0088, saved_usd=-0.0017)
+    assert first.describe_cache() == "cache 0% of input · writing it cost $0.0017 more"
 
 
 def saved(requests: list[RecordedRequest]) -> float:
