@@ -31,8 +31,9 @@ KEYS_HELP = (
 """What `/help` says after the list of commands."""
 
 
-CLAUDE_ALIASES = {"clear": "new", "cost": "usage", "quit": "exit"}
-"""Claude Code's and Codex's names for built-in commands: `/clear` starts a new session, `/cost` is `/usage`."""
+CLAUDE_ALIASES = {"clear": "new", "cost": "usage", "quit": "exit", "reset": "new", "tokens": "usage", "models": "model"}
+"""Claude Code's, Codex's and aider's names for built-in commands: `/clear` and `/reset` start a new session, `/cost`
+and `/tokens` are `/usage`."""
 
 
 OTHER_COMMANDS = {
@@ -45,8 +46,16 @@ OTHER_COMMANDS = {
     "diff": "!git diff",
     "login": "code-puppy reads API keys from the environment (OPENAI_API_KEY, ANTHROPIC_API_KEY, …)",
     "logout": "code-puppy reads API keys from the environment; unset the variable",
+    "add": "@FILE in a prompt attaches that file",
+    "read-only": "@FILE in a prompt attaches that file",
+    "drop": "there is no set of files in the chat; @FILE attaches one to a prompt",
+    "ask": "/permissions read-only (and /permissions ask to go back)",
+    "code": "/permissions ask or /permissions accept-edits",
+    "run": "!CMD runs a command; its output goes to the model with your next message",
+    "test": "!CMD runs a command; its output goes to the model with your next message",
+    "commit": "!git commit …, or ask the agent to commit",
 }
-"""Claude Code's and Codex's commands with no command of that name here: `/status` answers with what to use."""
+"""Claude Code's, Codex's and aider's commands with no command of that name here: `/status` answers with what to use."""
 
 
 def register_builtins(commands: CommandRegistry, chat: ChatControl) -> None:

@@ -42,6 +42,8 @@ def test_cost_clear_and_claude_commands_without_a_counterpart(server: FakeLLMSer
         chat.wait_for(f"session {first}: 1 request ")
         chat.type("/status\r")
         chat.wait_for("unknown command /status here: the toolbar shows the session")
+        chat.type("/drop\r")  # aider's
+        chat.wait_for("unknown command /drop here: there is no set of files in the chat; @FILE attaches one")
         chat.type("/model sonnet\r")
         chat.wait_for("model: anthropic:claude-sonnet-5-5")
         chat.type("/clear\r")

@@ -156,13 +156,17 @@ def builtin_registry() -> CommandRegistry:
 
 def test_claude_and_codex_names_run_our_commands() -> None:
     commands = builtin_registry()
-    assert {alias: commands.get(alias).name for alias in ("clear", "cost", "quit")} == {  # type: ignore[union-attr]
+    aliases = ("clear", "cost", "quit", "reset", "tokens", "models")
+    assert {alias: commands.get(alias).name for alias in aliases} == {  # type: ignore[union-attr]
         "clear": "new",
         "cost": "usage",
         "quit": "exit",
+        "reset": "new",  # aider's
+        "tokens": "usage",
+        "models": "model",
     }
-    assert "/new          start a new session (also /clear)" in commands.help_lines()
-    assert {"clear", "cost", "quit"} <= set(commands.names())  # completed, and never shadowed by a file command
+    assert "/new          start a new session (also /clear, /reset)" in commands.help_lines()
+    assert set(aliases) <= set(commands.names())  # completed, and never shadowed by a file command
 
 
 def test_suggestions_are_typos_never_names_that_share_letters() -> None:
@@ -172,7 +176,7 @@ def test_suggestions_are_typos_never_names_that_share_letters() -> None:
     without_aliases.register("compact", lambda args: None, "")
     without_aliases.register("init", lambda args: None, "")
     assert [without_aliases.suggest(name) for name in ("cost", "quit", "clear")] == [None, None, None]
-    assert [commands.suggest(name) for name in ("hepl", "compat", "exti", "reset", "status", "review")] == [
+    assert [commands.suggest(name) for name in ("hepl", "compat", "exti", "rebase", "status", "review")] == [
         "help",
         "compact",
         "exit",
