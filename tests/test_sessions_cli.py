@@ -223,3 +223,33 @@ def test_an_invocation_that_fails_before_its_first_save_leaves_no_session(server
     assert [line[:8] for line in listed[1:]] == [first["session_id"][:8]]
     info = export(first["session_id"], project)["session"]
     assert info["model"] == "fake"
+
+
+def test_turns_count_each_answered_prompt_after_continuing_a_run_that_never_reached_the_model(
+    server: Any, project: Path, code_puppy_home: Path
+) -> None:
+    config = code_puppy_home / "config.toml"
+    working = config.read_text()
+    config.write_text(working.replace(server.base_url, "http://127.0.0.1:9/v1"))  # nothing listens: refused
+    refused = headless_json("-p", "first", cwd=project)
+    assert (refused["exit"], refused["status"]) == (1, "error")
+    config.write_text(working)
+    server.script(text("answer two"), text("answer three"), text("answer four"))
+    turns: list[str] = []
+    for prompt in ("two", "three", "four"):
+        run = headless_json("-p", prompt, "-c", cwd=project)
+        assert (run["exit"], run["session_id"]) == (0, refused["session_id"])
+        listed = run_cli("sessions", "list", "--all", cwd=project).stdout.splitlines()
+        assert [line.split()[0] for line in listed[1:]] == [refused["session_id"][:8]]
+        turns.append(listed[1].split()[2])
+    import shutil
+
+    shutil.copy(code_puppy_home / "sessions.db", "/tmp/fixchat-s.db")
+    assert turns == ["1", "2", "3"]
+    # The run that merged the failed prompt into its request rewrote the stored history: what it added is indexed.
+    found = json.loads(run_cli("sessions", "search", "three", "--output-format", "json", cwd=project).stdout)
+    assert [hit["session_id"] for hit in found] == [refused["session_id"]]
+    assert sorted((match["role"], match["line"]) for match in found[0]["matches"]) == [
+        ("model", "answer three"),
+        ("user", "three"),
+    ]

@@ -24,7 +24,7 @@ from prompt_toolkit.history import FileHistory
 from prompt_toolkit.patch_stdout import patch_stdout
 from prompt_toolkit.styles import Style
 
-from code_puppy.chat.commands import CommandRegistry, split_command
+from code_puppy.chat.commands import CommandRegistry, SlashCommand, split_command
 from code_puppy.chat.input import ChatCompleter, ProjectFiles, expand_mentions, private_history
 from code_puppy.chat.jobs import shell_job, show_resumed, turn_job
 from code_puppy.chat.keys import chat_key_bindings
@@ -192,6 +192,7 @@ class Chat:
             self._exit_code = 2 if isinstance(error, ConfigError) else 1
             internal = f"internal error: {one_line(error, typed=True)}"
             what = one_line(error) if isinstance(error, ConfigError) else internal
+            self._traceback(error)
             self.screen.write(f"code-puppy: error: {what}\n")
             self.quit()
             return
@@ -266,9 +267,18 @@ class Chat:
                 nearest = f" here: {OTHER_COMMANDS[name]}"
             self.screen.print(f"unknown command /{name}{nearest}")
             return False
+        if self._runtime is None and not command.light:
+            # Run once the runtime has loaded: its loader imports pydantic-ai in a worker thread, and the command's
+            # own imports beside it could see its modules half-initialised (an ImportError that ends the chat).
+            if self.busy():  # a turn waiting for the runtime: a second job would take its place
+                self.screen.print(f"/{name} waits until the chat has loaded; try again in a moment")
+            else:
+                self._start_job(self._print_result(self._once_loaded(command, args)), turn=False)
+            return False
         try:
             result = command.handler(args)
         except Exception as error:  # a plugin's command: its failure is one line, as an async command's is
+            self._traceback(error)
             self.screen.print(f"✗ {failure_line(error)}")
             return False
         if isinstance(result, Coroutine):
@@ -277,6 +287,14 @@ class Chat:
         elif result is not None:
             self.screen.print(result)
         return command.name == "exit"
+
+    async def _once_loaded(self, command: SlashCommand, args: str) -> object:
+        await self.ready()
+        result = command.handler(args)
+        if isinstance(result, Coroutine):
+            coroutine: Coroutine[Any, Any, object] = result  # pyright: ignore[reportUnknownVariableType]
+            return await coroutine
+        return result
 
     async def _print_result(self, coroutine: Coroutine[Any, Any, object]) -> bool:
         if (result := await coroutine) is not None:
@@ -385,6 +403,7 @@ class Chat:
         if job.cancelled():
             self.screen.print("⏹ cancelled")
         elif (error := job.exception()) is not None:
+            self._traceback(error)
             self.screen.print(f"✗ {failure_line(error)}")
         else:
             went_on = job.result()
@@ -400,6 +419,15 @@ class Chat:
             self._restore_input([*unsent, *self._queued])
             self._queued.clear()
         self.screen.invalidate()
+
+    def _traceback(self, error: BaseException) -> None:
+        """With `--debug`, a failure's traceback above its one line."""
+        if self._options.debug:
+            import traceback
+
+            from rich.text import Text
+
+            self.screen.print(Text("".join(traceback.format_exception(error)).rstrip(), style="dim"))
 
     # --- screen ---------------------------------------------------------------------------------------------------
 

@@ -18,6 +18,10 @@ class SlashCommand:
     handler: CommandHandler
     help: str
     """One line for `/help`; its first word may be an argument placeholder such as `[MODEL]`."""
+    light: bool = False
+    """Runs before the runtime has loaded: imports nothing beyond what the prompt already has (no pydantic-ai). A
+    command that is not light waits for the runtime first, whatever it imports: the loader imports pydantic-ai in a
+    worker thread, and a second thread importing the same modules meanwhile can see them half-initialised."""
 
 
 class CommandRegistry:
@@ -28,12 +32,12 @@ class CommandRegistry:
         self._commands: dict[str, SlashCommand] = {}
         self._aliases: dict[str, str] = {}
 
-    def register(self, name: str, handler: CommandHandler, help: str) -> None:
-        """Add `/name`; `name` is a single word, given with or without its slash."""
+    def register(self, name: str, handler: CommandHandler, help: str, *, light: bool = False) -> None:
+        """Add `/name`; `name` is a single word, given with or without its slash. `light`: see `SlashCommand`."""
         name = name.removeprefix("/")
         if not name or any(char.isspace() for char in name):
             raise ValueError(f"a slash command name is one word, got {name!r}")
-        self._commands[name] = SlashCommand(name, handler, help)
+        self._commands[name] = SlashCommand(name, handler, help, light)
         self._aliases.pop(name, None)
 
     def alias(self, name: str, target: str) -> None:

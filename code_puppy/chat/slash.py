@@ -1,7 +1,7 @@
 """The chat's built-in slash commands: `Builtins`, one method per command, over the chat's `ChatControl`.
 
-Imported before the prompt shows, so heavy modules are imported inside the methods, which only run once the
-runtime has loaded.
+Imported before the prompt shows, so heavy modules are imported inside the methods. The chat runs a command only
+once the runtime has loaded, unless it is registered as light (`LIGHT_COMMANDS`), which imports nothing heavy.
 """
 
 from __future__ import annotations
@@ -58,6 +58,11 @@ OTHER_COMMANDS = {
 """Claude Code's, Codex's and aider's commands with no command of that name here: `/status` answers with what to use."""
 
 
+LIGHT_COMMANDS = frozenset({"help", "steer", "queue", "init", "exit"})
+"""The built-ins that run at once, before the runtime has loaded: they import nothing heavy (a turn they start waits
+for the runtime itself)."""
+
+
 def register_builtins(commands: CommandRegistry, chat: ChatControl) -> None:
     """Add the built-in commands to `commands`; plugins register theirs later and may replace them."""
     builtins = Builtins(chat, commands)
@@ -83,7 +88,7 @@ def register_builtins(commands: CommandRegistry, chat: ChatControl) -> None:
         ("init", builtins.init, "ask the model to write a starting AGENTS.md for this project"),
         ("exit", builtins.exit, "quit (Ctrl-D does the same)"),
     ):
-        commands.register(name, handler, help)
+        commands.register(name, handler, help, light=name in LIGHT_COMMANDS)
     for alias, target in CLAUDE_ALIASES.items():
         commands.alias(alias, target)
 
@@ -102,7 +107,7 @@ def register_file_commands(commands: CommandRegistry, chat: ChatControl) -> list
         return run
 
     for command in loaded.items:
-        commands.register(command.name, runner(command), command.help)
+        commands.register(command.name, runner(command), command.help, light=True)  # a turn: it waits for the runtime
     return [f"warning: {problem}" for problem in loaded.problems] + [f"note: {note}" for note in loaded.notes]
 
 

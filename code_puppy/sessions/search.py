@@ -35,6 +35,7 @@ __all__ = (
     "SearchHit",
     "SearchQueryError",
     "catch_up",
+    "continuation",
     "fts_query",
     "index_saved",
     "recount_turns",
@@ -93,30 +94,77 @@ def _is_typed(item: Any) -> bool:
     )
 
 
-def answered_prompts(message_jsons: Iterable[str]) -> int:
+def answered_prompts(message_jsons: Iterable[str], *, asked: bool = False) -> int:
     """The user prompts among these stored messages that a model response followed: the turns that reached the model
-    (a run that failed before any response leaves its prompt unanswered)."""
-    answered, asked = 0, False
+    (a run that failed before any response leaves its prompt unanswered). `asked`: a user prompt before these
+    messages is still unanswered (a save that stored it hangs the response that answers it on it)."""
+    answered = 0
     for message_json in message_jsons:
         message: dict[str, Any] = json.loads(message_json)
         if message.get("kind") == "response":
             answered, asked = answered + asked, False
-        elif any(part.get("part_kind") == "user-prompt" for part in message.get("parts", ())):
+        elif _asks(message):
             asked = True
     return answered
 
 
-def index_new(db: sqlite3.Connection, session_id: str, message_jsons: Iterable[str]) -> None:
-    """Index the messages a save appends to `session_id`, and count its new answered turns; inside its transaction."""
+def _asks(message: dict[str, Any]) -> bool:
+    return any(part.get("part_kind") == "user-prompt" for part in message.get("parts", ()))
+
+
+def _unanswered(newest_first: Iterable[str]) -> bool:
+    """Whether a history (read from its end) ends with a user prompt no response has followed yet."""
+    for message_json in newest_first:
+        message: dict[str, Any] = json.loads(message_json)
+        if message.get("kind") == "response":
+            return False
+        if _asks(message):
+            return True
+    return False
+
+
+def continuation(db: sqlite3.Connection, old_head: str | None, new_head: str | None) -> tuple[list[str], bool]:
+    """What a save adds to a stored history, oldest first, and whether a user prompt before it is still unanswered.
+
+    Usually the new messages hang on the stored head. A save may also rewrite what went before (`/compact`'s summary
+    and the kept messages' copies; a continued failed run's prompt merged into the next one's request): then the
+    messages after the last copy of a stored message are what it adds."""
+    newest_first: list[str] = []
+    entry = new_head
+    while entry is not None and entry != old_head:
+        entry, message = db.execute("SELECT parent_id, message FROM entries WHERE id = ?", (entry,)).fetchone()
+        newest_first.append(message)
+    if entry is None and old_head is not None:  # the stored head is not under the new one: a rewrite
+        stored = set(_history_newest_first(db, old_head))
+        cut = next((i for i, message in enumerate(newest_first) if message in stored), len(newest_first))
+        return newest_first[:cut][::-1], _unanswered(newest_first[cut:])
+    return newest_first[::-1], _unanswered(_history_newest_first(db, old_head))
+
+
+def _history_newest_first(db: sqlite3.Connection, head: str | None) -> Generator[str]:
+    """The messages from `head` back to the first, read one at a time (a search from the end mostly reads one)."""
+    while head is not None:
+        head, message = db.execute("SELECT parent_id, message FROM entries WHERE id = ?", (head,)).fetchone()
+        yield message
+
+
+def index_new(db: sqlite3.Connection, session_id: str, message_jsons: Iterable[str], *, asked: bool = False) -> None:
+    """Index the messages a save appends to `session_id`, and count its new answered turns (`asked`: see
+    `answered_prompts`); inside its transaction."""
     messages = list(message_jsons)
     rows = [(text, session_id, role) for message in messages for role, text in text_parts(message)]
     db.executemany("INSERT INTO search_text (text, session_id, role) VALUES (?, ?, ?)", rows)
-    if turns := answered_prompts(messages):
+    if turns := answered_prompts(messages, asked=asked):
         db.execute("UPDATE sessions SET turns = turns + ? WHERE id = ?", (turns, session_id))
 
 
 def index_saved(
-    db: sqlite3.Connection, session_id: str, message_jsons: Sequence[str], *, forked_from: str | None
+    db: sqlite3.Connection,
+    session_id: str,
+    message_jsons: Sequence[str],
+    *,
+    forked_from: str | None,
+    asked: bool = False,
 ) -> None:
     """Index what a save appends (a new fork first gets its source's index), inside the save's transaction.
 
@@ -127,7 +175,7 @@ def index_saved(
     try:
         if forked_from is not None:
             copy_index(db, forked_from, session_id)
-        index_new(db, session_id, message_jsons)
+        index_new(db, session_id, message_jsons, asked=asked)
     except sqlite3.Error:
         db.execute("ROLLBACK TO indexing")
         db.execute("UPDATE sessions SET indexed = 0 WHERE id = ?", (session_id,))

@@ -22,7 +22,7 @@ from .catalog import SessionCatalog, record_save
 from .costs import CostBook
 from .runs import THIS_HOST
 from .schema import Database, delete_conversation, discard_journal, timestamp
-from .search import index_saved, recount_turns
+from .search import continuation, index_saved, recount_turns
 
 __all__ = ("SqliteConversationStore", "message_adapter", "open_store")
 
@@ -136,9 +136,12 @@ class SqliteConversationStore(ConversationStore):
                 ),
             )
             if db.execute("SELECT 1 FROM sessions WHERE id = ?", (conversation_id,)).fetchone() is not None:
-                forked_from = record.forked_from if stored is None else None
-                index_saved(db, conversation_id, _appended(stored, new_entries, messages), forked_from=forked_from)
-                if stored is not None and not new_entries and record.head_id != stored[2]:
+                if stored is None:
+                    index_saved(db, conversation_id, messages, forked_from=record.forked_from)
+                elif new_entries:
+                    added, asked = continuation(db, stored[2], record.head_id)
+                    index_saved(db, conversation_id, added, forked_from=None, asked=asked)
+                elif record.head_id != stored[2]:
                     recount_turns(db, conversation_id)  # rewound to an earlier message, or to none
             record_save(
                 db,
@@ -188,22 +191,6 @@ class SqliteConversationStore(ConversationStore):
             ConversationEntry(id=entry_id, parent_id=parent_id, message=message_adapter.validate_json(message))
             for entry_id, parent_id, message in rows
         ]
-
-
-def _appended(
-    stored: tuple[str, str, str | None] | None, new_entries: Sequence[ConversationEntry], messages: list[str]
-) -> list[str]:
-    """The `messages` of `new_entries` that continue the stored history (all of them for a new conversation): the
-    copies of kept messages a rewrite (`/compact`) stores are not new text, and no new turns."""
-    if stored is None:
-        return messages
-    reached: set[str | None] = {stored[2]}
-    appended: list[str] = []
-    for entry, message in zip(new_entries, messages, strict=True):
-        if entry.parent_id in reached:  # parents come before their children
-            reached.add(entry.id)
-            appended.append(message)
-    return appended
 
 
 def open_store(*, readonly: bool = False) -> SqliteConversationStore:
