@@ -43,7 +43,7 @@ def set_default_model(path: Path, name: str, endpoint: ModelEndpoint | None = No
     crlf = "\r\n" in text
     text = text.replace("\r\n", "\n")
     before = _parsed(path, text)
-    if mode is not None and not mode & 0o222:
+    if mode is not None and (not mode & 0o222 or not os.access(path, os.W_OK)):
         raise ConfigError(f"{path} is read-only; {_by_hand(name, endpoint)} yourself")
     expected = {**before, "model": name}
     entry = ""
