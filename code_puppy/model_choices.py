@@ -178,6 +178,16 @@ def provider_choices(environ: Mapping[str, str]) -> list[ModelChoice]:
     return choices
 
 
+def keys_without_sdk(environ: Mapping[str, str]) -> list[tuple[str, str]]:
+    """Each provider key set in `environ` whose provider's SDK is missing, with the pydantic-ai-slim extra to install
+    (`GROQ_API_KEY`, `groq`)."""
+    return [
+        (variable, provider)
+        for variable, provider, _ in PROVIDER_KEYS
+        if environ.get(variable) and not _installed(provider)
+    ]
+
+
 def _installed(provider: str) -> bool:
     """Whether pydantic-ai can talk to `provider` here: its SDK extra installed (openai, anthropic and google come
     with code-puppy; `pydantic-ai-slim[mistral]` and the like are the user's to add)."""

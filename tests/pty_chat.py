@@ -19,18 +19,25 @@ IDLE_KEYS = "/help · @file · !cmd"
 
 
 class PtyChat:
-    """A chat process in a 120x50 terminal (or `columns` wide). pyte answers its cursor-position requests, as a real
-    terminal does."""
+    """A chat process in a 120x50 terminal (or `columns` wide, `rows` high). pyte answers its cursor-position
+    requests, as a real terminal does."""
 
-    def __init__(self, cwd: Path, *args: str, env: Mapping[str, str] | None = None, columns: int = COLUMNS) -> None:
-        self.screen = pyte.Screen(columns, ROWS)
+    def __init__(
+        self,
+        cwd: Path,
+        *args: str,
+        env: Mapping[str, str] | None = None,
+        columns: int = COLUMNS,
+        rows: int = ROWS,
+    ) -> None:
+        self.screen = pyte.Screen(columns, rows)
         self._stream = pyte.ByteStream(self.screen)
         self.child = pexpect.spawn(
             str(CODE_PUPPY),
             list(args),
             cwd=str(cwd),
             env={**os.environ, "TERM": "xterm-256color", **(env or {})},
-            dimensions=(ROWS, columns),
+            dimensions=(rows, columns),
         )
         self.screen.write_process_input = lambda data: self.child.send(data.encode())  # pyright: ignore[reportAttributeAccessIssue]
 

@@ -111,3 +111,61 @@ def test_invalid_toml_is_refused_and_left_alone(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"config\.toml: .*fix it first, then choose the model again$"):
         set_default_model(config, "fast")
     assert config.read_text() == "model = \n"
+
+
+def test_crlf_line_endings_are_kept(tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_bytes(b"# written on Windows\r\n[sessions]\r\nauto_title = false\r\n")
+    set_default_model(config, "qwen2.5-coder-7b", LOCAL)
+    assert config.read_bytes() == (
+        b'# written on Windows\r\nmodel = "qwen2.5-coder-7b"\r\n\r\n[sessions]\r\nauto_title = false\r\n\r\n'
+        b'[models."qwen2.5-coder-7b"]\r\nname = "qwen2.5-coder:7b"\r\nbase_url = "http://127.0.0.1:11434/v1"\r\n'
+        b"input_price = 0\r\noutput_price = 0\r\n"
+    )
+
+
+@pytest.mark.parametrize("through_a_symlink", [False, True])
+def test_a_read_only_config_is_refused_and_left_alone(tmp_path: Path, through_a_symlink: bool) -> None:
+    """Refused even for root, whom the file's mode does not stop: a read-only config.toml is the user's "don't"."""
+    real = tmp_path / "dotfiles" / "config.toml"
+    real.parent.mkdir()
+    real.write_text("# mine\n")
+    os.chmod(real, 0o444)
+    config = tmp_path / "config.toml"
+    if through_a_symlink:
+        config.symlink_to(real)
+    else:
+        config = real
+    with pytest.raises(ConfigError) as raised:
+        set_default_model(config, "anthropic:claude-haiku-5-5")
+    assert str(raised.value) == f'{real} is read-only; add model = "anthropic:claude-haiku-5-5" yourself'
+    assert real.read_text() == "# mine\n"
+    assert stat.S_IMODE(real.stat().st_mode) == 0o444
+    assert sorted(path.name for path in real.parent.iterdir()) == ["config.toml"]
+
+
+def test_a_read_only_config_names_the_local_servers_entry_to_add(tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text("")
+    os.chmod(config, 0o444)
+    with pytest.raises(ConfigError) as raised:
+        set_default_model(config, "qwen2.5-coder-7b", LOCAL)
+    assert str(raised.value) == (
+        f'{config} is read-only; add model = "qwen2.5-coder-7b" and [models."qwen2.5-coder-7b"] with '
+        'name = "qwen2.5-coder:7b", base_url = "http://127.0.0.1:11434/v1", input_price = 0, output_price = 0 yourself'
+    )
+
+
+def test_an_inline_models_table_gets_the_exact_entry_to_add(tmp_path: Path) -> None:
+    """An inline table cannot be extended by a `[models.NAME]` table: the message gives the entry, inline."""
+    config = tmp_path / "config.toml"
+    text = 'models = { fast = { name = "gpt-6-luna" } }\n'
+    config.write_text(text)
+    with pytest.raises(ConfigError) as raised:
+        set_default_model(config, "qwen2.5-coder-7b", LOCAL)
+    assert str(raised.value) == (
+        f"{config}: models = {{ … }} is an inline table, which cannot take another entry here; "
+        'add model = "qwen2.5-coder-7b" and "qwen2.5-coder-7b" = { name = "qwen2.5-coder:7b", '
+        'base_url = "http://127.0.0.1:11434/v1", input_price = 0, output_price = 0 } inside models = { … } yourself'
+    )
+    assert config.read_text() == text

@@ -5,6 +5,7 @@ nothing found is a few lines and exit 2. And `/model` with no name, the same lis
 from __future__ import annotations
 
 import errno
+import socket
 import stat
 import tomllib
 from collections.abc import Iterator
@@ -26,6 +27,13 @@ def chat_cleanup() -> Iterator[list[PtyChat]]:
     yield chats
     for chat in chats:
         chat.close()
+
+
+def free_port() -> int:
+    """A port nothing listens on (bound, then let go)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def lines_from(screen: str, first: str) -> list[str]:
@@ -128,7 +136,29 @@ def test_nothing_found_says_how_to_set_a_model_and_exits_2(
     assert chat.wait_exit() == 2
     assert lines_from(chat.text, "code-puppy needs") == [
         "code-puppy needs a model and found none: no provider key in the environment, no [models] in config.toml,",
-        "no local server on 127.0.0.1 (Ollama :11434, vLLM :8000, llama.cpp :8080, LM Studio :1234). Either:",
+        # No port was asked (the variable is empty): the message says so rather than naming the usual ports.
+        "no local server asked (CODE_PUPPY_LOCAL_PORTS is empty). Either:",
+        "  export ANTHROPIC_API_KEY=...  (or OPENAI_API_KEY, GEMINI_API_KEY, ...) and run code-puppy again,",
+        "  start a local server (ollama serve, vllm serve MODEL, llama-server) and run code-puppy again,",
+        "  or pass -m MODEL (e.g. -m anthropic:claude-sonnet-5-5).",
+    ]
+    assert not (code_puppy_home / "config.toml").exists()
+
+
+def test_nothing_found_names_keys_whose_provider_is_not_installed_and_the_ports_asked(
+    code_puppy_home: Path, project: Path, chat_cleanup: list[PtyChat]
+) -> None:
+    """GROQ_API_KEY and CO_API_KEY set without their pydantic-ai-slim extras (not installed here): a line each."""
+    ports = free_port(), free_port()
+    env = {"GROQ_API_KEY": "gsk-test", "CO_API_KEY": "co-test", "CODE_PUPPY_LOCAL_PORTS": f"{ports[0]},{ports[1]}"}
+    chat = PtyChat(project, env=env)
+    chat_cleanup.append(chat)
+    assert chat.wait_exit() == 2
+    assert lines_from(chat.text, "code-puppy needs") == [
+        "code-puppy needs a model and found none: no usable provider key, no [models] in config.toml,",
+        f"no local server on 127.0.0.1 (:{ports[0]}, :{ports[1]} from CODE_PUPPY_LOCAL_PORTS). Either:",
+        "  GROQ_API_KEY is set, but its provider needs pip install 'pydantic-ai-slim[groq]' (then run it again),",
+        "  CO_API_KEY is set, but its provider needs pip install 'pydantic-ai-slim[cohere]' (then run it again),",
         "  export ANTHROPIC_API_KEY=...  (or OPENAI_API_KEY, GEMINI_API_KEY, ...) and run code-puppy again,",
         "  start a local server (ollama serve, vllm serve MODEL, llama-server) and run code-puppy again,",
         "  or pass -m MODEL (e.g. -m anthropic:claude-sonnet-5-5).",
@@ -146,6 +176,18 @@ def test_esc_leaves_without_writing(code_puppy_home: Path, project: Path, chat_c
         f"↑↓ or 1-9 · Enter uses it and saves it in {code_puppy_home / 'config.toml'} · Esc quits",
         "No model chosen; nothing was written.",
     ]
+    assert not (code_puppy_home / "config.toml").exists()
+
+
+def test_ctrl_c_leaves_without_writing_and_exits_130(
+    code_puppy_home: Path, project: Path, chat_cleanup: list[PtyChat]
+) -> None:
+    chat = PtyChat(project, env={"OPENAI_API_KEY": "sk-test", "CODE_PUPPY_LOCAL_PORTS": ""})
+    chat_cleanup.append(chat)
+    chat.wait_for("Esc quits")
+    chat.type("\x03")
+    assert chat.wait_exit() == 130
+    assert lines_from(chat.text, "↑↓")[-1] == "No model chosen; nothing was written."
     assert not (code_puppy_home / "config.toml").exists()
 
 
@@ -208,3 +250,64 @@ def test_slash_model_switches_to_a_local_servers_model_for_this_chat(
     chat.wait_turn("Answer from the other model.")
     assert server.requests[-1].body["model"] == "other-model"
     assert (code_puppy_home / "config.toml").read_text() == written
+
+
+def test_thirty_local_models_fit_an_80x24_terminal_and_scroll_with_the_cursor(
+    code_puppy_home: Path, project: Path, chat_cleanup: list[PtyChat]
+) -> None:
+    """The list shows what fits below the title and above the hint, never "Window too small"; moving past the last
+    row shown scrolls; Enter picks the highlighted row."""
+    with FakeLLMServer() as fake:
+        fake.models = [f"model-{number:02}" for number in range(1, 31)]
+        port = fake.server_port
+        chat = PtyChat(project, env={"CODE_PUPPY_LOCAL_PORTS": str(port)}, columns=80, rows=24)
+        chat_cleanup.append(chat)
+        screen = chat.wait_for("Esc quits")
+        assert "Window too small" not in screen
+        config = code_puppy_home / "config.toml"
+        hint = f"↑↓ or 1-9 · Enter uses it and saves it in {config} · Esc quits"
+        server = f"local server at 127.0.0.1:{port}"
+        rows = [f"  {number:>2}  model-{number:02}  free  ? ctx  {server}" for number in range(1, 31)]
+        hint_lines = [hint[start : start + 80] for start in range(0, len(hint), 80)]
+        shown = 24 - 2 - len(hint_lines)  # less the found line and the title
+        top = [
+            f"No model is set yet. Models found: 30 from {server}.",
+            f"Choose a model  (1-{shown} of 30; PgUp/PgDn)",
+            "›" + rows[0][1:],
+            *rows[1:shown],
+            *hint_lines,
+        ]
+        assert screen.splitlines()[-24:] == top
+        chat.type("\x1b[B" * shown)  # down past the last row shown
+        screen = chat.wait_for(f"(2-{shown + 1} of 30; PgUp/PgDn)")
+        assert screen.splitlines()[-24:] == [
+            top[0],
+            f"Choose a model  (2-{shown + 1} of 30; PgUp/PgDn)",
+            *rows[1:shown],
+            "›" + rows[shown][1:],
+            *hint_lines,
+        ]
+        chat.type("\x1b[6~")  # PgDn: to the last row
+        chat.wait_for(lambda screen: f"({31 - shown}-30 of 30; PgUp/PgDn)" in screen and "› 30  model-30" in screen)
+        chat.type("\x1b[A\r")  # up one, to model-29, and Enter
+        chat.wait_for("model: model-29, saved in")
+    assert config.read_text().startswith('model = "model-29"\n')
+
+
+def test_a_read_only_config_is_left_alone_and_the_chat_does_not_start(
+    code_puppy_home: Path, project: Path, chat_cleanup: list[PtyChat]
+) -> None:
+    config = code_puppy_home / "config.toml"
+    config.write_text("# read-only on purpose\n")
+    config.chmod(0o444)
+    chat = PtyChat(project, env={"OPENAI_API_KEY": "sk-test", "CODE_PUPPY_LOCAL_PORTS": ""})
+    chat_cleanup.append(chat)
+    screen = chat.wait_for("Esc quits")
+    name = next(line for line in screen.splitlines() if line.startswith("›")).split()[2]
+    chat.type("\r")
+    assert chat.wait_exit() == 2
+    # The one line, wrapped at the terminal's 120 columns.
+    assert "".join(lines_from(chat.text, "↑↓")[1:]) == (
+        f'code-puppy: error: {config} is read-only; add model = "{name}" yourself'
+    )
+    assert config.read_text() == "# read-only on purpose\n"
