@@ -6,6 +6,8 @@ import importlib.util
 import socket
 from pathlib import Path
 
+import pytest
+
 from code_puppy.config import ModelEndpoint, Settings
 from code_puppy.model_choices import (
     LOCAL_SERVERS,
@@ -113,3 +115,19 @@ def test_a_provider_whose_sdk_is_not_installed_is_not_offered() -> None:
     """Choosing it would leave a config.toml every start refuses ("needs an extra package")."""
     assert importlib.util.find_spec("mistralai") is None  # pydantic-ai-slim[mistral] is no dependency of ours
     assert provider_choices({"MISTRAL_API_KEY": "x"}) == []
+
+
+@pytest.mark.parametrize(
+    "environ",
+    [
+        {},
+        {"CODE_PUPPY_LOCAL_PORTS": ""},
+        {"GROQ_API_KEY": "x", "MISTRAL_API_KEY": "x", "CODE_PUPPY_LOCAL_PORTS": "9,10"},
+    ],
+)
+def test_the_nothing_found_message_fits_an_80_column_terminal(environ: dict[str, str]) -> None:
+    from code_puppy.chat.model_choice import nothing_found
+
+    lines = nothing_found(environ).splitlines()
+    assert "CODE_PUPPY_LOCAL_PORTS=PORT" in "\n".join(lines)  # a server on a port of its own: how to name it
+    assert [line for line in lines if len(line) >= 80] == []

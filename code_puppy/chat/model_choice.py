@@ -30,27 +30,30 @@ from code_puppy.model_choices import (
 from code_puppy.paths import config_dir
 
 NOTHING_FOUND = """\
-code-puppy needs a model and found none: {keys}, no [models] in config.toml,
-{servers}. Either:
-{installs}  export ANTHROPIC_API_KEY=...  (or OPENAI_API_KEY, GEMINI_API_KEY, ...) and run code-puppy again,
-  start a local server (ollama serve, vllm serve MODEL, llama-server) and run code-puppy again,
-  or pass -m MODEL (e.g. -m anthropic:claude-sonnet-5-5)."""
+code-puppy needs a model and found none: {keys},
+no [models] in config.toml,
+{servers}.
+Either:
+{installs}  export ANTHROPIC_API_KEY=... (or OPENAI_API_KEY, GEMINI_API_KEY, ...),
+  start a local server (ollama serve, vllm serve MODEL, llama-server),
+  or name your server's port: CODE_PUPPY_LOCAL_PORTS=PORT code-puppy,
+  then run code-puppy again; or pass -m MODEL (-m anthropic:claude-sonnet-5-5)."""
+"""Each line within 80 columns (the default ports' line included)."""
 
 
 def nothing_found(environ: Mapping[str, str]) -> str:
     """What to do when no model can be found: the keys set whose provider's SDK is missing, the ports asked."""
     unusable = keys_without_sdk(environ)
     installs = "".join(
-        f"  {variable} is set, but its provider needs pip install 'pydantic-ai-slim[{extra}]' (then run it again),\n"
-        for variable, extra in unusable
+        f"  {variable} is set: pip install 'pydantic-ai-slim[{extra}]' to use it,\n" for variable, extra in unusable
     )
     ports = local_ports(environ)
     if not ports:
         servers = f"no local server asked ({LOCAL_PORTS_VARIABLE} is empty)"
     else:
-        asked = ", ".join(f"{name} :{port}" if name != "local server" else f":{port}" for port, name in ports)
-        chosen = f" from {LOCAL_PORTS_VARIABLE}" if LOCAL_PORTS_VARIABLE in environ else ""
-        servers = f"no local server on 127.0.0.1 ({asked}{chosen})"
+        asked = ", ".join(f":{port} {name}" if name != "local server" else f":{port}" for port, name in ports)
+        chosen = f" (from {LOCAL_PORTS_VARIABLE})" if LOCAL_PORTS_VARIABLE in environ else ""
+        servers = f"no local server on {asked}{chosen}"
     keys = "no usable provider key" if unusable else "no provider key in the environment"
     return NOTHING_FOUND.format(keys=keys, servers=servers, installs=installs)
 
@@ -197,7 +200,7 @@ async def first_run(project_root: Path) -> int | None:
         return 2
     config = config_dir() / "config.toml"
     title = f"No model is set yet. Models found: {_found(choices)}.\nChoose a model"
-    hint = f"↑↓ or 1-9 · Enter uses it and saves it in {config} · Esc quits"
+    hint = f"Esc quits · ↑↓ or 1-9 · Enter uses it and saves it in {config}"  # cut at the end on a narrow terminal
     picker = ModelPicker(choices, title, hint, erase=False)
     chosen = await picker.run()
     if chosen is None:
@@ -210,7 +213,8 @@ async def first_run(project_root: Path) -> int | None:
         return 2
     print(f"model: {chosen.name}, saved in {config}:")
     print(f'  model = "{chosen.name}"' + (f"   (and [models.{chosen.name}] for its server)" if chosen.endpoint else ""))
-    print("Change that line to change the default; -m MODEL picks one for a run, /model in the chat switches.")
+    print("Change that line to change the default. -m NAME picks a model for one run (a [models] name or")
+    print("PROVIDER:MODEL); /model in the chat lists the models found and switches.")
     return None
 
 

@@ -72,11 +72,12 @@ def test_a_local_server_on_a_usual_port_is_offered_saved_and_answers(
         ]
         number = row.removeprefix("›").split()[0]
         chat.type(number + "\r")
-        chat.wait_for("/model in the chat switches.")
-        assert lines_from(chat.text, "model: ")[:3] == [
+        chat.wait_for("lists the models found and switches.")
+        assert lines_from(chat.text, "model: ")[:4] == [
             f"model: qwen2.5-coder-7b, saved in {config}:",
             '  model = "qwen2.5-coder-7b"   (and [models.qwen2.5-coder-7b] for its server)',
-            "Change that line to change the default; -m MODEL picks one for a run, /model in the chat switches.",
+            "Change that line to change the default. -m NAME picks a model for one run (a [models] name or",
+            "PROVIDER:MODEL); /model in the chat lists the models found and switches.",
         ]
         chat.type("say hello\r")
         chat.wait_turn("Hello from the local model.")
@@ -110,12 +111,12 @@ def test_a_provider_key_offers_its_models_and_the_choice_answers(
             "   2  anthropic:claude-sonnet-5-5  $2.00/$10.00 per M  1M ctx  ANTHROPIC_API_KEY",
             "   3  anthropic:claude-haiku-5-5   $0.50/$0.50 per M   1M ctx  ANTHROPIC_API_KEY",
             "   4  anthropic:claude-fable-5-2   $8.00/$40.00 per M  1M ctx  ANTHROPIC_API_KEY",
-            f"↑↓ or 1-9 · Enter uses it and saves it in {config} · Esc quits",
+            f"Esc quits · ↑↓ or 1-9 · Enter uses it and saves it in {config}",
         ]
         chat.type("\x1b[B")  # down, to Sonnet
         chat.wait_for("›  2  anthropic:claude-sonnet-5-5")
         chat.type("\r")
-        chat.wait_for("/model in the chat switches.")
+        chat.wait_for("lists the models found and switches.")
         chat.type("hello\r")
         chat.wait_turn("Hello from Sonnet.")
         assert fake.requests[-1].path == "/v1/messages"
@@ -128,6 +129,15 @@ def test_a_provider_key_offers_its_models_and_the_choice_answers(
     assert tomllib.loads(config.read_text())["sessions"] == {"auto_title": False}
 
 
+HOW_TO_SET_A_MODEL = [
+    "Either:",
+    "  export ANTHROPIC_API_KEY=... (or OPENAI_API_KEY, GEMINI_API_KEY, ...),",
+    "  start a local server (ollama serve, vllm serve MODEL, llama-server),",
+    "  or name your server's port: CODE_PUPPY_LOCAL_PORTS=PORT code-puppy,",
+    "  then run code-puppy again; or pass -m MODEL (-m anthropic:claude-sonnet-5-5).",
+]
+
+
 def test_nothing_found_says_how_to_set_a_model_and_exits_2(
     code_puppy_home: Path, project: Path, chat_cleanup: list[PtyChat]
 ) -> None:
@@ -135,12 +145,11 @@ def test_nothing_found_says_how_to_set_a_model_and_exits_2(
     chat_cleanup.append(chat)
     assert chat.wait_exit() == 2
     assert lines_from(chat.text, "code-puppy needs") == [
-        "code-puppy needs a model and found none: no provider key in the environment, no [models] in config.toml,",
+        "code-puppy needs a model and found none: no provider key in the environment,",
+        "no [models] in config.toml,",
         # No port was asked (the variable is empty): the message says so rather than naming the usual ports.
-        "no local server asked (CODE_PUPPY_LOCAL_PORTS is empty). Either:",
-        "  export ANTHROPIC_API_KEY=...  (or OPENAI_API_KEY, GEMINI_API_KEY, ...) and run code-puppy again,",
-        "  start a local server (ollama serve, vllm serve MODEL, llama-server) and run code-puppy again,",
-        "  or pass -m MODEL (e.g. -m anthropic:claude-sonnet-5-5).",
+        "no local server asked (CODE_PUPPY_LOCAL_PORTS is empty).",
+        *HOW_TO_SET_A_MODEL,
     ]
     assert not (code_puppy_home / "config.toml").exists()
 
@@ -155,13 +164,13 @@ def test_nothing_found_names_keys_whose_provider_is_not_installed_and_the_ports_
     chat_cleanup.append(chat)
     assert chat.wait_exit() == 2
     assert lines_from(chat.text, "code-puppy needs") == [
-        "code-puppy needs a model and found none: no usable provider key, no [models] in config.toml,",
-        f"no local server on 127.0.0.1 (:{ports[0]}, :{ports[1]} from CODE_PUPPY_LOCAL_PORTS). Either:",
-        "  GROQ_API_KEY is set, but its provider needs pip install 'pydantic-ai-slim[groq]' (then run it again),",
-        "  CO_API_KEY is set, but its provider needs pip install 'pydantic-ai-slim[cohere]' (then run it again),",
-        "  export ANTHROPIC_API_KEY=...  (or OPENAI_API_KEY, GEMINI_API_KEY, ...) and run code-puppy again,",
-        "  start a local server (ollama serve, vllm serve MODEL, llama-server) and run code-puppy again,",
-        "  or pass -m MODEL (e.g. -m anthropic:claude-sonnet-5-5).",
+        "code-puppy needs a model and found none: no usable provider key,",
+        "no [models] in config.toml,",
+        f"no local server on :{ports[0]}, :{ports[1]} (from CODE_PUPPY_LOCAL_PORTS).",
+        "Either:",
+        "  GROQ_API_KEY is set: pip install 'pydantic-ai-slim[groq]' to use it,",
+        "  CO_API_KEY is set: pip install 'pydantic-ai-slim[cohere]' to use it,",
+        *HOW_TO_SET_A_MODEL[1:],
     ]
     assert not (code_puppy_home / "config.toml").exists()
 
@@ -172,8 +181,8 @@ def test_esc_leaves_without_writing(code_puppy_home: Path, project: Path, chat_c
     chat.wait_for("Esc quits")
     chat.type("\x1b")
     assert chat.wait_exit() == 0
-    assert lines_from(chat.text, "↑↓") == [
-        f"↑↓ or 1-9 · Enter uses it and saves it in {code_puppy_home / 'config.toml'} · Esc quits",
+    assert lines_from(chat.text, "Esc quits") == [
+        f"Esc quits · ↑↓ or 1-9 · Enter uses it and saves it in {code_puppy_home / 'config.toml'}",
         "No model chosen; nothing was written.",
     ]
     assert not (code_puppy_home / "config.toml").exists()
@@ -187,7 +196,7 @@ def test_ctrl_c_leaves_without_writing_and_exits_130(
     chat.wait_for("Esc quits")
     chat.type("\x03")
     assert chat.wait_exit() == 130
-    assert lines_from(chat.text, "↑↓")[-1] == "No model chosen; nothing was written."
+    assert lines_from(chat.text, "Esc quits")[-1] == "No model chosen; nothing was written."
     assert not (code_puppy_home / "config.toml").exists()
 
 
@@ -265,7 +274,7 @@ def test_thirty_local_models_fit_an_80x24_terminal_and_scroll_with_the_cursor(
         screen = chat.wait_for("Esc quits")
         assert "Window too small" not in screen
         config = code_puppy_home / "config.toml"
-        hint = f"↑↓ or 1-9 · Enter uses it and saves it in {config} · Esc quits"
+        hint = f"Esc quits · ↑↓ or 1-9 · Enter uses it and saves it in {config}"
         server = f"local server at 127.0.0.1:{port}"
         rows = [f"  {number:>2}  model-{number:02}  free  ? ctx  {server}" for number in range(1, 31)]
         hint_lines = [hint[start : start + 80] for start in range(0, len(hint), 80)]
@@ -307,7 +316,7 @@ def test_a_read_only_config_is_left_alone_and_the_chat_does_not_start(
     chat.type("\r")
     assert chat.wait_exit() == 2
     # The one line, wrapped at the terminal's 120 columns.
-    assert "".join(lines_from(chat.text, "↑↓")[1:]) == (
+    assert "".join(lines_from(chat.text, "Esc quits")[1:]) == (
         f'code-puppy: error: {config} is read-only; add model = "{name}" yourself'
     )
     assert config.read_text() == "# read-only on purpose\n"
