@@ -75,11 +75,12 @@ class ToolCalls:
 
 @dataclass(frozen=True)
 class Error:
-    """An HTTP error with a provider-shaped JSON body."""
+    """An HTTP error with a provider-shaped JSON body, or with `body` as it is (e.g. Ollama's `{"error": "..."}`)."""
 
     status: int
     message: str
     delay: float = 0.0
+    body: dict[str, Any] | None = None
 
 
 Step = Text | ToolCalls | Error
@@ -102,8 +103,8 @@ def cut_call(name: str, args: dict[str, Any], at: int, id: str | None = None) ->
     return ToolCall(name, args, id, raw_args=json.dumps(args)[:at])
 
 
-def error(status: int, message: str, *, delay: float = 0.0) -> Error:
-    return Error(status, message, delay)
+def error(status: int, message: str = "", *, delay: float = 0.0, body: dict[str, Any] | None = None) -> Error:
+    return Error(status, message, delay, body)
 
 
 def hang() -> Text:
@@ -121,7 +122,7 @@ def step_from_json(data: dict[str, Any]) -> Step:
             parsed = tuple(ToolCall(c["name"], c.get("args", {}), c.get("id"), c.get("raw_args")) for c in calls)
             return ToolCalls(parsed, stop=data.get("stop"), **timing)
         case {"error": int(status)}:
-            return Error(status, data.get("message", "fake server error"), data.get("delay", 0.0))
+            return Error(status, data.get("message", "fake server error"), data.get("delay", 0.0), data.get("body"))
     raise ValueError(f"unknown script step: {data!r}")
 
 
@@ -470,7 +471,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return None
         if isinstance(step, Error):
-            return self._send_json(step.status, protocol.error_body(step.status, step.message))
+            body = step.body if step.body is not None else protocol.error_body(step.status, step.message)
+            return self._send_json(step.status, body)
         request.output_tokens = _output_tokens(step)
         turn = _Turn.of(index, request, step)
         if not request.body.get("stream"):

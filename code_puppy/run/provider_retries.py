@@ -6,6 +6,7 @@ import asyncio
 import os
 from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass, field, replace
+from http import HTTPStatus
 from typing import Any, cast
 
 from pydantic_ai import RunContext
@@ -14,6 +15,7 @@ from pydantic_ai.exceptions import (
     ModelAPIError,
     ModelConnectionError,
     ModelHTTPError,
+    ModelQuotaExceededError,
     ModelRateLimitError,
     ModelRequestTimeout,
     ModelServerError,
@@ -88,10 +90,13 @@ class ProviderRetries(AbstractCapability[Any]):
         if isinstance(error, ModelHTTPError) and error.status_code in (401, 403):
             raise ProviderFailed(refused_key(error, request_context.model)) from error
         if not isinstance(error, RETRYABLE):
+            if isinstance(error, ModelHTTPError):
+                what = describe_provider_error(error, request_context.model)
+                raise ProviderFailed(with_advice(what, error)) from error
             raise error
         what = describe_provider_error(error, request_context.model)
         if request_context.attempt > self.retries:
-            raise ProviderFailed(what) from error
+            raise ProviderFailed(with_advice(what, error)) from error
         retry = request_context.attempt
         delay = min(MAX_BACKOFF, error.retry_after or 0.5 * 2 ** (retry - 1))
         self.report(f"{what}; retrying {retry}/{self.retries} in {delay:g} s")
@@ -116,7 +121,46 @@ def describe_provider_error(error: ModelAPIError, model: Model) -> str:
         return f"the model sent nothing for {error.timeout:g} s ([run] first_event_timeout)"
     if isinstance(error, ModelConnectionError):
         return f"cannot reach {model.base_url or model.system}: {_socket_reason(error) or error.message.rstrip('.')}"
+    if isinstance(error, ModelHTTPError):
+        return _http_error_words(error, model)
     return one_line(error)
+
+
+def _http_error_words(error: ModelHTTPError, model: Model) -> str:
+    """An HTTP error status in words: what the server at the base URL answered, with the provider's own sentence."""
+    status = error.status_code
+    server = f"the server at {(model.base_url or model.system).rstrip('/')}"
+    said = provider_said(error)
+    answer = f"{status}: {said}" if said else str(status)
+    if isinstance(error, ModelQuotaExceededError):
+        return f"{server} says the account's quota or credits are used up ({answer})"
+    if status == 404:
+        return f"{server} does not know the model '{model.model_name}' ({answer})"
+    if status == 429:
+        return f"{server} rate limited the request ({answer})"
+    if status >= 500:
+        return f"{server} answered {answer}" if said else f"{server} answered {status} ({_reason(status)})"
+    return f"{server} rejected the request ({answer})"
+
+
+def with_advice(what: str, error: Exception) -> str:
+    """A failure's words with what the user can do about it, where there is one thing to say."""
+    if not isinstance(error, ModelHTTPError) or isinstance(error, ModelQuotaExceededError):
+        return what
+    if error.status_code == 404:
+        model = error.model_name
+        pull = f" (for Ollama: ollama pull {model})" if "pull" in provider_said(error).lower() else ""
+        return f"{what}; check the model name{pull}, and the base URL if it may be wrong"
+    if error.status_code == 429:
+        return f"{what}; wait, or lower the request rate"
+    return what
+
+
+def _reason(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "a server error"
 
 
 def _socket_reason(error: BaseException) -> str | None:
@@ -135,7 +179,7 @@ def refused_key(error: ModelHTTPError, model: Model) -> str:
     """A 401 or 403 in the user's words: which environment variable's key was refused, and what to check."""
     key = getattr(getattr(model, "client", None), "api_key", None)
     where = model.base_url or model.system
-    said = _provider_message(error.body)
+    said = provider_said(error)
     said = f' (the provider said: "{said}")' if said else ""
     if key == PLACEHOLDER_API_KEY:
         return (
@@ -159,14 +203,31 @@ def key_variable(key: str, system: str) -> str | None:
     return usual if usual in holders else next(iter(holders), None)
 
 
-def _provider_message(body: object) -> str:
-    """The provider's own sentence from an error body (OpenAI's `message`, Anthropic's `error.message`), short."""
+def provider_said(error: ModelHTTPError) -> str:
+    """The provider's own sentence about an HTTP error, short: from the body the SDK kept, else from the raw reply
+    (an SDK keeps only the `error` field, which is a number in `{"error": 500, "message": "..."}`)."""
+    said = _message_in(error.body)
+    if said:
+        return said
+    response = getattr(error.__cause__, "response", None)
+    try:
+        raw: object = response.json() if response is not None else None
+    except Exception:  # not JSON, or not read: nothing more to say than the status
+        raw = None
+    return _message_in(raw)
+
+
+def _message_in(body: object) -> str:
+    """The message in an error body: OpenAI's and Anthropic's `error.message`, a plain `message`, Ollama's `error`
+    string, FastAPI's `detail`; or a body that is itself a string (an SDK keeps `error` alone)."""
+    message: object = body
     if isinstance(body, dict):
         fields = cast(dict[str, Any], body)
         inner = fields.get("error")
-        message = fields.get("message") or (
-            cast(dict[str, Any], inner).get("message") if isinstance(inner, dict) else None
+        inner_message = cast(dict[str, Any], inner).get("message") if isinstance(inner, dict) else inner
+        message = next(
+            (m for m in (inner_message, fields.get("message"), fields.get("detail")) if isinstance(m, str) and m), None
         )
-        if isinstance(message, str):
-            return one_line(Exception(message), limit=160)
+    if isinstance(message, str) and message.strip() and not message.lstrip().startswith("<"):  # not an HTML page
+        return one_line(Exception(message), limit=160)
     return ""

@@ -42,3 +42,19 @@ def test_debug_shows_a_failed_turns_traceback_above_its_line(server: FakeLLMServ
         < screen.index("code_puppy.run.provider_retries.ProviderFailed: http")
         < screen.index("✗ run failed: http")
     )
+
+
+def test_a_provider_error_is_the_same_words_in_the_chat(server: FakeLLMServer, project: Path) -> None:
+    server.script(error(404, body={"error": "model 'fake-model' not found, try pulling it first"}))
+    chat = PtyChat(project, columns=300)
+    try:
+        chat.wait_for("session ")
+        chat.type("hi\r")
+        screen = chat.wait_for("✗ run failed: ")
+    finally:
+        chat.close()
+    assert [line for line in screen.splitlines() if line.startswith("✗")] == [
+        f"✗ run failed: the server at {server.base_url} does not know the model 'fake-model' (404: model 'fake-model' "
+        "not found, try pulling it first); check the model name (for Ollama: ollama pull fake-model), and the base "
+        "URL if it may be wrong"
+    ]
