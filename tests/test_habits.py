@@ -143,6 +143,14 @@ def test_options_after_the_prompts_words_apply(server: FakeLLMServer, project: P
     assert server.requests[0].body["messages"][-1] == {"role": "user", "content": "Create notes.txt"}
 
 
+def test_words_then_a_bare_print_take_piped_context(server: FakeLLMServer, project: Path) -> None:
+    server.script(text("ok"))
+    completed = run_cli("summarise this", "-p", cwd=project, input="the text\n")
+    assert completed.returncode == 0, completed.stderr
+    content = "summarise this\n\n<stdin>\nthe text\n</stdin>"
+    assert server.requests[0].body["messages"][-1] == {"role": "user", "content": content}
+
+
 @pytest.mark.parametrize(
     ("args", "line"),
     [
