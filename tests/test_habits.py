@@ -78,6 +78,10 @@ def test_max_turns_is_max_requests(server: FakeLLMServer, project: Path) -> None
         ("exec", "what", "is", "this?"),
         ("--output-format", "json", "exec", "what is this?"),
         ("exec", "--output-format", "json", "what is this?"),  # Codex's options come after exec
+        ("exec", "what is this?", "--output-format", "json"),
+        ("what is this?", "-p"),  # options after the prompt's words, as `claude "task" -p`
+        ("what is this?", "--print", "--output-format", "json"),
+        ("what", "is", "-p", "--output-format", "stream-json", "this?"),
     ],
 )
 def test_print_and_exec_run_one_headless_prompt(server: FakeLLMServer, project: Path, args: tuple[str, ...]) -> None:
@@ -129,6 +133,62 @@ def test_a_prompt_then_claudes_options(server: FakeLLMServer, project: Path) -> 
     )
     assert completed.returncode == 0, completed.stderr
     assert (project / "notes.txt").read_text() == "new\n"
+
+
+def test_options_after_the_prompts_words_apply(server: FakeLLMServer, project: Path) -> None:
+    write_then_answer(server)
+    completed = run_cli("Create notes.txt", "-p", "--permission-mode", "accept-edits", cwd=project)
+    assert (completed.returncode, completed.stdout) == (0, "Done.\n"), completed.stderr
+    assert (project / "notes.txt").read_text() == "new\n"
+    assert server.requests[0].body["messages"][-1] == {"role": "user", "content": "Create notes.txt"}
+
+
+def test_words_then_a_bare_print_take_piped_context(server: FakeLLMServer, project: Path) -> None:
+    server.script(text("ok"))
+    completed = run_cli("summarise this", "-p", cwd=project, input="the text\n")
+    assert completed.returncode == 0, completed.stderr
+    content = "summarise this\n\n<stdin>\nthe text\n</stdin>"
+    assert server.requests[0].body["messages"][-1] == {"role": "user", "content": content}
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (
+            ("fix it", "-m", "sonnet", "--permission-mode", "accept-edits"),
+            "code-puppy PROMPT opens the chat, which needs a terminal: for one headless run, -p 'fix it'",
+        ),
+        (
+            ("fix it", "--output-format", "json"),
+            "--output-format json shapes a headless run's output: use it with -p 'fix it'",
+        ),
+        (("--output-format", "json"), "--output-format json shapes a headless run's output: use it with -p PROMPT"),
+        (("fix it", "--timeout", "5"), "--timeout bounds a headless run: use it with -p 'fix it'"),
+        (  # after `--` every word is the prompt's, options' names too
+            ("--", "fix it", "-p", "usage"),
+            "code-puppy PROMPT opens the chat, which needs a terminal: for one headless run, -p 'fix it -p usage'",
+        ),
+        (  # a subcommand's name wins only as the first word
+            ("fix it", "usage"),
+            "code-puppy PROMPT opens the chat, which needs a terminal: for one headless run, -p 'fix it usage'",
+        ),
+        (
+            ("fix it", "--frobnicate"),
+            "no such option: --frobnicate (code-puppy --help lists the options; after -- every word is the prompt's)",
+        ),
+        (
+            ("fix it", "--full-auto"),
+            "no such option: --full-auto; use --permission-mode auto "
+            "(code-puppy --help lists the options; after -- every word is the prompt's)",
+        ),
+    ],
+)
+def test_options_among_the_words_are_read_outside_a_terminal(
+    server: FakeLLMServer, project: Path, args: tuple[str, ...], line: str
+) -> None:
+    completed = run_cli(*args, cwd=project)
+    assert (completed.returncode, completed.stdout, completed.stderr) == (2, "", f"code-puppy: error: {line}\n")
+    assert server.requests == []
 
 
 def test_exec_without_a_prompt_is_refused(project: Path) -> None:

@@ -143,25 +143,32 @@ FOREIGN_OPTIONS = {
 
 class _Subcommands(click.Group):
     """The root group, whose subcommands load on first use (`SUBCOMMANDS`). Words that are not a subcommand are the
-    chat's first prompt (`code-puppy "fix the bug"`), as after `--`; `exec WORDS` is `-p WORDS`, as Codex's."""
+    chat's first prompt (`code-puppy "fix the bug"`), as after `--`; `exec WORDS` is `-p WORDS`, as Codex's. Options
+    may come before or after the prompt's words (`code-puppy "fix it" -m sonnet`); a subcommand's name as the first
+    word gets the rest of the line."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         words: list[str] | None = None
         if "--" in args:
             args, words = args[: args.index("--")], args[args.index("--") + 1 :]
-        args = self._bare_print(args)
-        if "exec" in args:
-            args = self._without_exec(ctx, args)
+        args, at = self._bare_print(ctx, args)
+        first = args[at] if at is not None else None
+        if at is not None and first == "exec":
+            ctx.meta[EXEC] = True
+            del args[at]  # so the options after it are read too (`code-puppy exec --output-format json TASK`)
+        subcommand = first in self.list_commands(ctx) and not ctx.meta.get(EXEC)
+        ctx.allow_interspersed_args = not subcommand
         try:
             super().parse_args(ctx, args)
         except click.NoSuchOption as exc:
             name = exc.option_name.partition("=")[0]
             instead = f"; use {FOREIGN_OPTIONS[name]}" if name in FOREIGN_OPTIONS else ""
-            fail(f"no such option: {name}{instead} (code-puppy --help lists the options)")
+            words_too = "; after -- every word is the prompt's" if first is not None else ""
+            fail(f"no such option: {name}{instead} (code-puppy --help lists the options{words_too})")
         except click.UsageError as exc:
             fail(exc.format_message())
         rest = [*ctx._protected_args, *ctx.args]  # pyright: ignore[reportPrivateUsage]
-        if rest and rest[0] in self.list_commands(ctx) and not ctx.meta.get(EXEC):
+        if subcommand:
             ctx.args += ["--", *words] if words is not None else []
             return ctx.args
         if words := [*rest, *(words or [])]:
@@ -169,35 +176,33 @@ class _Subcommands(click.Group):
         ctx._protected_args, ctx.args = [], []  # pyright: ignore[reportPrivateUsage]  # no subcommand runs
         return []
 
-    def _bare_print(self, args: list[str]) -> list[str]:
-        """`args` with an empty prompt after a `-p`/`--print` that has none (`claude -p --output-format json TASK`, or
-        stdin as the prompt): the next word is another option, or there is none. `-p "-x is broken"` keeps its text."""
+    def _bare_print(self, ctx: click.Context, args: list[str]) -> tuple[list[str], int | None]:
+        """`args` with an empty prompt after a `-p`/`--print` that has none (`claude -p --output-format json TASK`,
+        `code-puppy TASK -p`, or stdin as the prompt): the next word is another option, or there is none. `-p "-x is
+        broken"` keeps its text. Also where the first word that is no option's value is; from a subcommand's name on,
+        the line is the subcommand's and is not read here."""
         options = {name: param for param in self.params if isinstance(param, click.Option) for name in param.opts}
         given: list[str] = []
-        for at, word in enumerate(args):
+        first: int | None = None
+        at = 0
+        while at < len(args):
+            word = args[at]
             given.append(word)
+            at += 1
             option = options.get(word)
-            if option is None and not word.startswith("-"):
-                return [*given, *args[at + 1 :]]  # the first word that is not an option: the rest is not read here
-            following = args[at + 1] if at + 1 < len(args) else None
-            if option is not None and option.name == "prompt" and (following is None or following in options):
+            if option is None:
+                if first is None and not word.startswith("-"):
+                    first = len(given) - 1
+                    if word in self.list_commands(ctx):
+                        return [*given, *args[at:]], first
+                continue
+            following = args[at] if at < len(args) else None
+            if option.name == "prompt" and (following is None or following in options):
                 given.append("")
-            elif option is not None and not option.is_flag and following is not None:
-                return [*given, following, *self._bare_print(args[at + 2 :])]
-        return given
-
-    def _without_exec(self, ctx: click.Context, args: list[str]) -> list[str]:
-        """`args` without the word `exec` where a subcommand's name would be, so the options after it are read too
-        (`code-puppy exec --output-format json TASK`); `ctx.meta[EXEC]` says it was there."""
-        try:
-            _, rest, _ = self.make_parser(ctx).parse_args(args=list(args))
-        except click.UsageError:
-            return args  # the real parse reports it
-        if not rest or rest[0] != "exec":
-            return args
-        ctx.meta[EXEC] = True
-        at = len(args) - len(rest)
-        return [*args[:at], *args[at + 1 :]]
+            elif not option.is_flag and following is not None:
+                given.append(following)
+                at += 1
+        return given, first
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *SUBCOMMANDS})
@@ -218,7 +223,7 @@ class _Subcommands(click.Group):
     "--print",
     "prompt",
     metavar="PROMPT",
-    help="Run once headless with PROMPT ('-' or none: stdin; `-p` before the words, as `claude -p`, works too).",
+    help="Run once headless with PROMPT ('-' or none: stdin; a bare `-p` with the words, as `claude -p`, works too).",
 )
 @click.option(
     "-m", "--model", type=NAME, metavar="MODEL", help="A model string (openai:gpt-5.1) or a name from [models]."
@@ -353,7 +358,8 @@ def cli(
     """code-puppy: a coding agent for the terminal.
 
     Run it in a project for an interactive chat (`code-puppy "fix the bug"` starts it with that prompt), or with
-    -p PROMPT (or `code-puppy exec PROMPT`) for one headless run. After `--` every word is the prompt.
+    -p PROMPT (or `code-puppy exec PROMPT`) for one headless run. Options may follow the prompt's words; after `--`
+    every word is the prompt.
     """
     # Every command, before anything reads a key: --version and --help never get here (click answers them first).
     if problem := harden_process():
@@ -399,12 +405,14 @@ def cli(
         first_prompt=words,
     )
     if text is None:
-        if timeout is not None:
-            fail("--timeout bounds a headless run: use it with -p PROMPT")
-        if usage_file is not None:
-            fail("--usage-file writes a headless run's result: use it with -p PROMPT")
-        if compat is not None:
-            fail("--compat claude shapes a headless run's output: use it with -p PROMPT")
+        headless_only = {
+            "--timeout bounds a headless run": timeout is not None,
+            "--usage-file writes a headless run's result": usage_file is not None,
+            "--compat claude shapes a headless run's output": compat is not None,
+            f"--output-format {output_format} shapes a headless run's output": output_format != "text",
+        }
+        for what in (what for what, given in headless_only.items() if given):
+            fail(f"{what}: use it with -p {'PROMPT' if words is None else repr(words)}")
         if not sys.stdin.isatty():
             if words is not None:
                 fail(f"code-puppy PROMPT opens the chat, which needs a terminal: for one headless run, -p {words!r}")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fake_llm import FakeLLMServer, text
+from tests.fake_llm import FakeLLMServer, call, text, tool_calls
 from tests.pty_chat import PtyChat
 
 
@@ -26,6 +26,25 @@ def test_words_open_the_chat_with_that_first_turn(
         screen = chat.wait_turn("On it.")
         assert f"› {sent}" in screen
         assert user_messages(server, 0) == [sent]
+        chat.type("/quit\r")
+        assert chat.wait_exit() == 0
+    finally:
+        chat.close()
+
+
+def test_options_after_the_prompts_words_apply_to_the_chat(
+    server: FakeLLMServer, code_puppy_home: Path, project: Path
+) -> None:
+    config = code_puppy_home / "config.toml"
+    config.write_text(config.read_text() + f'[models.other]\nname = "other-model"\nbase_url = "{server.base_url}"\n')
+    server.script(tool_calls(call("write_file", {"path": "notes.txt", "content": "new\n"})), text("Wrote."))
+    chat = PtyChat(project, "write notes", "-m", "other", "--permission-mode", "accept-edits")
+    try:
+        screen = chat.wait_turn("Wrote.")
+        assert "› write notes\n" in screen
+        assert user_messages(server, 0) == ["write notes"]
+        assert server.requests[0].body["model"] == "other-model"
+        assert (project / "notes.txt").read_text() == "new\n"  # accept-edits: written without asking
         chat.type("/quit\r")
         assert chat.wait_exit() == 0
     finally:
