@@ -9,9 +9,7 @@ import json
 import os
 import re
 import tomllib
-import urllib.request
 from collections.abc import Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -116,6 +114,8 @@ def local_ports(environ: Mapping[str, str]) -> list[tuple[int, str]]:
 def local_choices(settings: Settings, ports: list[tuple[int, str]]) -> list[ModelChoice]:
     """The models of the OpenAI-compatible servers answering `GET /v1/models` on 127.0.0.1 at `ports`, each with the
     `[models]` entry that reaches it (none when a configured entry already does)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from code_puppy.config import ModelEndpoint
 
     if not ports:
@@ -142,6 +142,8 @@ def local_choices(settings: Settings, ports: list[tuple[int, str]]) -> list[Mode
 def _models_at(port: int) -> list[tuple[str, int | None]]:
     """The models the server on `port` lists, each with its context window when the server says (vLLM's
     `max_model_len`)."""
+    import urllib.request  # here: the chat imports this module for its quick check of config.toml
+
     url = f"http://127.0.0.1:{port}/v1/models"
     # No proxy: a proxy from the environment would be asked about this machine's ports.
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))

@@ -31,23 +31,10 @@ from code_puppy.core.events import RunOutcome
 from code_puppy.core.project import Project
 from code_puppy.definitions.file_commands import load_commands
 from code_puppy.options import CLAUDE_MODES
-from code_puppy.sessions.costs import RequestCost
+from code_puppy.sessions.costs import CostTotals, RequestCost
 
 _CLAUDE_NAMES = {ours: theirs for theirs, ours in CLAUDE_MODES.items()}
 """Our permission modes by Claude Code's names for them; `auto` is `auto` in both."""
-
-
-@dataclass
-class _ModelUsage:
-    """One model's requests, summed, as `modelUsage` shows them."""
-
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
-    cost_usd: float = 0.0
-    unpriced: int = 0
-    context_window: int = 0
 
 
 @dataclass
@@ -69,7 +56,9 @@ class ClaudeSink:
     _calls: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict[str, tuple[str, dict[str, Any]]])
     """The tool calls the model made, by id: what a denial names."""
     _denials: list[dict[str, Any]] = field(default_factory=list[dict[str, Any]])
-    _models: dict[str, _ModelUsage] = field(default_factory=dict[str, _ModelUsage])
+    _models: dict[str, CostTotals] = field(default_factory=dict[str, CostTotals])
+    _windows: dict[str, int] = field(default_factory=dict[str, int])
+    """Each model's context window, as `modelUsage` shows it (0: unknown)."""
     _api_seconds: float = 0.0
     _request_could_start: float = field(default_factory=time.monotonic)
     """When the next model request could start: the run began, a tool returned, or the previous request ended."""
@@ -175,15 +164,9 @@ class ClaudeSink:
         self._api_seconds += now - self._request_could_start
         self._request_could_start = now
         self._message_id = None
-        used = self._models.setdefault(cost.model, _ModelUsage())
-        used.input_tokens += cost.input_tokens
-        used.output_tokens += cost.output_tokens
-        used.cache_read_tokens += cost.cache_read_tokens
-        used.cache_write_tokens += cost.cache_write_tokens
-        used.cost_usd += cost.cost_usd or 0.0
-        used.unpriced += cost.cost_usd is None
-        if self.project is not None and not used.context_window:
-            used.context_window = _context_window(self.project, cost.model)
+        self._models[cost.model] = self._models.get(cost.model, CostTotals()) + CostTotals.of(cost)
+        if self.project is not None and not self._windows.get(cost.model):
+            self._windows[cost.model] = _context_window(self.project, cost.model)
 
     def warning(self, text: str) -> None:
         print(f"code-puppy: note: {text}", file=self.err, flush=True)
@@ -239,8 +222,8 @@ class ClaudeSink:
                     "cacheReadInputTokens": used.cache_read_tokens,
                     "cacheCreationInputTokens": used.cache_write_tokens,
                     "webSearchRequests": 0,
-                    "costUSD": used.cost_usd,
-                    "contextWindow": used.context_window,
+                    "costUSD": used.priced_usd,
+                    "contextWindow": self._windows.get(name, 0),
                     "maxOutputTokens": 0,
                 }
                 for name, used in self._models.items()
