@@ -53,3 +53,7 @@ class RunOptions:
     """Text added to the instructions of every request (`--append-system-prompt`)."""
     first_prompt: str | None = None
     """What the chat sends as its first turn (`code-puppy "fix the bug"`)."""
+    durable: bool = False
+    """Run the headless turn as a durable run (`--durable`; `[run] durable` too)."""
+    durable_run: str | None = None
+    """The interrupted durable run this invocation resumes (`code-puppy runs resume ID`)."""

@@ -102,6 +102,7 @@ SUBCOMMANDS = {
     "checkpoints": "code_puppy.cli.checkpoints:checkpoints",
     "mcp": "code_puppy.cli.mcp:mcp",
     "plugins": "code_puppy.cli.plugins:plugins_group",
+    "runs": "code_puppy.cli.runs:runs",
     "rewind": "code_puppy.cli.checkpoints:rewind",
     "sandbox": "code_puppy.cli.sandbox:sandbox",
     "sessions": "code_puppy.cli.sessions:sessions",
@@ -317,6 +318,11 @@ class _Subcommands(click.Group):
 )
 @click.option("--no-mcp", is_flag=True, help="Run without the configured MCP servers.")
 @click.option("--no-plugins", is_flag=True, help="Run without plugins.")
+@click.option(
+    "--durable",
+    is_flag=True,
+    help="With -p: a durable run, which `code-puppy runs resume ID` continues at its last finished step if it dies.",
+)
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @click.option(
     "--verbose",
@@ -352,6 +358,7 @@ def cli(
     worktree: str | None,
     no_mcp: bool,
     no_plugins: bool,
+    durable: bool,
     debug: bool,
     verbose: bool,
 ) -> None:
@@ -403,9 +410,11 @@ def cli(
         disallowed_tools=disallowed_tools,
         append_system_prompt=append_system_prompt,
         first_prompt=words,
+        durable=durable,
     )
     if text is None:
         headless_only = {
+            "--durable makes a headless run durable": durable,
             "--timeout bounds a headless run": timeout is not None,
             "--usage-file writes a headless run's result": usage_file is not None,
             "--compat claude shapes a headless run's output": compat is not None,

@@ -201,6 +201,9 @@ class RunConfig(_Section):
     provider's default retention; "5m", "30m", "1h" or "12h" asks for that retention (snapped to the provider's
     tiers); false sends no cache markers and no OpenAI `prompt_cache_key`. Per endpoint: `[models.NAME]
     prompt_cache`."""
+    durable: bool = False
+    """Run every headless turn (`-p`) as a durable run, as `--durable` does: a run whose process dies continues at its
+    last finished step with `code-puppy runs resume ID`."""
 
 
 class BudgetConfig(_Section):

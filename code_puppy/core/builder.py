@@ -64,6 +64,8 @@ MAX_READ_CHARS = 60_000
 """Characters of complete lines per `read_file`, under `MAX_OUTPUT_CHARS` so the output cap never cuts a read."""
 MAX_OUTPUT_CHARS = 64_000
 """Characters kept from any tool result."""
+DURABLE_AGENT_NAME = "code_puppy"
+"""The main agent's name, which a durable run's model-request steps are recorded under."""
 
 C = TypeVar("C", bound=AbstractCapability[Any])
 
@@ -106,6 +108,8 @@ class AgentOptions:
     """Each file-defined agent's model by name (the run's model when absent)."""
     skills: Sequence[AbstractCapability[Any]] = ()
     """The harness `Skills` the model loads on demand."""
+    durable: bool = False
+    """Whether runs may be durable (`--durable`): inside a DBOS workflow, model requests and tool calls are steps."""
 
 
 def build_pydantic_agent(settings: Settings, options: AgentOptions) -> Agent[RunDeps, str]:
@@ -204,6 +208,15 @@ def build_pydantic_agent(settings: Settings, options: AgentOptions) -> Agent[Run
     meter = CostMeter(spending)
     # One instance for the main agent and its delegates: a delegate's changes are the turn's too.
     checkpointing = [Checkpoints(options.checkpoints)] if options.checkpoints is not None else []
+    # DBOS is imported only for a durable run: a plain one never pays for it.
+    durability: list[AbstractCapability[Any]] = []
+    tool_steps: list[AbstractCapability[Any]] = []
+    if options.durable:
+        from pydantic_ai.durable_exec.dbos import DBOSDurability
+
+        from code_puppy.durable.tool_steps import DurableToolSteps
+
+        durability, tool_steps = [DBOSDurability()], [DurableToolSteps()]
 
     def run_frame() -> list[AbstractCapability[Any]]:
         """The outermost entries of every agent's list, new for each agent but the shared checkpoints."""
@@ -249,7 +262,11 @@ def build_pydantic_agent(settings: Settings, options: AgentOptions) -> Agent[Run
     return Agent(
         options.model,
         deps_type=RunDeps,
+        # Durable runs record their steps under this name: it is compatibility data, never to be renamed.
+        name=DURABLE_AGENT_NAME,
         capabilities=[
+            # Outermost around every tool call: a finished call's recorded result is all a resumed run sees of it.
+            *tool_steps,
             *run_frame(),
             Steering(),
             # The instructions, and what a file-defined agent or command in charge may use (before the policy,
@@ -287,6 +304,8 @@ def build_pydantic_agent(settings: Settings, options: AgentOptions) -> Agent[Run
             # after_run implementer, so its position is inert; it sits last as the run's final custodian.
             TurnJournal(),
             HistoryPersistence(),
+            # Model requests as DBOS steps inside a durable run's workflow; it orders itself innermost.
+            *durability,
         ],
         # A coding model often misses a path or an edit anchor twice in a row; pydantic-ai's default of one
         # retry would end the whole run there.

@@ -147,6 +147,8 @@ class Project:
             self.shadow, self.checkpoint_note = open_shadow(
                 self.root, max_file_mb=self.settings.checkpoints.max_file_mb
             )
+        self.durable = options.durable or options.durable_run is not None
+        """Whether the agent is built for durable runs (a headless front end also sets it for `[run] durable`)."""
         self._agent: Agent[RunDeps, str] | None = None
         self._live: LiveCapabilities | None = None
         self._stopped = False
@@ -288,6 +290,8 @@ class Project:
             fork=self.options.fork,
             name=self.options.name,
         )
+        if (self.options.continue_last or self.options.resume) and self.options.durable_run is None:
+            refuse_interrupted_durable_run(session.id)
         recovered = await recover_interrupted_turn(session)
         return session, "; ".join(filter(None, (rewound, recovered))) or None
 
@@ -319,6 +323,7 @@ class Project:
                 agents=self.agent_definitions.items,
                 agent_models=agent_models,
                 skills=skills,
+                durable=self.durable,
             ),
         )
         self._live = LiveCapabilities.of(self._agent)
@@ -377,6 +382,22 @@ class Project:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
     ) -> None:
         await self.close()
+
+
+def refuse_interrupted_durable_run(session_id: str) -> None:
+    """A session whose durable run was interrupted goes on with that run, not a new turn: its steps would be recovered
+    twice (`runs resume` replays them; a journal recovery here would add them too).
+
+    Raises:
+        ConfigError: The session has an interrupted durable run.
+    """
+    from code_puppy.durable.runs import interrupted_run_of
+
+    if (run := interrupted_run_of(session_id)) is not None:
+        raise ConfigError(
+            f"session {session_id[:8]} has an interrupted durable run: continue it with `code-puppy runs resume "
+            f"{run.id}`, or drop it with `code-puppy runs cancel {run.id}`"
+        )
 
 
 def read_claude_permissions(root: Path, options: RunOptions) -> ClaudePermissions:

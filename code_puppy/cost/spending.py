@@ -33,6 +33,7 @@ from pydantic_ai.usage import RequestUsage
 from code_puppy.config import BudgetConfig
 from code_puppy.models import entry_price
 from code_puppy.run.deps import in_main_run
+from code_puppy.run.replay import replaying
 from code_puppy.sessions.costs import CostBook, CostTotals, RequestCost, RequestKind, format_cost
 
 if TYPE_CHECKING:
@@ -307,6 +308,8 @@ class CostMeter(AbstractCapability[Any]):
         self, ctx: RunContext[Any], *, request_context: ModelRequestContext, handler: WrapModelRequestHandler
     ) -> ModelResponse:
         response = await handler(request_context)
+        if replaying():
+            return response  # priced and recorded when it was first made (a resumed durable run)
         kind = self.kind
         if kind is None:
             kind = ("main" if self.spending.run_index == 0 else "continuation") if in_main_run() else "delegate"

@@ -8,12 +8,13 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Coroutine
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic_ai.messages import AgentStreamEvent, TextContent
 from pydantic_ai.usage import RunUsage
@@ -35,6 +36,9 @@ from code_puppy.options import RunOptions
 from code_puppy.paths import write_atomically
 from code_puppy.run.steering import SteeringInbox
 from code_puppy.sessions.costs import CostTotals, RequestCost
+
+if TYPE_CHECKING:
+    from code_puppy.durable.system import Launching
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,15 +65,21 @@ def run_headless(options: RunOptions, headless: HeadlessOptions) -> int:
     result object (`"status": "error"`, the session's id once there is one), before the error propagates to its one
     line on stderr.
     """
-    process_started = _process_started()
-    sink: EventSink
+    output = Output(make_sink(headless), time.monotonic(), usage_file=headless.usage_file)
+    return asyncio.run(run_recorded(options, headless, output, _process_started()))
+
+
+def make_sink(headless: HeadlessOptions) -> EventSink:
+    """The sink of the output format asked for."""
     if headless.compat == "claude" and headless.output_format != "text":
-        sink = ClaudeSink(stream=headless.output_format == "stream-json")
-    else:
-        sink = SINKS[headless.output_format]()
-    output = Output(sink, time.monotonic(), usage_file=headless.usage_file)
+        return ClaudeSink(stream=headless.output_format == "stream-json")
+    return SINKS[headless.output_format]()
+
+
+async def run_recorded(options: RunOptions, headless: HeadlessOptions, output: Output, process_started: float) -> int:
+    """The invocation, its output ended by a result object even when it fails (`run_headless`)."""
     try:
-        return asyncio.run(_headless(options, headless, output, process_started))
+        return await _headless(options, headless, output, process_started)
     except Exception as exc:
         if headless.output_format != "text":
             output.fail(str(exc) if isinstance(exc, ConfigError) else f"internal error: {one_line(exc, typed=True)}")
@@ -101,6 +111,8 @@ class Output:
     usage_file_error: str | None = None
     denied: DeniedCalls = field(default_factory=DeniedCalls)
     """The calls the run was not allowed to make: the result's `denied` and the closing line."""
+    ended: RunOutcome | None = None
+    """The result object, once finished."""
 
     def start(self, session_id: str) -> None:
         self.session_id = session_id
@@ -127,6 +139,7 @@ class Output:
             cost_complete=cost.complete,
             denied=self.denied.count,
         )
+        self.ended = ended
         self.sink.finish(ended)
         if self.usage_file is not None:
             try:
@@ -142,6 +155,13 @@ class Output:
 async def _headless(options: RunOptions, headless: HeadlessOptions, output: Output, process_started: float) -> int:
     project = Project(options)
     output.spending = project.spending
+    launching: Launching | None = None
+    if options.durable_run is None and (options.durable or project.settings.run.durable):
+        from code_puppy.durable.system import Launching
+
+        # DBOS is imported and launched beside the project's start: neither waits for the other.
+        launching = Launching(debug=options.debug, register=_register_workflow)
+        project.durable = True
     if isinstance(output.sink, ClaudeSink):
         output.sink.project = project
     try:
@@ -162,6 +182,13 @@ async def _headless(options: RunOptions, headless: HeadlessOptions, output: Outp
         timeout = headless.timeout or project.settings.run.timeout
         sink = _Counting(output.sink, output.denied)
         turn = _turn(conversation, headless.prompt, sink, timeout, started=process_started)
+        if launching is not None:
+            from code_puppy.headless.durable import inputs_of, start
+
+            inputs = inputs_of(
+                options, session_id=session.id, model=conversation.model_name, mode=project.mode, headless=headless
+            )
+            turn = start(inputs, turn, launching)
         outcome, stopped_by = await _with_signals(turn)
     finally:
         await project.close()
@@ -225,6 +252,8 @@ async def _with_signals(turn: Coroutine[Any, Any, TurnOutcome]) -> tuple[TurnOut
     stopped_by: list[Status] = []
     loop = asyncio.get_running_loop()
     stops: tuple[tuple[int, Status], ...] = ((signal.SIGINT, "interrupted"), (signal.SIGTERM, "terminated"))
+    if threading.current_thread() is not threading.main_thread():
+        stops = ()  # a resumed durable run, on DBOS's loop: the main thread hears the signals
     for signum, status in stops:
         loop.add_signal_handler(signum, _stop, task, stopped_by, status)
     try:
@@ -263,6 +292,10 @@ class _Counting:
 
     def finish(self, outcome: RunOutcome) -> None:
         self.sink.finish(outcome)
+
+
+def _register_workflow() -> None:
+    import code_puppy.headless.durable  # noqa: F401  # registers the workflow with DBOS
 
 
 def _steer_or_report(inbox: SteeringInbox, text: str) -> None:

@@ -1,0 +1,204 @@
+"""Durable runs as `code-puppy runs` shows them, read from DBOS's system database without launching DBOS (a process
+that launches it would take over work), and what a new `-c`/`-r` of a session must know of them.
+
+DBOS's own tables are the record: `workflow_status` (a run's status, its inputs, its result, its executor: the
+process) and `operation_outputs` (its finished steps). The costs come from the sessions store (`requests`, by the
+`run_id`s pydantic-ai gives a durable run's requests: the run's id, a colon, a step number).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from code_puppy.durable.system import WORKFLOW_NAME, Executor, resumer, system_database_path
+from code_puppy.errors import ConfigError
+
+RunStatus = Literal["running", "interrupted", "succeeded", "failed", "cancelled"]
+RESULT_STATUS: dict[str, RunStatus] = {
+    "success": "succeeded",
+    "error": "failed",
+    "limit": "failed",
+    "interrupted": "cancelled",
+    "terminated": "cancelled",
+}
+"""A finished run's status by how its turn ended (`core/events.py` `Status`): a signal that stopped it cancelled it."""
+
+
+@dataclass(frozen=True)
+class DurableRun:
+    """One durable run (a DBOS workflow of `WORKFLOW_NAME`)."""
+
+    id: str
+    session_id: str | None
+    status: RunStatus
+    executor: Executor | None
+    steps: int
+    """Finished steps: model requests and tool calls recorded."""
+    inputs: dict[str, Any]
+    """What it was started with (`headless/durable.py` `inputs_of`)."""
+    output: str | None
+    error: str | None
+    created_ms: int
+
+    def listed(self, cost_usd: float | None) -> dict[str, Any]:
+        """Its `runs list` entry."""
+        executor = self.executor
+        return {
+            "id": self.id,
+            "session_id": self.session_id,
+            "status": self.status,
+            "host": executor.hostname if executor is not None else None,
+            "pid": executor.pid if executor is not None else None,
+            "worker": executor.worker if executor is not None else None,
+            "steps": self.steps,
+            "cost_usd": cost_usd,
+        }
+
+
+@contextmanager
+def _system_database() -> Iterator[sqlite3.Connection | None]:
+    """DBOS's SQLite file, read-only; None when no durable run was ever started here."""
+    path = system_database_path()
+    if not path.exists():
+        yield None
+        return
+    try:
+        connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+    except sqlite3.Error as exc:
+        raise ConfigError(f"cannot read the durable runs database {path}: {exc}") from None
+    with closing(connection):
+        yield connection
+
+
+def list_runs(*, run_id: str | None = None, session_id: str | None = None) -> list[DurableRun]:
+    """The durable runs, newest first: all, the one `run_id` names (its id or a unique prefix), or a session's."""
+    with _system_database() as db:
+        if db is None:
+            return []
+        try:
+            return _read(db, run_id, session_id)
+        except sqlite3.OperationalError as exc:
+            if "no such table" in str(exc):
+                return []  # DBOS made the file but never migrated it (killed while launching)
+            raise ConfigError(f"cannot read the durable runs database {system_database_path()}: {exc}") from None
+
+
+def _read(db: sqlite3.Connection, run_id: str | None, session_id: str | None) -> list[DurableRun]:
+    query = (
+        # DBOS 3.4 keeps inputs and outputs in tables of their own (older rows: in the status row).
+        "SELECT w.workflow_uuid, w.status, w.executor_id, w.queue_name, coalesce(i.inputs, w.inputs),"
+        " coalesce(o.output, w.output), coalesce(o.error, w.error), w.created_at,"
+        " (SELECT count(*) FROM operation_outputs s WHERE s.workflow_uuid = w.workflow_uuid"
+        "  AND s.completed_at_epoch_ms IS NOT NULL)"
+        " FROM workflow_status w LEFT JOIN workflow_input i ON i.workflow_uuid = w.workflow_uuid"
+        " LEFT JOIN workflow_output o ON o.workflow_uuid = w.workflow_uuid WHERE w.name = ?"
+    )
+    arguments: list[Any] = [WORKFLOW_NAME]
+    if run_id is not None:
+        query += " AND w.workflow_uuid LIKE ? ESCAPE '\\'"
+        arguments.append(run_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%")
+    runs: list[DurableRun] = []
+    for wid, status, executor_id, queue, inputs, output, error, created, steps in db.execute(
+        query + " ORDER BY w.created_at DESC", arguments
+    ):
+        recorded = _inputs(inputs)
+        if session_id is not None and recorded.get("session_id") != session_id:
+            continue
+        executor = Executor.parse(executor_id)
+        result = _json(output) if output else None
+        result = result if isinstance(result, dict) else {}
+        runs.append(
+            DurableRun(
+                id=wid,
+                session_id=recorded.get("session_id"),
+                status=_status(status, executor, queue, result),
+                executor=executor,
+                steps=steps,
+                inputs=recorded,
+                output=result.get("output"),
+                error=result.get("error") or (_error(error) if error else None),
+                created_ms=created,
+            )
+        )
+    return runs
+
+
+def _status(status: str, executor: Executor | None, queue: str | None, result: dict[str, Any]) -> RunStatus:
+    if status == "SUCCESS":
+        return RESULT_STATUS.get(str(result.get("status")), "failed")
+    if status == "CANCELLED":
+        return "cancelled"
+    if status in ("PENDING", "ENQUEUED"):
+        if status == "ENQUEUED" and queue is not None:
+            executor = resumer(queue) or executor  # handed to a `runs resume` that has not picked it up yet
+        return "running" if executor is not None and executor.alive else "interrupted"
+    return "failed"
+
+
+def _inputs(text: str | None) -> dict[str, Any]:
+    """A run's recorded inputs: the one dict the workflow takes (JSON as `JsonSerializer` wrote it)."""
+    decoded = _json(text) if text else None
+    try:
+        found = decoded["args"][0]  # type: ignore[index]
+    except (KeyError, IndexError, TypeError):
+        return {}
+    return found if isinstance(found, dict) else {}  # pyright: ignore[reportUnknownVariableType]
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict) and "$dict" in value:
+        return {key: _plain(item) for key, item in value["$dict"].items()}  # pyright: ignore
+    if isinstance(value, dict) and "$tuple" in value:
+        return [_plain(item) for item in value["$tuple"]]  # pyright: ignore
+    if isinstance(value, list):
+        return [_plain(item) for item in value]  # pyright: ignore
+    return value
+
+
+def _json(text: str) -> Any:
+    try:
+        return _plain(json.loads(text))
+    except ValueError:
+        return None  # a row another serializer wrote (a pickle): never unpickled here
+
+
+def _error(text: str) -> str:
+    decoded = _json(text)
+    if isinstance(decoded, dict) and "$error" in decoded:
+        return f"{decoded['$error']}: {decoded.get('message', '')}"
+    return "the run failed (its error was stored in a form code-puppy does not read)"
+
+
+def find_run(reference: str) -> DurableRun:
+    """The one run `reference` names (its id or a unique prefix); `ConfigError` (exit 2) when none or several."""
+    found = list_runs(run_id=reference)
+    exact = [run for run in found if run.id == reference]
+    if exact:
+        return exact[0]
+    if not found:
+        raise ConfigError(f"no durable run {reference} (code-puppy runs list shows them)")
+    if len(found) > 1:
+        raise ConfigError(f"{reference} names {len(found)} durable runs; give more of the id")
+    return found[0]
+
+
+def interrupted_run_of(session_id: str) -> DurableRun | None:
+    """The session's interrupted durable run, if it has one: its turn is the run's to finish (`runs resume`) or to
+    drop (`runs cancel`), never a new turn's to recover."""
+    return next((run for run in list_runs(session_id=session_id) if run.status == "interrupted"), None)
+
+
+def last_step(run_id: str) -> int:
+    """The last step `run_id` recorded: a process resuming it replays every step up to it."""
+    with _system_database() as db:
+        if db is None:
+            return 0
+        (last,) = db.execute(
+            "SELECT max(function_id) FROM operation_outputs WHERE workflow_uuid = ?", (run_id,)
+        ).fetchone()
+    return last or 0

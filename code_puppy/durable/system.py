@@ -1,0 +1,170 @@
+"""Where DBOS keeps durable runs (its system database), and the one DBOS instance a process launches.
+
+Nothing here imports DBOS at module level: `system_database_url` and the executor ids are read by commands that never
+launch it (`code-puppy runs list`), and a plain run imports none of this.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from code_puppy.paths import data_dir
+from code_puppy.sessions.runs import THIS_HOST, process_alive, process_started
+
+if TYPE_CHECKING:
+    from dbos import DBOS
+
+APP_NAME = "code-puppy"
+"""DBOS's application name: part of every workflow's status row."""
+APP_VERSION = "code-puppy-durable-1"
+"""DBOS's application version, fixed: DBOS otherwise hashes the workflows' source, and a run started before an upgrade
+could not be resumed after it. Bump it only when recorded steps of older runs can no longer be replayed."""
+WORKFLOW_NAME = "code_puppy.headless_turn"
+"""The workflow every durable run is; persisted with each run (compatibility data: never rename)."""
+SYSTEM_DB = "durable.sqlite"
+"""DBOS's system database file in the data directory, when no storage url is configured."""
+
+
+def system_database_path() -> Path:
+    """The SQLite file durable runs live in by default."""
+    return data_dir() / SYSTEM_DB
+
+
+def system_database_url(storage_url: str | None = None) -> str:
+    """DBOS's system database: `storage_url` (`[storage] url`, a PostgreSQL url) when given, else the SQLite file in
+    the data directory, made private (0600) before DBOS first opens it."""
+    if storage_url is not None:
+        return storage_url
+    path = system_database_path()
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+    os.chmod(path, 0o600)
+    return f"sqlite:///{path}"
+
+
+@dataclass(frozen=True)
+class Executor:
+    """The process a durable run belongs to, as its DBOS executor id says: every process has its own, so a process
+    that launches DBOS never takes over another's runs (DBOS re-enqueues its own executor's pending runs at launch)."""
+
+    host: str
+    """The machine and PID namespace (`sessions/runs.py` `THIS_HOST`): what the pid means something in."""
+    pid: int
+    started: str | None
+    hostname: str = ""
+
+    @property
+    def id(self) -> str:
+        return f"{self.hostname}/{self.pid}/{self.started or '-'}/{self.host}"
+
+    @classmethod
+    def this(cls) -> Executor:
+        return cls(THIS_HOST, os.getpid(), process_started(os.getpid()), socket.gethostname())
+
+    @classmethod
+    def parse(cls, executor_id: str | None) -> Executor | None:
+        """The executor an id names; None for one no code-puppy process made."""
+        parts = (executor_id or "").split("/", 3)
+        if len(parts) != 4 or not parts[1].isdigit():
+            return None
+        return cls(parts[3], int(parts[1]), None if parts[2] == "-" else parts[2], parts[0])
+
+    @property
+    def alive(self) -> bool:
+        """Whether the process may still run (one on another host is never taken for dead)."""
+        return self.host != THIS_HOST or process_alive(self.pid, self.started)
+
+    @property
+    def worker(self) -> str:
+        """How `runs list` names the process: host name and pid."""
+        return f"{self.hostname}:{self.pid}"
+
+
+RESUME_QUEUE = "code-puppy-resume-"
+
+
+def resume_queue(executor: Executor) -> str:
+    """The queue only this process listens to: `runs resume` continues a run on it, in this process."""
+    return f"{RESUME_QUEUE}{executor.pid}-{executor.started or '-'}"
+
+
+def resumer(queue: str) -> Executor | None:
+    """The process (of this host) whose resume queue `queue` is."""
+    pid, _, started = queue.removeprefix(RESUME_QUEUE).partition("-")
+    if not queue.startswith(RESUME_QUEUE) or not pid.isdigit():
+        return None
+    return Executor(THIS_HOST, int(pid), None if started == "-" else started)
+
+
+def launch(storage_url: str | None, *, debug: bool, queue: str | None = None) -> type[DBOS]:
+    """Configure and launch DBOS in this process, with its own executor id and, if `queue`, listening only to it.
+    Workflows must be registered before (importing `code_puppy.headless.durable`).
+
+    DBOS's logging (its banner, its migrations) stays off the terminal unless `debug`."""
+    from dbos import DBOS, DBOSConfig
+
+    from code_puppy.durable.serializer import JsonSerializer
+
+    if not debug:
+        logging.getLogger("dbos").setLevel(logging.WARNING)
+    config: DBOSConfig = {
+        "name": APP_NAME,
+        "system_database_url": system_database_url(storage_url),
+        "executor_id": Executor.this().id,
+        "application_version": APP_VERSION,
+        "serializer": JsonSerializer(),
+        "log_level": "DEBUG" if debug else "WARNING",
+        "notification_listener_polling_interval_sec": 0.1,
+    }
+    DBOS(config=config)
+    DBOS.listen_queues([queue] if queue is not None else [])
+    DBOS.launch()
+    if queue is not None:
+        DBOS.register_queue(queue, polling_interval_sec=0.1)
+    return DBOS
+
+
+class Launching:
+    """DBOS imported and launched in a thread while the project starts: its import (~0.4 s) and its first migrations
+    stay off the critical path. `register` registers the workflows first (DBOS needs them before its launch)."""
+
+    def __init__(self, *, debug: bool, register: Callable[[], None]) -> None:
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._launch, args=(debug, register), name="code-puppy dbos", daemon=True)
+        self._thread.start()
+
+    def _launch(self, debug: bool, register: Callable[[], None]) -> None:
+        try:
+            register()
+            launch(None, debug=debug)
+        except BaseException as exc:  # reported where the run waits for it
+            self._error = exc
+
+    async def wait(self) -> None:
+        await asyncio.to_thread(self._thread.join)
+        if self._error is not None:
+            from code_puppy.errors import ConfigError, one_line
+
+            raise ConfigError(f"durable runs cannot start: {one_line(self._error, typed=True)}") from self._error
+
+
+def cancel_run(run_id: str, storage_url: str | None = None) -> None:
+    """Mark a durable run cancelled, without launching DBOS (a client never takes over work)."""
+    from dbos import DBOSClient
+
+    from code_puppy.durable.serializer import JsonSerializer
+
+    client = DBOSClient(system_database_url=system_database_url(storage_url), serializer=JsonSerializer())
+    try:
+        client.cancel_workflow(run_id)
+    finally:
+        client.destroy()
+
