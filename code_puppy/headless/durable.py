@@ -3,6 +3,9 @@
 The workflow takes ids and options only (`inputs_of`), never live objects. The process that starts a run runs its
 turn inside the workflow as a plain run would (`start`); a process that resumes one rebuilds the whole invocation
 from those inputs inside the workflow, on DBOS's event loop (`resume`), and the recorded steps replay.
+
+This module imports only DBOS at first, so that registering the workflow (before DBOS launches) is quick; the run path
+is imported when a run needs it.
 """
 
 from __future__ import annotations
@@ -15,16 +18,17 @@ import uuid
 from collections.abc import Awaitable, Callable, Coroutine
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dbos import DBOS, SetWorkflowID
 
-from code_puppy.core.events import EXIT_CODES, ending
-from code_puppy.core.turn import TurnOutcome
-from code_puppy.durable.runs import DurableRun
 from code_puppy.durable.system import WORKFLOW_NAME, Executor, Launching, launch, resume_queue
 from code_puppy.options import RunOptions
 from code_puppy.run.replay import replay_check
+
+if TYPE_CHECKING:
+    from code_puppy.core.turn import TurnOutcome
+    from code_puppy.durable.runs import DurableRun
 
 Body = Callable[[], Awaitable[dict[str, Any]]]
 _prepared: dict[str, Body] = {}
@@ -78,6 +82,8 @@ def inputs_of(options: RunOptions, *, session_id: str, model: str, mode: str, he
 
 
 def result_of(outcome: TurnOutcome, exit_code: int | None = None) -> dict[str, Any]:
+    from code_puppy.core.events import EXIT_CODES, ending
+
     status, message = ending(outcome)
     result = outcome.result if outcome.error is None else None
     return {
@@ -114,6 +120,9 @@ def resume(run: DurableRun, *, debug: bool, recorded: int) -> int:
     executor = Executor.this()
     queue = resume_queue(executor)
     dbos = launch(None, debug=debug, queue=queue)
+    # DBOS's queue thread looks for new queues once a second: the run path is imported meanwhile.
+    import code_puppy.headless.runner  # noqa: F401
+
     _recorded[run.id] = recorded
     _debug[run.id] = debug
     handle = dbos.resume_workflow(run.id, queue_name=queue)

@@ -34,6 +34,7 @@ from code_puppy.headless.sinks import SINKS
 from code_puppy.mentions import mention_attachments
 from code_puppy.options import RunOptions
 from code_puppy.paths import write_atomically
+from code_puppy.run.replay import replaying
 from code_puppy.run.steering import SteeringInbox
 from code_puppy.sessions.costs import CostTotals, RequestCost
 
@@ -281,6 +282,8 @@ class _Counting:
         self.sink.run_started(index)
 
     def event(self, event: AgentStreamEvent) -> None:
+        if replaying():
+            return  # shown by the process that first ran the step (a resumed durable run)
         self.denied.note(event)
         self.sink.event(event)
 
@@ -296,6 +299,9 @@ class _Counting:
 
 def _register_workflow() -> None:
     import code_puppy.headless.durable  # noqa: F401  # registers the workflow with DBOS
+
+    # And what the agent's build needs of DBOS (~0.4 s), imported here rather than while the project starts.
+    import pydantic_ai.durable_exec.dbos  # noqa: F401
 
 
 def _steer_or_report(inbox: SteeringInbox, text: str) -> None:
