@@ -25,7 +25,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     | {"terminal_text", "model_choices"},
     frozenset({"sessions"}),
     frozenset({"run"}),
-    frozenset({"workspace", "permissions", "sandbox", "history", "definitions", "mcp", "cost", "checkpoints"})
+    frozenset({"workspace", "permissions", "sandbox", "history", "definitions", "mcp", "cost", "checkpoints", "durable"})
     | {"plugins", "worktrees", "__init__"},
     frozenset({"core"}),
     frozenset({"chat", "headless", "acp"}),

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Generator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from code_puppy.durable.system import WORKFLOW_NAME, Executor, resumer, system_database_path
 from code_puppy.errors import ConfigError
@@ -61,7 +61,7 @@ class DurableRun:
 
 
 @contextmanager
-def _system_database() -> Iterator[sqlite3.Connection | None]:
+def _system_database() -> Generator[sqlite3.Connection | None]:
     """DBOS's SQLite file, read-only; None when no durable run was ever started here."""
     path = system_database_path()
     if not path.exists():
@@ -110,8 +110,8 @@ def _read(db: sqlite3.Connection, run_id: str | None, session_id: str | None) ->
         if session_id is not None and recorded.get("session_id") != session_id:
             continue
         executor = Executor.parse(executor_id)
-        result = _json(output) if output else None
-        result = result if isinstance(result, dict) else {}
+        decoded: Any = _json(output) if output else None
+        result = cast(dict[str, Any], decoded) if isinstance(decoded, dict) else {}
         runs.append(
             DurableRun(
                 id=wid,
@@ -142,21 +142,25 @@ def _status(status: str, executor: Executor | None, queue: str | None, result: d
 
 def _inputs(text: str | None) -> dict[str, Any]:
     """A run's recorded inputs: the one dict the workflow takes (JSON as `JsonSerializer` wrote it)."""
-    decoded = _json(text) if text else None
+    decoded: Any = _json(text) if text else None
     try:
-        found = decoded["args"][0]  # type: ignore[index]
+        found: Any = decoded["args"][0]
     except (KeyError, IndexError, TypeError):
         return {}
-    return found if isinstance(found, dict) else {}  # pyright: ignore[reportUnknownVariableType]
+    return cast(dict[str, Any], found) if isinstance(found, dict) else {}
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, dict) and "$dict" in value:
-        return {key: _plain(item) for key, item in value["$dict"].items()}  # pyright: ignore
-    if isinstance(value, dict) and "$tuple" in value:
-        return [_plain(item) for item in value["$tuple"]]  # pyright: ignore
-    if isinstance(value, list):
-        return [_plain(item) for item in value]  # pyright: ignore
+def _plain(stored: Any) -> Any:
+    """JSON as `JsonSerializer` wrote it, its dicts and tuples untagged (tagged objects stay as stored)."""
+    if isinstance(stored, list):
+        return [_plain(item) for item in cast(list[Any], stored)]
+    if not isinstance(stored, dict):
+        return stored
+    value = cast(dict[str, Any], stored)
+    if "$dict" in value:
+        return {key: _plain(item) for key, item in cast(dict[str, Any], value["$dict"]).items()}
+    if "$tuple" in value:
+        return [_plain(item) for item in cast(list[Any], value["$tuple"])]
     return value
 
 
@@ -168,9 +172,10 @@ def _json(text: str) -> Any:
 
 
 def _error(text: str) -> str:
-    decoded = _json(text)
+    decoded: Any = _json(text)
     if isinstance(decoded, dict) and "$error" in decoded:
-        return f"{decoded['$error']}: {decoded.get('message', '')}"
+        error = cast(dict[str, Any], decoded)
+        return f"{error['$error']}: {error.get('message', '')}"
     return "the run failed (its error was stored in a form code-puppy does not read)"
 
 

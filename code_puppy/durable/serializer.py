@@ -14,7 +14,7 @@ import builtins
 import importlib
 import json
 from functools import cache
-from typing import Any
+from typing import Any, cast
 
 from dbos import Serializer
 from pydantic import TypeAdapter
@@ -61,26 +61,27 @@ def _encode(value: Any) -> Any:
         raise TypeError(f"cannot store a dict with keys that are not text: {value!r:.80}")
     if isinstance(value, BaseException):
         return {"$error": type(value).__name__, "message": str(value)}
-    kind = type(value)
+    kind: type[Any] = cast(type[Any], type(value))
     name = f"{kind.__module__}:{kind.__qualname__}"
     if not kind.__module__.startswith(TRUSTED_MODULES):
         raise TypeError(f"cannot store a {name} in a durable run")
     return {"$type": name, "value": _adapter(kind).dump_python(value, mode="json")}
 
 
-def _decode(value: Any) -> Any:
-    if isinstance(value, list):
-        return [_decode(item) for item in value]  # pyright: ignore[reportUnknownVariableType]
-    if not isinstance(value, dict):
-        return value
+def _decode(stored: Any) -> Any:
+    if isinstance(stored, list):
+        return [_decode(item) for item in cast(list[Any], stored)]
+    if not isinstance(stored, dict):
+        return stored
+    value = cast(dict[str, Any], stored)
     if "$dict" in value:
         return {key: _decode(item) for key, item in value["$dict"].items()}  # pyright: ignore
     if "$tuple" in value:
         return tuple(_decode(item) for item in value["$tuple"])  # pyright: ignore
     if "$error" in value:
-        kind = getattr(builtins, str(value["$error"]), None)
-        if isinstance(kind, type) and issubclass(kind, Exception) and kind.__module__ == "builtins":
-            return kind(value["message"])
+        builtin: Any = getattr(builtins, str(value["$error"]), None)
+        if isinstance(builtin, type) and issubclass(builtin, Exception) and builtin.__module__ == "builtins":
+            return builtin(str(value["message"]))
         return StepFailed(str(value["$error"]), str(value["message"]))
     name = str(value["$type"])
     module, _, qualname = name.partition(":")

@@ -138,7 +138,9 @@ class Launching:
 
     def __init__(self, *, debug: bool, register: Callable[[], None]) -> None:
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._launch, args=(debug, register), name="code-puppy dbos", daemon=True)
+        self._thread = threading.Thread(
+            target=self._launch, args=(debug, register), name="code-puppy dbos", daemon=True
+        )
         self._thread.start()
 
     def _launch(self, debug: bool, register: Callable[[], None]) -> None:
@@ -167,4 +169,3 @@ def cancel_run(run_id: str, storage_url: str | None = None) -> None:
         client.cancel_workflow(run_id)
     finally:
         client.destroy()
-

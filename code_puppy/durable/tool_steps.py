@@ -1,4 +1,4 @@
-"""`DurableToolSteps`: every tool call of a durable run is a DBOS step, so a resumed run never repeats a finished one."""
+"""`DurableToolSteps`: each tool call of a durable run is a DBOS step: a resumed run never repeats a finished one."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ is imported when a run needs it.
 
 from __future__ import annotations
 
-import asyncio
+import importlib
 import os
 import sys
 import time
@@ -121,7 +121,7 @@ def resume(run: DurableRun, *, debug: bool, recorded: int) -> int:
     queue = resume_queue(executor)
     dbos = launch(None, debug=debug, queue=queue)
     # DBOS's queue thread looks for new queues once a second: the run path is imported meanwhile.
-    import code_puppy.headless.runner  # noqa: F401
+    importlib.import_module("code_puppy.headless.runner")
 
     _recorded[run.id] = recorded
     _debug[run.id] = debug
@@ -156,7 +156,10 @@ async def _resumed(inputs: dict[str, Any]) -> dict[str, Any]:
         durable_run=workflow_id,
     )
     headless = HeadlessOptions(
-        prompt=inputs["prompt"], timeout=inputs["timeout"], output_format=inputs["output_format"], compat=inputs["compat"]
+        prompt=inputs["prompt"],
+        timeout=inputs["timeout"],
+        output_format=inputs["output_format"],
+        compat=inputs["compat"],
     )
     output = Output(make_sink(headless), time.monotonic())
     code = await run_recorded(options, headless, output, time.monotonic())

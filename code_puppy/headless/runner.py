@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import json
 import os
 import signal
@@ -298,10 +299,10 @@ class _Counting:
 
 
 def _register_workflow() -> None:
-    import code_puppy.headless.durable  # noqa: F401  # registers the workflow with DBOS
-
-    # And what the agent's build needs of DBOS (~0.4 s), imported here rather than while the project starts.
-    import pydantic_ai.durable_exec.dbos  # noqa: F401
+    """Register the durable run's workflow with DBOS, and import what the agent's build needs of DBOS (~0.4 s) here
+    rather than while the project starts."""
+    importlib.import_module("code_puppy.headless.durable")
+    importlib.import_module("pydantic_ai.durable_exec.dbos")
 
 
 def _steer_or_report(inbox: SteeringInbox, text: str) -> None:
