@@ -25,8 +25,8 @@ LAYERS: tuple[frozenset[str], ...] = (
     | {"terminal_text", "model_choices"},
     frozenset({"sessions"}),
     frozenset({"run"}),
-    frozenset({"workspace", "permissions", "sandbox", "history", "definitions", "mcp", "cost", "checkpoints", "durable"})
-    | {"plugins", "worktrees", "__init__"},
+    frozenset({"workspace", "permissions", "sandbox", "history", "definitions", "mcp", "cost", "checkpoints"})
+    | {"plugins", "worktrees", "durable", "__init__"},
     frozenset({"core"}),
     frozenset({"chat", "headless", "acp"}),
     frozenset({"cli", "__main__"}),
