@@ -1,0 +1,185 @@
+"""Durable runs (`--durable`, `code-puppy runs`), end to end through the installed console script: killed with kill -9
+(the whole process group) at several points, then resumed; the fake server's log shows what was sent again."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import CODE_PUPPY, run_cli, wait_for
+from tests.fake_llm import FakeLLMServer, call, hang, text, tool_calls
+
+GATED = "if [ -f go ]; then echo {word} >> side.txt; else touch started; sleep 5; fi"
+"""A shell command that appends `word` once the test allows it (`go`), and before that says it started and waits: the
+process can be killed while it is in flight, and its orphaned shell writes nothing."""
+
+
+def start_durable(*args: str, cwd: Path) -> subprocess.Popen[str]:
+    """`code-puppy -p … --durable` in a process group of its own, so that kill -9 takes all of it."""
+    return subprocess.Popen(
+        [str(CODE_PUPPY), *args, "--durable", "--permission-mode", "yolo"],
+        cwd=cwd,
+        env=dict(os.environ),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def kill_9(process: subprocess.Popen[str]) -> str:
+    """SIGKILL the process group; what the process wrote on stderr."""
+    os.killpg(process.pid, signal.SIGKILL)
+    return process.communicate(timeout=10)[1]
+
+
+def listed(cwd: Path) -> list[dict[str, Any]]:
+    shown = run_cli("runs", "list", "--json", cwd=cwd)
+    assert shown.returncode == 0, shown.stderr
+    return json.loads(shown.stdout)
+
+
+def roles(server: FakeLLMServer, index: int) -> list[str]:
+    """The conversation request `index` sent, as roles (system prompts left out) with tool calls named."""
+    shown: list[str] = []
+    for message in server.requests[index].body["messages"]:
+        if message["role"] == "system":
+            continue
+        calls = message.get("tool_calls") or []
+        shown.append(message["role"] + "".join(f" {c['function']['name']}" for c in calls))
+    return shown
+
+
+def test_kill_9_between_two_tool_calls_then_resume_repeats_no_finished_call_or_request(
+    server: FakeLLMServer, project: Path
+) -> None:
+    server.script(
+        tool_calls(
+            call("shell", {"command": "echo one >> side.txt"}), call("shell", {"command": GATED.format(word="two")})
+        ),
+        text("both lines written"),
+    )
+    process = start_durable("-p", "write two lines", cwd=project)
+    wait_for(lambda: (project / "started").exists(), what="the second tool call")
+    stderr = kill_9(process)
+    assert (project / "side.txt").read_text() == "one\n"
+    run_id = stderr.splitlines()[0].removeprefix("code-puppy: durable run ")
+    (entry,) = listed(project)
+    assert entry["id"] == run_id and entry["status"] == "interrupted"
+    assert (entry["pid"], entry["worker"]) == (process.pid, f"{entry['host']}:{process.pid}")
+    assert entry["steps"] >= 2  # the model request and the first tool call, at least
+
+    (project / "go").touch()
+    resumed = run_cli("runs", "resume", run_id[:8], cwd=project)
+    assert (resumed.returncode, resumed.stdout) == (0, "both lines written\n"), resumed.stderr
+    assert (project / "side.txt").read_text() == "one\ntwo\n"  # the finished call ran once, the one in flight again
+    assert len(server.requests) == 2  # the finished request was replayed, not sent again
+    assert roles(server, 1) == ["user", "assistant shell shell", "tool", "tool"]
+    assert "echo one" not in resumed.stderr  # a replayed call is not shown again
+
+    shown = run_cli("runs", "show", run_id, "--json", cwd=project)
+    assert shown.returncode == 0, shown.stderr
+    result = json.loads(shown.stdout)
+    assert {key: result[key] for key in ("status", "output", "session_id", "error")} == {
+        "status": "succeeded",
+        "output": "both lines written",
+        "session_id": entry["session_id"],
+        "error": None,
+    }
+    assert result["steps"] > entry["steps"]
+    assert result["cost_usd"] is None  # the fake model has no price
+    history = run_cli("sessions", "show", entry["session_id"], cwd=project)
+    assert history.stdout.count("› write two lines") == 1 and "both lines written" in history.stdout
+
+
+def test_kill_9_during_a_model_request_then_resume_sends_only_that_request_again(
+    server: FakeLLMServer, project: Path
+) -> None:
+    server.script(tool_calls(call("shell", {"command": "echo one >> side.txt"})), hang())
+    process = start_durable("-p", "append", "--output-format", "json", cwd=project)
+    wait_for(lambda: len(server.requests) == 2, what="the second model request")
+    (running,) = listed(project)
+    assert running["status"] == "running"
+    refused = run_cli("runs", "resume", running["id"], cwd=project)
+    assert (refused.returncode, refused.stdout) == (2, "")
+    assert refused.stderr == (
+        f"code-puppy: error: durable run {running['id']} is running (pid {process.pid}); only an interrupted run can "
+        "resume\n"
+    )
+    kill_9(process)
+
+    server.script(text("appended"))
+    resumed = run_cli("runs", "resume", running["id"], cwd=project)
+    assert resumed.returncode == 0, resumed.stderr
+    result = json.loads(resumed.stdout)  # the output format it started with
+    assert (result["status"], result["output"], result["session_id"]) == ("success", "appended", running["session_id"])
+    assert (project / "side.txt").read_text() == "one\n"
+    assert len(server.requests) == 3  # the first request replayed; the one in flight sent again
+    assert server.requests[2].body["messages"] == server.requests[1].body["messages"]
+
+    again = run_cli("runs", "resume", running["id"], cwd=project)
+    assert (again.returncode, again.stderr) == (
+        2,
+        f"code-puppy: error: durable run {running['id']} succeeded; only an interrupted run can resume\n",
+    )
+
+
+def test_an_interrupted_run_blocks_continue_until_cancelled_and_its_steps_join_the_session(
+    server: FakeLLMServer, project: Path, tmp_path: Path
+) -> None:
+    server.script(tool_calls(call("shell", {"command": "echo one >> side.txt"})), hang())
+    process = start_durable("-p", "append", cwd=project)
+    wait_for(lambda: len(server.requests) == 2, what="the second model request")
+    kill_9(process)
+    (run,) = listed(project)
+
+    blocked = run_cli("-c", "-p", "go on", cwd=project)
+    assert (blocked.returncode, blocked.stdout) == (2, "")
+    assert blocked.stderr == (
+        f"code-puppy: error: session {run['session_id'][:8]} has an interrupted durable run: continue it with "
+        f"`code-puppy runs resume {run['id']}`, or drop it with `code-puppy runs cancel {run['id']}`\n"
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    moved = run_cli("runs", "resume", run["id"], cwd=elsewhere)
+    assert (moved.returncode, moved.stderr) == (
+        2,
+        f"code-puppy: error: durable run {run['id']} belongs to the project {project}: resume it there\n",
+    )
+    unknown = run_cli("runs", "show", "nosuchrun", cwd=project)
+    assert (unknown.returncode, unknown.stdout, unknown.stderr) == (
+        2,
+        "",
+        "code-puppy: error: no durable run nosuchrun (code-puppy runs list shows them)\n",
+    )
+    assert len(server.requests) == 2  # none of the refusals sent anything
+
+    cancelled = run_cli("runs", "cancel", run["id"], cwd=project)
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert cancelled.stdout == f"cancelled durable run {run['id']}; recovered an interrupted turn: 3 steps\n"
+    assert [entry["status"] for entry in listed(project)] == ["cancelled"]
+
+    server.script(text("went on"))
+    continued = run_cli("-c", "-p", "go on", cwd=project)
+    assert (continued.returncode, continued.stdout) == (0, "went on\n"), continued.stderr
+    assert roles(server, 2) == ["user", "assistant shell", "tool", "user"]
+    assert (project / "side.txt").read_text() == "one\n"
+
+
+def test_a_plain_run_imports_no_durable_machinery(server: FakeLLMServer, project: Path) -> None:
+    server.script(text("plain"), text("durable"))
+    heavy = ("dbos", "sqlalchemy", "psycopg")
+
+    def imported(*args: str) -> set[str]:
+        completed = run_cli(*args, cwd=project, env={"PYTHONPROFILEIMPORTTIME": "1"})
+        assert completed.returncode == 0, completed.stderr[-2000:]
+        lines = [line.rsplit("|", 1)[-1].strip() for line in completed.stderr.splitlines() if "import time:" in line]
+        return {name.split(".")[0] for name in lines} & set(heavy)
+
+    assert imported("-p", "hi") == set()
+    assert "dbos" in imported("-p", "hi", "--durable")  # the check can fail: a durable run imports it
