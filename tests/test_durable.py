@@ -183,3 +183,42 @@ def test_a_plain_run_imports_no_durable_machinery(server: FakeLLMServer, project
 
     assert imported("-p", "hi") == set()
     assert "dbos" in imported("-p", "hi", "--durable")  # the check can fail: a durable run imports it
+
+
+STALL = """
+import asyncio
+from pathlib import Path
+
+import code_puppy
+
+@code_puppy.hookimpl
+async def agent_run_end(result, error, session):
+    if not Path("go").exists():  # the run has its answer; the session's final save comes next
+        Path("saving").touch()
+        await asyncio.sleep(30)
+"""
+
+
+def test_kill_9_during_the_final_save_then_resume_sends_nothing_and_saves_the_turn_once(
+    server: FakeLLMServer, project: Path, code_puppy_home: Path
+) -> None:
+    (code_puppy_home / "plugins").mkdir()
+    (code_puppy_home / "plugins" / "stall.py").write_text(STALL)
+    server.script(tool_calls(call("shell", {"command": "echo one >> side.txt"})), text("saved"))
+    process = start_durable("-p", "append and save", cwd=project)
+    wait_for(lambda: (project / "saving").exists(), what="the final save")
+    kill_9(process)
+    (run,) = listed(project)
+    assert run["status"] == "interrupted"
+
+    (project / "go").touch()
+    resumed = run_cli("runs", "resume", run["id"], cwd=project)
+    assert (resumed.returncode, resumed.stdout) == (0, "saved\n"), resumed.stderr
+    assert len(server.requests) == 2  # every request had finished: none is sent again
+    assert (project / "side.txt").read_text() == "one\n"
+    history = run_cli("sessions", "show", run["session_id"], cwd=project)
+    assert history.stdout.count("› append and save") == 1 and history.stdout.count("saved") == 1, history.stdout
+    server.script(text("next"))
+    continued = run_cli("-c", "-p", "next", cwd=project)
+    assert (continued.returncode, continued.stdout) == (0, "next\n"), continued.stderr
+    assert roles(server, 2) == ["user", "assistant shell", "tool", "assistant", "user"]

@@ -58,10 +58,14 @@ def _replaying(recorded: int) -> bool:
     return context is not None and 0 < context.function_id <= recorded
 
 
-def inputs_of(options: RunOptions, *, session_id: str, model: str, mode: str, headless: Any) -> dict[str, Any]:
-    """What a durable run is started with, and resumed with: ids and options, never live objects."""
+def inputs_of(
+    options: RunOptions, *, session_id: str, base_messages: int, model: str, mode: str, headless: Any
+) -> dict[str, Any]:
+    """What a durable run is started with, and resumed with: ids and options, never live objects. `base_messages`: how
+    long the session's history was when the run started (a resumed run replays its turn on that history)."""
     return {
         "session_id": session_id,
+        "base_messages": base_messages,
         "project_root": str(options.project_root),
         "prompt": headless.prompt,
         "model": model,
@@ -162,7 +166,7 @@ async def _resumed(inputs: dict[str, Any]) -> dict[str, Any]:
         compat=inputs["compat"],
     )
     output = Output(make_sink(headless), time.monotonic())
-    code = await run_recorded(options, headless, output, time.monotonic())
+    code = await run_recorded(options, headless, output, time.monotonic(), base_messages=inputs["base_messages"])
     ended = output.ended
     return {
         "status": ended.status if ended is not None else "error",

@@ -78,10 +78,18 @@ def make_sink(headless: HeadlessOptions) -> EventSink:
     return SINKS[headless.output_format]()
 
 
-async def run_recorded(options: RunOptions, headless: HeadlessOptions, output: Output, process_started: float) -> int:
-    """The invocation, its output ended by a result object even when it fails (`run_headless`)."""
+async def run_recorded(
+    options: RunOptions,
+    headless: HeadlessOptions,
+    output: Output,
+    process_started: float,
+    *,
+    base_messages: int | None = None,
+) -> int:
+    """The invocation, its output ended by a result object even when it fails (`run_headless`). `base_messages`: a
+    resumed durable run's history when it started (`headless/durable.py`)."""
     try:
-        return await _headless(options, headless, output, process_started)
+        return await _headless(options, headless, output, process_started, base_messages)
     except Exception as exc:
         if headless.output_format != "text":
             output.fail(str(exc) if isinstance(exc, ConfigError) else f"internal error: {one_line(exc, typed=True)}")
@@ -154,7 +162,13 @@ class Output:
         self.finish("error", message=message)
 
 
-async def _headless(options: RunOptions, headless: HeadlessOptions, output: Output, process_started: float) -> int:
+async def _headless(
+    options: RunOptions,
+    headless: HeadlessOptions,
+    output: Output,
+    process_started: float,
+    base_messages: int | None = None,
+) -> int:
     project = Project(options)
     output.spending = project.spending
     launching: Launching | None = None
@@ -172,6 +186,10 @@ async def _headless(options: RunOptions, headless: HeadlessOptions, output: Outp
         session, recovered = await project.open_session()
         if recovered:
             print(f"code-puppy: note: {recovered}", file=sys.stderr)
+        if base_messages is not None and len(session.messages) > base_messages:
+            # The resumed run's turn was saved before its process died: it replays on the history it started from,
+            # and its save branches off that one (the turn is in the session once).
+            session.conversation.messages = session.messages[:base_messages]
         conversation = Conversation(project, session, project.model_name)
         output.start(session.id)
         if headless.input_format == "stream-json":
@@ -188,7 +206,12 @@ async def _headless(options: RunOptions, headless: HeadlessOptions, output: Outp
             from code_puppy.headless.durable import inputs_of, start
 
             inputs = inputs_of(
-                options, session_id=session.id, model=conversation.model_name, mode=project.mode, headless=headless
+                options,
+                session_id=session.id,
+                base_messages=len(session.messages),
+                model=conversation.model_name,
+                mode=project.mode,
+                headless=headless,
             )
             turn = start(inputs, turn, launching)
         outcome, stopped_by = await _with_signals(turn)
