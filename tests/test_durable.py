@@ -222,3 +222,21 @@ def test_kill_9_during_the_final_save_then_resume_sends_nothing_and_saves_the_tu
     continued = run_cli("-c", "-p", "next", cwd=project)
     assert (continued.returncode, continued.stdout) == (0, "next\n"), continued.stderr
     assert roles(server, 2) == ["user", "assistant shell", "tool", "assistant", "user"]
+
+
+def test_run_durable_in_config_makes_every_headless_run_durable_and_denial_still_applies(
+    server: FakeLLMServer, project: Path, code_puppy_home: Path
+) -> None:
+    config = code_puppy_home / "config.toml"
+    config.write_text(config.read_text() + "[run]\ndurable = true\n")
+    server.script(tool_calls(call("shell", {"command": "echo one >> side.txt"})), text("could not"))
+    completed = run_cli("-p", "append", "--output-format", "json", cwd=project)
+    assert completed.returncode == 0, completed.stderr
+    result = json.loads(completed.stdout)
+    assert (result["output"], result["denied"]) == ("could not", 1)  # nobody can approve a call in a headless run
+    assert not (project / "side.txt").exists()
+    (run,) = listed(project)
+    assert run["id"] in completed.stderr.splitlines()[0]
+    assert (run["status"], run["session_id"]) == ("succeeded", result["session_id"])
+    assert sorted(path.name for path in project.iterdir()) == ["README.md"]  # nothing of DBOS's in the project
+    assert (code_puppy_home / "durable.sqlite").stat().st_mode & 0o777 == 0o600

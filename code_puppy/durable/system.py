@@ -7,6 +7,7 @@ launch it (`code-puppy runs list`), and a plain run imports none of this.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -44,9 +45,15 @@ def system_database_url(storage_url: str | None = None) -> str:
     if storage_url is not None:
         return storage_url
     path = system_database_path()
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
-    os.chmod(path, 0o600)
+    if not path.exists():
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+        os.chmod(path, 0o600)  # whatever the umask
+        import sqlite3
+
+        # WAL (a setting the file keeps): a step's commit appends to the log instead of rewriting pages.
+        with contextlib.closing(sqlite3.connect(path)) as db:
+            db.execute("PRAGMA journal_mode=WAL")
     return f"sqlite:///{path}"
 
 
