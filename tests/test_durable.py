@@ -130,7 +130,7 @@ def test_kill_9_during_a_model_request_then_resume_sends_only_that_request_again
 
 
 def test_an_interrupted_run_blocks_continue_until_cancelled_and_its_steps_join_the_session(
-    server: FakeLLMServer, project: Path, tmp_path: Path
+    server: FakeLLMServer, project: Path, tmp_path: Path, code_puppy_home: Path
 ) -> None:
     server.script(tool_calls(call("shell", {"command": "echo one >> side.txt"})), hang())
     process = start_durable("-p", "append", cwd=project)
@@ -157,6 +157,14 @@ def test_an_interrupted_run_blocks_continue_until_cancelled_and_its_steps_join_t
         "",
         "code-puppy: error: no durable run nosuchrun (code-puppy runs list shows them)\n",
     )
+    config = code_puppy_home / "config.toml"
+    working = config.read_text()
+    config.write_text('model = "fake"\n')  # its model can no longer be set up: refused before anything replays
+    broken = run_cli("runs", "resume", run["id"], cwd=project)
+    assert (broken.returncode, broken.stdout) == (2, ""), broken.stderr
+    assert broken.stderr.startswith("code-puppy: error: ") and len(broken.stderr.splitlines()) == 1, broken.stderr
+    config.write_text(working)
+    assert [entry["status"] for entry in listed(project)] == ["interrupted"]
     assert len(server.requests) == 2  # none of the refusals sent anything
 
     cancelled = run_cli("runs", "cancel", run["id"], cwd=project)

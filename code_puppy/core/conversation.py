@@ -58,7 +58,10 @@ class Conversation:
 
     async def resume(self, reference: str) -> str | None:
         """Go on in the stored session `reference` names (`find_session`); the note about a turn it recovered."""
+        from code_puppy.durable.runs import refuse_interrupted_durable_run
+
         info = find_session(self.project.store, reference)
+        refuse_interrupted_durable_run(info.id)
         self.session = await Session.resume(self.project.store, info, model=self.model_name)
         return await recover_interrupted_turn(self.session)
 

@@ -291,6 +291,8 @@ class Project:
             name=self.options.name,
         )
         if (self.options.continue_last or self.options.resume) and self.options.durable_run is None:
+            from code_puppy.durable.runs import refuse_interrupted_durable_run
+
             refuse_interrupted_durable_run(session.id)
         recovered = await recover_interrupted_turn(session)
         return session, "; ".join(filter(None, (rewound, recovered))) or None
@@ -382,22 +384,6 @@ class Project:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
     ) -> None:
         await self.close()
-
-
-def refuse_interrupted_durable_run(session_id: str) -> None:
-    """A session whose durable run was interrupted goes on with that run, not a new turn: its steps would be recovered
-    twice (`runs resume` replays them; a journal recovery here would add them too).
-
-    Raises:
-        ConfigError: The session has an interrupted durable run.
-    """
-    from code_puppy.durable.runs import interrupted_run_of
-
-    if (run := interrupted_run_of(session_id)) is not None:
-        raise ConfigError(
-            f"session {session_id[:8]} has an interrupted durable run: continue it with `code-puppy runs resume "
-            f"{run.id}`, or drop it with `code-puppy runs cancel {run.id}`"
-        )
 
 
 def read_claude_permissions(root: Path, options: RunOptions) -> ClaudePermissions:

@@ -207,3 +207,17 @@ def last_step(run_id: str) -> int:
             "SELECT max(function_id) FROM operation_outputs WHERE workflow_uuid = ?", (run_id,)
         ).fetchone()
     return last or 0
+
+
+def refuse_interrupted_durable_run(session_id: str) -> None:
+    """A session whose durable run was interrupted goes on with that run, not with a new turn: a journal recovery now
+    would add the run's steps, and `runs resume` would add them again.
+
+    Raises:
+        ConfigError: The session has an interrupted durable run (exit 2, naming what to do).
+    """
+    if (run := interrupted_run_of(session_id)) is not None:
+        raise ConfigError(
+            f"session {session_id[:8]} has an interrupted durable run: continue it with `code-puppy runs resume "
+            f"{run.id}`, or drop it with `code-puppy runs cancel {run.id}`"
+        )

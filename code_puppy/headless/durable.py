@@ -10,7 +10,7 @@ is imported when a run needs it.
 
 from __future__ import annotations
 
-import importlib
+import asyncio
 import os
 import sys
 import time
@@ -124,9 +124,12 @@ def resume(run: DurableRun, *, debug: bool, recorded: int) -> int:
     executor = Executor.this()
     queue = resume_queue(executor)
     dbos = launch(None, debug=debug, queue=queue)
-    # DBOS's queue thread looks for new queues once a second: the run path is imported meanwhile.
-    importlib.import_module("code_puppy.headless.runner")
+    # While DBOS's queue thread finds the new queue (it looks once a second): the project is opened once to check it,
+    # so that what cannot be set up any more (a model, a credential, the config) is one line and the run stays
+    # interrupted, not failed.
+    from code_puppy.core.project import Project
 
+    asyncio.run(Project(options_of(run.inputs, run.id, debug=debug)).close())
     _recorded[run.id] = recorded
     _debug[run.id] = debug
     handle = dbos.resume_workflow(run.id, queue_name=queue)
@@ -137,12 +140,9 @@ def resume(run: DurableRun, *, debug: bool, recorded: int) -> int:
 _debug: dict[str, bool] = {}
 
 
-async def _resumed(inputs: dict[str, Any]) -> dict[str, Any]:
-    """The whole invocation of a run this process resumes, from its recorded inputs, inside its workflow."""
-    from code_puppy.headless.runner import HeadlessOptions, Output, make_sink, run_recorded
-
-    workflow_id = DBOS.workflow_id
-    options = RunOptions(
+def options_of(inputs: dict[str, Any], run_id: str, *, debug: bool) -> RunOptions:
+    """The options a durable run started with, for the process resuming it."""
+    return RunOptions(
         project_root=Path(inputs["project_root"]),
         model=inputs["model"],
         permission_mode=inputs["permission_mode"],
@@ -152,13 +152,21 @@ async def _resumed(inputs: dict[str, Any]) -> dict[str, Any]:
         resume=inputs["session_id"],
         no_mcp=inputs["no_mcp"],
         no_plugins=inputs["no_plugins"],
-        debug=_debug.get(workflow_id or "", False),
+        debug=debug,
         agent=inputs["agent"],
         allowed_tools=tuple(inputs["allowed_tools"]),
         disallowed_tools=tuple(inputs["disallowed_tools"]),
         append_system_prompt=inputs["append_system_prompt"],
-        durable_run=workflow_id,
+        durable_run=run_id,
     )
+
+
+async def _resumed(inputs: dict[str, Any]) -> dict[str, Any]:
+    """The whole invocation of a run this process resumes, from its recorded inputs, inside its workflow."""
+    from code_puppy.headless.runner import HeadlessOptions, Output, make_sink, run_recorded
+
+    workflow_id = DBOS.workflow_id or ""
+    options = options_of(inputs, workflow_id, debug=_debug.get(workflow_id, False))
     headless = HeadlessOptions(
         prompt=inputs["prompt"],
         timeout=inputs["timeout"],
