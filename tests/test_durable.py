@@ -246,5 +246,10 @@ def test_run_durable_in_config_makes_every_headless_run_durable_and_denial_still
     (run,) = listed(project)
     assert run["id"] in completed.stderr.splitlines()[0]
     assert (run["status"], run["session_id"]) == ("succeeded", result["session_id"])
+    text_list = run_cli("runs", "list", cwd=project)
+    assert (
+        text_list.stdout
+        == f"{run['id']}  succeeded    session {run['session_id'][:8]}  {run['steps']} steps  {run['worker']}\n"
+    )
     assert sorted(path.name for path in project.iterdir()) == ["README.md"]  # nothing of DBOS's in the project
     assert (code_puppy_home / "durable.sqlite").stat().st_mode & 0o777 == 0o600

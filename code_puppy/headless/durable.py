@@ -114,8 +114,13 @@ async def start(inputs: dict[str, Any], turn: Coroutine[Any, Any, TurnOutcome], 
 
     _prepared[workflow_id] = body
     print(f"code-puppy: durable run {workflow_id}", file=sys.stderr, flush=True)
-    with SetWorkflowID(workflow_id):
-        await headless_turn(inputs)
+    try:
+        with SetWorkflowID(workflow_id):
+            await headless_turn(inputs)
+    finally:
+        _prepared.pop(workflow_id, None)
+        if not kept:
+            turn.close()  # a signal came before the turn began: it never runs
     return kept[0]
 
 
