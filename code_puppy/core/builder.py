@@ -263,7 +263,7 @@ def build_pydantic_agent(settings: Settings, options: AgentOptions) -> Agent[Run
         options.model,
         deps_type=RunDeps,
         # Durable runs record their steps under this name: it is compatibility data, never to be renamed.
-        name=DURABLE_AGENT_NAME,
+        name=DURABLE_AGENT_NAME if options.durable else None,
         capabilities=[
             # Outermost around every tool call: a finished call's recorded result is all a resumed run sees of it.
             *tool_steps,
