@@ -120,15 +120,15 @@ def launch(storage_url: str | None, *, debug: bool, queue: str | None = None) ->
 
     from code_puppy.durable.serializer import JsonSerializer
 
-    if not debug:
-        logging.getLogger("dbos").setLevel(logging.WARNING)
+    if not debug:  # its warnings (a cancelled step, with the step's whole arguments) are not for the terminal
+        logging.getLogger("dbos").setLevel(logging.CRITICAL)
     config: DBOSConfig = {
         "name": APP_NAME,
         "system_database_url": system_database_url(storage_url),
         "executor_id": Executor.this().id,
         "application_version": APP_VERSION,
         "serializer": JsonSerializer(),
-        "log_level": "DEBUG" if debug else "WARNING",
+        "log_level": "DEBUG" if debug else "CRITICAL",
         "notification_listener_polling_interval_sec": 0.1,
     }
     DBOS(config=config)
