@@ -6,7 +6,6 @@ must never continue a run. Only `resume` does, in the foreground, in a process o
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -47,6 +46,8 @@ def list_runs(*, as_json: bool, output_format: str) -> None:
 
         listed = [found.listed(_cost(found.id)) for found in list_runs()]
         if as_json or output_format == "json":
+            import json
+
             click.echo(json.dumps(listed, indent=1))
             return 0
         if not listed:
@@ -82,6 +83,8 @@ def show(*, run_id: str, as_json: bool, output_format: str) -> None:
             "error": found.error,
         }
         if as_json or output_format == "json":
+            import json
+
             click.echo(json.dumps(shown, indent=1))
             return 0
         for key, value in shown.items():

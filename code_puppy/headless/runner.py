@@ -189,7 +189,7 @@ async def _headless(
         if base_messages is not None and len(session.messages) > base_messages:
             # The resumed run's turn was saved before its process died: it replays on the history it started from,
             # and its save branches off that one (the turn is in the session once).
-            session.conversation.messages = session.messages[:base_messages]
+            session.go_back_to(base_messages)
         conversation = Conversation(project, session, project.model_name)
         output.start(session.id)
         if headless.input_format == "stream-json":
