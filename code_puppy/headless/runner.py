@@ -205,6 +205,8 @@ async def _headless(
         if launching is not None:
             from code_puppy.headless.durable import inputs_of, start
 
+            session.list_now()
+
             inputs = inputs_of(
                 options,
                 session_id=session.id,

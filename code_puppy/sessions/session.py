@@ -192,6 +192,11 @@ class Session:
             where = f" to {self.store.database.path}" if isinstance(self.store, SqliteConversationStore) else ""
             raise SessionNotSaved(f"session {self.id[:8]} could not be saved{where}: {exc}") from exc
 
+    def list_now(self) -> None:
+        """Record a new session now rather than with its first save (a durable run names it before its turn starts,
+        and a process resuming the run opens it by id)."""
+        self._create_row()
+
     def go_back_to(self, length: int) -> None:
         """Hold only the first `length` messages of the history, in memory: the next save continues the session from
         there, branching off what followed (a resumed durable run replays a turn that was saved already)."""
