@@ -253,3 +253,16 @@ def test_run_durable_in_config_makes_every_headless_run_durable_and_denial_still
     )
     assert sorted(path.name for path in project.iterdir()) == ["README.md"]  # nothing of DBOS's in the project
     assert (code_puppy_home / "durable.sqlite").stat().st_mode & 0o777 == 0o600
+
+
+def test_a_run_killed_before_its_first_step_resumes_from_its_prompt(server: FakeLLMServer, project: Path) -> None:
+    server.script(text("started late"))
+    process = start_durable("-p", "begin", cwd=project)
+    assert process.stderr is not None
+    line = process.stderr.readline()  # printed once the run is recorded, before the project starts
+    kill_9(process)
+    run_id = line.removeprefix("code-puppy: durable run ").strip()
+    assert [(entry["id"], entry["status"]) for entry in listed(project)] == [(run_id, "interrupted")]
+    resumed = run_cli("runs", "resume", run_id, cwd=project)
+    assert (resumed.returncode, resumed.stdout) == (0, "started late\n"), resumed.stderr
+    assert len(server.requests) == 1

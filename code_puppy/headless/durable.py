@@ -109,11 +109,12 @@ async def start(inputs: dict[str, Any], turn: Coroutine[Any, Any, TurnOutcome], 
     kept: list[TurnOutcome] = []
 
     async def body() -> dict[str, Any]:
+        # Once DBOS recorded the run: from this line on, `runs resume` can continue it.
+        print(f"code-puppy: durable run {workflow_id}", file=sys.stderr, flush=True)
         kept.append(await turn)
         return result_of(kept[0])
 
     _prepared[workflow_id] = body
-    print(f"code-puppy: durable run {workflow_id}", file=sys.stderr, flush=True)
     try:
         with SetWorkflowID(workflow_id):
             await headless_turn(inputs)
