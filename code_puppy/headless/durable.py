@@ -35,6 +35,8 @@ _prepared: dict[str, Body] = {}
 """The turn a process starting a run runs inside its workflow, by workflow id."""
 _recorded: dict[str, int] = {}
 """The last step a run had recorded when this process took it over, by workflow id: the steps up to it replay."""
+_debug: dict[str, bool] = {}
+"""Whether `--debug` was given to the `runs resume` of a workflow id."""
 
 
 @DBOS.workflow(name=WORKFLOW_NAME)
@@ -85,7 +87,8 @@ def inputs_of(
     }
 
 
-def result_of(outcome: TurnOutcome, exit_code: int | None = None) -> dict[str, Any]:
+def result_of(outcome: TurnOutcome) -> dict[str, Any]:
+    """What a finished run's workflow returns: what `runs show` prints."""
     from code_puppy.core.events import EXIT_CODES, ending
 
     status, message = ending(outcome)
@@ -94,7 +97,7 @@ def result_of(outcome: TurnOutcome, exit_code: int | None = None) -> dict[str, A
         "status": status,
         "output": result.output if result is not None else None,
         "error": message,
-        "exit_code": EXIT_CODES[status] if exit_code is None else exit_code,
+        "exit_code": EXIT_CODES[status],
     }
 
 
@@ -142,8 +145,6 @@ def resume(run: DurableRun, *, debug: bool, recorded: int) -> int:
     result = handle.get_result()
     return int(result.get("exit_code", 1)) if isinstance(result, dict) else 1  # pyright: ignore
 
-
-_debug: dict[str, bool] = {}
 
 
 def options_of(inputs: dict[str, Any], run_id: str, *, debug: bool) -> RunOptions:
