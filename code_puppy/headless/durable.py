@@ -146,7 +146,6 @@ def resume(run: DurableRun, *, debug: bool, recorded: int) -> int:
     return int(result.get("exit_code", 1)) if isinstance(result, dict) else 1  # pyright: ignore
 
 
-
 def options_of(inputs: dict[str, Any], run_id: str, *, debug: bool) -> RunOptions:
     """The options a durable run started with, for the process resuming it."""
     return RunOptions(
