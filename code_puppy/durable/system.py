@@ -14,8 +14,9 @@ import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from code_puppy.paths import data_dir
 from code_puppy.sessions.runs import THIS_HOST, process_alive, process_started
@@ -122,21 +123,34 @@ def launch(storage_url: str | None, *, debug: bool, queue: str | None = None) ->
 
     if not debug:  # its warnings (a cancelled step, with the step's whole arguments) are not for the terminal
         logging.getLogger("dbos").setLevel(logging.CRITICAL)
+    url = system_database_url(storage_url)
     config: DBOSConfig = {
         "name": APP_NAME,
-        "system_database_url": system_database_url(storage_url),
+        "system_database_url": url,
         "executor_id": Executor.this().id,
         "application_version": APP_VERSION,
         "serializer": JsonSerializer(),
         "log_level": "DEBUG" if debug else "CRITICAL",
         "notification_listener_polling_interval_sec": 0.1,
     }
+    if storage_url is None:
+        # A step's commit survives a killed process without an fsync (WAL, synchronous=NORMAL), as the journal's do;
+        # only a power cut can take the last steps, which then run again.
+        config["db_engine_kwargs"] = {"creator": partial(_connect, system_database_path())}
     DBOS(config=config)
     DBOS.listen_queues([queue] if queue is not None else [])
     DBOS.launch()
     if queue is not None:
         DBOS.register_queue(queue, polling_interval_sec=0.1)
     return DBOS
+
+
+def _connect(path: Path) -> Any:
+    import sqlite3
+
+    connection = sqlite3.connect(path, check_same_thread=False)
+    connection.execute("PRAGMA synchronous=NORMAL")
+    return connection
 
 
 class Launching:
