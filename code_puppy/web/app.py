@@ -102,8 +102,8 @@ class Dashboard:
         info = None
         try:
             info = find_session(self.store, session_id)
-        except ConfigError as exc:
-            if conversation is None:
+        except ConfigError as exc:  # unknown, unless a run started it and has not saved it yet
+            if conversation is None and session_id not in self.live():
                 raise Failure(404, str(exc)) from None
         if info is not None and info.id != session_id:  # a prefix or a name: the page of the whole id
             return Response(status_code=303, headers={"location": f"/s/{info.id}"})

@@ -32,7 +32,6 @@ from code_puppy.core.approvals import Question, Verdict, answer_approvals
 from code_puppy.core.conversation import Conversation
 from code_puppy.core.events import RunOutcome, ending, short_result, tool_call_line
 from code_puppy.core.project import Project
-from code_puppy.core.turn import TurnOutcome
 from code_puppy.errors import ConfigError, one_line
 from code_puppy.options import PermissionMode, RunOptions
 from code_puppy.run.history_persistence import recover_interrupted_turn
@@ -223,16 +222,17 @@ class LiveRuns:
             conversation.publish({"type": "prompt", "text": text})
             return text
 
+        status, message = "interrupted", "interrupted"
         try:
             async with conversation.steerable():
-                outcome: TurnOutcome = await conversation.turn(prompt, WebSink(conversation), ask=ask, follow_up=queued)
+                outcome = await conversation.turn(prompt, WebSink(conversation), ask=ask, follow_up=queued)
             status, message = ending(outcome)
         except Exception as exc:  # the run path reports its failures in the outcome; this is the last resort
             status, message = "error", f"run failed: {one_line(exc, typed=True)}"
         finally:
             conversation.running = None
             conversation.queued.clear()
-        conversation.publish({"type": "end", "status": status, "message": message})
+            conversation.publish({"type": "end", "status": status, "message": message})
 
     def cancel(self, session_id: str) -> bool:
         """As Ctrl-C: the turn ends, what it finished is kept; text queued for it is dropped. False: none runs."""

@@ -24,7 +24,7 @@ def layout(title: str, body: str, *, page: str) -> str:
         f"<title>{escape(title)} · code-puppy</title>"
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         '<link rel="stylesheet" href="/static/style.css"></head>'
-        f'<body data-page="{page}"><header><a href="/" class="brand">🐶 code-puppy</a></header>'
+        f'<body data-page="{page}"><header><a href="/" class="brand">code-puppy</a></header>'
         f'<main>{body}</main><script src="/static/app.js"></script></body></html>'
     )
 

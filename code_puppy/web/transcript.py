@@ -47,7 +47,7 @@ def diff_html(old: str | None, new: str, path: str) -> str:
     for line in lines:
         kind = "add" if line.startswith("+") else "del" if line.startswith("-") else "hunk" if line[:1] == "@" else ""
         rows.append(f'<span class="{kind}">{escape(line)}</span>')
-    return f'<pre class="diff">{chr(10).join(rows)}</pre>'
+    return f'<pre class="diff">{"".join(rows)}</pre>'
 
 
 def edit_diff(call: ToolCallPart) -> str | None:
