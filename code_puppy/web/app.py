@@ -107,20 +107,23 @@ class Dashboard:
                 raise Failure(404, str(exc)) from None
         if info is not None and info.id != session_id:  # a prefix or a name: the page of the whole id
             return Response(status_code=303, headers={"location": f"/s/{info.id}"})
-        stored = await self.store.load(session_id)
-        messages = list(stored.messages) if stored is not None else []
         try:
             before = int(request.query_params["before"]) if "before" in request.query_params else None
         except ValueError:
             raise Failure(400, "before= takes a message number") from None
-        start, end = page_bounds(len(messages), before)
+        # Only the page's messages and those after it are read: the history is walked from its head.
+        record = await self.store.read_record(session_id)
+        total = info.message_count if info is not None and record is not None else 0
+        start, end = page_bounds(total, before)
+        entries = await self.store.read_history(record.head_id, limit=total - start) if record is not None else []
+        messages = [entry.message for entry in entries]
         live = self.live().get(session_id)
         page = pages.session_page(
             info,
             session_id,
-            render(messages, start, end),
+            render(messages, 0, end - start),
             start=start,
-            total=len(messages),
+            total=total,
             costs=self.store.costs.breakdown(session_id),
             checkpoints=list(reversed(CheckpointLog(self.store.database).of_session(session_id))),
             live=None if live is None else "here" if live["here"] else "terminal",

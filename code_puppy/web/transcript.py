@@ -41,7 +41,11 @@ def markdown(text: str) -> str:
 def diff_html(old: str | None, new: str, path: str) -> str:
     """A unified diff of a file's text, each line coloured by what happened to it."""
     lines = difflib.unified_diff(
-        (old or "").splitlines(), new.splitlines(), f"a/{path}", f"b/{path}" if old is not None else path, lineterm=""
+        (old or "").splitlines(),
+        new.splitlines(),
+        "/dev/null" if old is None else f"a/{path}",
+        f"b/{path}",
+        lineterm="",
     )
     rows: list[str] = []
     for line in lines:
