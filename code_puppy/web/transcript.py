@@ -49,7 +49,7 @@ def diff_html(old: str | None, new: str, path: str) -> str:
     )
     rows: list[str] = []
     for line in lines:
-        kind = "add" if line.startswith("+") else "del" if line.startswith("-") else "hunk" if line[:1] == "@" else ""
+        kind = "hunk" if line[:3] in ("---", "+++", "@@ ") else {"+": "add", "-": "del"}.get(line[:1], "")
         rows.append(f'<span class="{kind}">{escape(line)}</span>')
     return f'<pre class="diff">{"".join(rows)}</pre>'
 

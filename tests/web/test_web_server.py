@@ -7,10 +7,12 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import httpx
 
-from tests.conftest import run_cli
+from tests.conftest import run_cli, wait_for
+from tests.fake_llm import FakeLLMServer, call, text, tool_calls
 from tests.test_startup import imported_modules
 from tests.web.conftest import WebServer, start_web
 
@@ -105,10 +107,7 @@ def test_only_the_web_command_imports_the_server_libraries(project: Path) -> Non
         web.stop()
 
 
-def test_the_session_list_shows_a_stored_session(server: object, project: Path, web: WebServer) -> None:
-    from tests.fake_llm import FakeLLMServer, text
-
-    assert isinstance(server, FakeLLMServer)
+def test_the_session_list_shows_a_stored_session(server: FakeLLMServer, project: Path, web: WebServer) -> None:
     server.script(text("The needle is in the haystack."))
     done = run_cli("-p", "where is the needle?", "--output-format", "json", cwd=project)
     session_id = json.loads(done.stdout)["session_id"]
@@ -119,3 +118,79 @@ def test_the_session_list_shows_a_stored_session(server: object, project: Path, 
     assert "<mark>needle</mark>" in found
     page = httpx.get(f"{web.base}/s/{session_id}", headers=auth).text
     assert "<p>The needle is in the haystack.</p>" in page
+
+
+def user_messages(body: dict[str, Any]) -> list[str]:
+    return [m["content"] for m in body["messages"] if m["role"] == "user"]
+
+
+def api(web: WebServer) -> httpx.Client:
+    return httpx.Client(base_url=web.base, headers={"authorization": f"Bearer {web.token}"}, timeout=30)
+
+
+def page_text(client: httpx.Client, session_id: str) -> str:
+    return client.get(f"/s/{session_id}").text
+
+
+def test_a_long_session_opens_a_page_at_a_time(code_puppy_home: Path, project: Path, web: WebServer) -> None:
+    import asyncio
+
+    from code_puppy.sessions.session import Session
+    from code_puppy.sessions.store import SqliteConversationStore
+    from tests.sessions_data import exchange
+
+    async def seed() -> str:
+        with SqliteConversationStore(code_puppy_home / "sessions.db") as store:
+            session = await Session.start(store, project, model="fake")
+            await session.set_message_history([m for i in range(113) for m in exchange(i)])  # 452 messages
+            return session.id
+
+    session_id = asyncio.run(seed())
+    with api(web) as client:
+        newest = page_text(client, session_id)
+        assert f'<a href="/s/{session_id}?before=252">Older messages (252 more)</a>' in newest
+        assert "please fix bug 112 " in newest and "please fix bug 62 " not in newest
+        older = client.get(f"/s/{session_id}", params={"before": 252}).text
+        assert f'<a href="/s/{session_id}?before=52">Older messages (52 more)</a>' in older
+        assert "please fix bug 62 " in older and "please fix bug 112 " not in older
+        oldest = client.get(f"/s/{session_id}", params={"before": 52}).text
+        assert "Older messages" not in oldest and "please fix bug 0 " in oldest
+
+
+def test_a_run_goes_on_when_its_page_goes_away_and_runs_what_was_queued(
+    server: FakeLLMServer, project: Path, web: WebServer
+) -> None:
+    server.script(text("First answer.", delay=1.5), text("Queued answer."))
+    with api(web) as client:
+        session_id = client.post("/api/runs", json={"prompt": "start"}).json()["session_id"]
+        with client.stream("GET", f"/api/sessions/{session_id}/events") as events:
+            first = next(events.iter_lines())
+        assert json.loads(first.removeprefix("data: ")) == {"type": "prompt", "text": "start"}
+        assert client.post(f"/api/sessions/{session_id}/queue", json={"text": "and then this"}).json() == {
+            "queued": True
+        }
+        wait_for(lambda: "Queued answer." in page_text(client, session_id), timeout=30, what="the queued turn")
+        assert [user_messages(request.body)[-1] for request in server.requests] == ["start", "and then this"]
+        assert "First answer." in page_text(client, session_id)
+        assert client.post(f"/api/sessions/{session_id}/queue", json={"text": "late"}).json() == {
+            "error": "no turn of this session runs in this server; send a prompt instead"
+        }
+
+
+def test_an_untrusted_project_runs_as_in_the_cli_with_its_note_on_the_page(
+    server: FakeLLMServer, project: Path, web: WebServer
+) -> None:
+    (project / ".code-puppy").mkdir()
+    (project / ".code-puppy" / "config.toml").write_text('[permissions]\nmode = "yolo"\n')
+    server.script(tool_calls(call("write_file", {"path": "x.txt", "content": "x"})), text("Could not write."))
+    with api(web) as client:
+        session_id = client.post("/api/runs", json={"prompt": "write x.txt", "mode": "accept-edits"}).json()[
+            "session_id"
+        ]
+        note = (
+            "note: this project is not trusted, so code-puppy ignores its [permissions] "
+            "(run `code-puppy trust` in the project to trust it)"
+        )
+        assert f'<p class="note" role="note">{note}</p>' in page_text(client, session_id)
+        wait_for(lambda: "Could not write." in page_text(client, session_id), timeout=30, what="the run's end")
+    assert (project / "x.txt").read_text() == "x"  # accept-edits, chosen on the page, applies; yolo never did
