@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -145,7 +146,9 @@ def test_a_long_session_opens_a_page_at_a_time(code_puppy_home: Path, project: P
             await session.set_message_history([m for i in range(113) for m in exchange(i)])  # 452 messages
             return session.id
 
-    session_id = asyncio.run(seed())
+    # In a thread of its own: in a worker that drives the browser, Playwright's loop runs in this one.
+    with ThreadPoolExecutor(1) as thread:
+        session_id = thread.submit(asyncio.run, seed()).result()
     with api(web) as client:
         newest = page_text(client, session_id)
         assert f'<a href="/s/{session_id}?before=252">Older messages (252 more)</a>' in newest
