@@ -51,6 +51,8 @@ class Dashboard:
         self.registry = RunRegistry(store.database)
         self.model = model
         self.mode = mode
+        self.stopping: Callable[[], bool] = lambda: False
+        """Whether the server is shutting down: the event streams end then, so that it need not cut them off."""
 
     def live(self) -> dict[str, dict[str, Any]]:
         """Every live run: this server's and those registered by other processes (chats, headless runs)."""
@@ -136,7 +138,7 @@ class Dashboard:
     async def live_stream(self, request: Request) -> Response:
         async def stream() -> AsyncGenerator[str]:
             last = None
-            while True:
+            while not self.stopping():
                 runs = sorted(self.live().values(), key=lambda run: run["session_id"])
                 if runs != last:
                     last = runs
@@ -157,8 +159,12 @@ class Dashboard:
 
         async def stream() -> AsyncGenerator[str]:
             try:
-                while True:
-                    yield f"data: {json.dumps(await queue.get())}\n\n"
+                while not self.stopping():
+                    try:
+                        event = await asyncio.wait_for(queue.get(), LIVE_POLL)
+                    except TimeoutError:
+                        continue
+                    yield f"data: {json.dumps(event)}\n\n"
             finally:  # the page went away: the run goes on without it
                 conversation.listeners.discard(queue)
 

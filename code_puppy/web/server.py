@@ -93,6 +93,7 @@ def serve(options: WebOptions) -> int:
             app, log_level="warning", access_log=False, timeout_graceful_shutdown=2, lifespan="on", log_config=None
         )
         server = uvicorn.Server(config)
+        dashboard.stopping = lambda: server.should_exit
         shown = f"[{options.host}]" if ":" in options.host else options.host
         url = f"http://{shown}:{sock.getsockname()[1]}/?token={token}"
         print(f"code-puppy web: {url}", flush=True)
@@ -100,7 +101,11 @@ def serve(options: WebOptions) -> int:
             import webbrowser
 
             webbrowser.open(url)
+        # uvicorn stops on SIGINT and SIGTERM (a running turn is cancelled and saved first), then raises the signal
+        # again: SIGTERM ends the process as it would have, SIGINT arrives here.
         asyncio.run(server.serve(sockets=[sock]))
+    except KeyboardInterrupt:
+        return 130
     finally:
         store.close()
     return 0

@@ -63,7 +63,9 @@ class WebServer:
         return f"{self.base}/?token={self.token}"
 
     def stop(self) -> str:
-        """Stop it as Ctrl-C would; what it said on stderr."""
+        """Stop it as Ctrl-C would (unless it ended already); what it said on stderr."""
+        if self.process.returncode is not None:
+            return ""
         self.process.send_signal(2)
         try:
             _, stderr = self.process.communicate(timeout=20)

@@ -4,6 +4,7 @@ the Origin check, the refusals, and one clear line for each bad input; through t
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -13,7 +14,7 @@ from typing import Any
 import httpx
 
 from tests.conftest import run_cli, wait_for
-from tests.fake_llm import FakeLLMServer, call, text, tool_calls
+from tests.fake_llm import FakeLLMServer, call, hang, text, tool_calls
 from tests.test_startup import imported_modules
 from tests.web.conftest import WebServer, start_web
 
@@ -197,3 +198,17 @@ def test_an_untrusted_project_runs_as_in_the_cli_with_its_note_on_the_page(
         assert f'<p class="note" role="note">{note}</p>' in page_text(client, session_id)
         wait_for(lambda: "Could not write." in page_text(client, session_id), timeout=30, what="the run's end")
     assert (project / "x.txt").read_text() == "x"  # accept-edits, chosen on the page, applies; yolo never did
+
+
+def test_sigterm_saves_the_running_turn_and_ends_quietly(server: FakeLLMServer, project: Path, web: WebServer) -> None:
+    server.script(hang())
+    with api(web) as client:
+        session_id = client.post("/api/runs", json={"prompt": "hang on"}).json()["session_id"]
+        wait_for(lambda: server.requests, what="the model request")
+        with client.stream("GET", "/api/live") as live:  # a page still watching
+            next(live.iter_lines())
+            web.process.send_signal(signal.SIGTERM)
+            _, stderr = web.process.communicate(timeout=30)
+    assert (web.process.returncode, stderr) == (-signal.SIGTERM, "")
+    exported = run_cli("sessions", "export", session_id, cwd=project)
+    assert exported.returncode == 0 and "hang on" in exported.stdout
