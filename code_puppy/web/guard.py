@@ -15,6 +15,12 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 COOKIE = "code_puppy_token"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+HARDENING = [
+    # The page's own files only: nothing from the network, no inline script, and no other site may frame it.
+    (b"content-security-policy", b"default-src 'self'; frame-ancestors 'none'; form-action 'self'"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),  # the first address carries the token
+]
 
 
 class TokenGuard:
@@ -28,6 +34,15 @@ class TokenGuard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+
+        async def hardened(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), *HARDENING]}
+            await send(message)
+
+        await self._guard(scope, receive, hardened)
+
+    async def _guard(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = {key.decode("latin-1").lower(): value.decode("latin-1") for key, value in scope["headers"]}
         query = parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
         given = dict(query).get("token")

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import os
 import secrets
 import socket
+import sys
 from dataclasses import dataclass
 
 from code_puppy.errors import ConfigError
@@ -97,7 +99,7 @@ def serve(options: WebOptions) -> int:
         shown = f"[{options.host}]" if ":" in options.host else options.host
         url = f"http://{shown}:{sock.getsockname()[1]}/?token={token}"
         print(f"code-puppy web: {url}", flush=True)
-        if options.open_browser:
+        if options.open_browser and _has_a_desktop():
             import webbrowser
 
             webbrowser.open(url)
@@ -109,3 +111,9 @@ def serve(options: WebOptions) -> int:
     finally:
         store.close()
     return 0
+
+
+def _has_a_desktop() -> bool:
+    """Whether a graphical browser can open: on Linux without a display, `webbrowser` would run a text browser in
+    this terminal (lynx, w3m) and hold the server until it quits; the printed line is there to open instead."""
+    return not sys.platform.startswith("linux") or bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))

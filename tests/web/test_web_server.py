@@ -38,6 +38,9 @@ def test_it_prints_one_line_with_a_real_port_and_answers_only_with_the_token(web
         assert cookie == f"code_puppy_token={web.token}; HttpOnly; SameSite=Strict; Path=/"
         page = client.get("/")  # the cookie, from now on
         assert page.status_code == 200 and "<h1>Sessions</h1>" in page.text
+        assert (
+            page.headers["content-security-policy"] == "default-src 'self'; frame-ancestors 'none'; form-action 'self'"
+        )
         assert client.get("/static/app.js").status_code == 200
     bearer = httpx.get(f"{web.base}/", headers={"authorization": f"Bearer {web.token}"})
     assert bearer.status_code == 200
