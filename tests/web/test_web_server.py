@@ -215,3 +215,33 @@ def test_sigterm_saves_the_running_turn_and_ends_quietly(server: FakeLLMServer, 
     assert (web.process.returncode, stderr) == (-signal.SIGTERM, "")
     exported = run_cli("sessions", "export", session_id, cwd=project)
     assert exported.returncode == 0 and "hang on" in exported.stdout
+
+
+def test_allow_always_answers_the_next_question_of_its_kind(
+    server: FakeLLMServer, project: Path, web: WebServer
+) -> None:
+    server.script(
+        tool_calls(call("write_file", {"path": "one.txt", "content": "1"})),
+        tool_calls(call("write_file", {"path": "two.txt", "content": "2"})),
+        text("Both written."),
+    )
+    with api(web) as client:
+        session_id = client.post("/api/runs", json={"prompt": "write both", "mode": "ask"}).json()["session_id"]
+        kinds: list[str] = []
+        with client.stream("GET", f"/api/sessions/{session_id}/events") as events:
+            for line in events.iter_lines():
+                if not line.startswith("data: "):
+                    continue
+                event = json.loads(line.removeprefix("data: "))
+                kinds.append(event["type"])
+                if event["type"] == "approval":
+                    assert event["title"] == "write_file wants to write file one.txt"
+                    answer = client.post(
+                        f"/api/sessions/{session_id}/approvals/{event['id']}", json={"verdict": "always"}
+                    )
+                    assert answer.json() == {"answered": "always"}
+                if event["type"] == "end":
+                    assert (event["status"], event["message"]) == ("success", None)
+                    break
+    assert kinds.count("approval") == 1
+    assert (project / "one.txt").read_text() == "1" and (project / "two.txt").read_text() == "2"
