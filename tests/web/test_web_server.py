@@ -16,7 +16,7 @@ import httpx
 from tests.conftest import run_cli, wait_for
 from tests.fake_llm import FakeLLMServer, call, hang, text, tool_calls
 from tests.test_startup import imported_modules
-from tests.web.conftest import WebServer, start_web
+from tests.web.conftest import WebServer
 
 
 def test_it_prints_one_line_with_a_real_port_and_answers_only_with_the_token(web: WebServer) -> None:
@@ -100,16 +100,20 @@ def test_a_store_it_cannot_read_is_one_line(project: Path, code_puppy_home: Path
     assert "sessions.db" in completed.stderr
 
 
-def test_only_the_web_command_imports_the_server_libraries(project: Path) -> None:
+def test_only_the_web_command_imports_the_server_libraries(project: Path, code_puppy_home: Path) -> None:
     for args in (("--help",), ("sessions", "list")):
         modules = imported_modules(*args, cwd=project)
         assert sorted(m for m in modules if m.split(".")[0] in ("starlette", "uvicorn")) == []
-    web = start_web("--port", "0", cwd=project)
-    try:
-        script = "import code_puppy.cli.web, sys; print('starlette' in sys.modules)"
-        assert subprocess.run([sys.executable, "-c", script], capture_output=True, text=True).stdout == "False\n"
-    finally:
-        web.stop()
+    (code_puppy_home / "sessions.db").write_bytes(b"not a database" * 100)  # so that `web` stops after its imports
+    completed = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "code_puppy", "web", "--no-open"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+    )
+    assert completed.returncode == 2
+    modules = {line.split("|")[-1].strip() for line in completed.stderr.splitlines() if line.startswith("import time:")}
+    assert {"starlette", "uvicorn"} <= modules
 
 
 def test_the_session_list_shows_a_stored_session(server: FakeLLMServer, project: Path, web: WebServer) -> None:
