@@ -170,6 +170,30 @@ class Dashboard:
 
         return _events(stream())
 
+    async def progress(self, request: Request) -> Response:
+        """A run of another process (a terminal's chat or `-p`): the steps its journal holds so far, as HTML, each
+        time they change, then `{"ended": true}` when it no longer runs."""
+        from code_puppy.sessions.journal import Journal
+
+        session_id = request.path_params["session_id"]
+        journal = Journal(self.store.database)
+
+        async def stream() -> AsyncGenerator[str]:
+            shown = None
+            while not self.stopping():
+                if session_id not in self.live():
+                    yield f"data: {json.dumps({'ended': True})}\n\n"
+                    return
+                turns = [turn for turn in journal.read(session_id) if not turn.snapshot and not turn.orphaned]
+                messages = turns[-1].messages if turns else []
+                html = render(messages, 0, len(messages))
+                if html != shown:
+                    shown = html
+                    yield f"data: {json.dumps({'html': html})}\n\n"
+                await asyncio.sleep(LIVE_POLL)
+
+        return _events(stream())
+
     async def start_run(self, request: Request) -> Response:
         body = await _json(request)
         session_id = request.path_params.get("session_id")
@@ -337,6 +361,7 @@ def build_app(dashboard: Dashboard, *, token: str, on_shutdown: Callable[[], Awa
         Route("/api/live", d.live_stream),
         Route("/api/runs", d.start_run, methods=["POST"]),
         Route("/api/sessions/{session_id}/events", d.run_events),
+        Route("/api/sessions/{session_id}/progress", d.progress),
         Route("/api/sessions/{session_id}/prompt", d.start_run, methods=["POST"]),
         Route("/api/sessions/{session_id}/steer", d.steer, methods=["POST"]),
         Route("/api/sessions/{session_id}/queue", d.queue, methods=["POST"]),

@@ -177,7 +177,8 @@ def _costs(costs: Sequence[tuple[str, str, CostTotals]]) -> str:
         for kind, model, totals in costs
     )
     return (
-        '<section><h2>Cost</h2><table class="costs"><thead><tr><th>Kind</th><th>Model</th><th title="model requests">Req.</th>'
+        '<section><h2>Cost</h2><table class="costs"><thead><tr><th>Kind</th><th>Model</th>'
+        '<th title="model requests">Req.</th>'
         f"<th>Tokens in / out</th><th>Cost</th></tr></thead><tbody>{rows}</tbody></table></section>"
     )
 

@@ -166,6 +166,7 @@ def test_a_terminal_run_shows_up_live_and_is_steered_from_the_page(
         live = page.locator("#live-runs")
         expect(live).to_contain_text("(a terminal)", timeout=30_000)
         live.get_by_role("link").click()
+        expect(page.locator("#live-output .journal .msg.you")).to_contain_text("draft it")  # its journal, live
         page.get_by_placeholder("Steer").fill("mind the terminal")
         page.get_by_role("button", name="Send").click()
         stdout, stderr = process.communicate(timeout=60)

@@ -172,11 +172,15 @@ function sessionPage() {
   promptForm(() => { running(true); follow(); });
   if (output.dataset.live === "here") follow();
   if (output.dataset.live === "terminal") {
-    const watch = new EventSource("/api/live");
-    watch.onmessage = (message) => {
-      const runs = JSON.parse(message.data);
-      if (!runs.some((run) => run.session_id === session)) {
-        watch.close();
+    // Another process's run: the steps its journal holds, rendered by the server, until it ends.
+    const steps = el("div", "journal");
+    output.append(steps);
+    const progress = new EventSource(`/api/sessions/${session}/progress`);
+    progress.onmessage = (message) => {
+      const update = JSON.parse(message.data);
+      if (update.html !== undefined) steps.innerHTML = update.html; // escaped on the server (transcript.render)
+      if (update.ended) {
+        progress.close();
         const end = el("div", "run-end", "the terminal's run ended: ");
         const reload = el("a", "", "reload the transcript");
         reload.href = location.pathname;
