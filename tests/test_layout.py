@@ -28,7 +28,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"workspace", "permissions", "sandbox", "history", "definitions", "mcp", "cost", "checkpoints"})
     | {"plugins", "worktrees", "durable", "__init__"},
     frozenset({"core"}),
-    frozenset({"chat", "headless", "acp"}),
+    frozenset({"chat", "headless", "acp", "web"}),
     frozenset({"cli", "__main__"}),
 )
 """The first-level units of `code_puppy`, lowest layer first (STYLE.md "Shape of the tree"): leaf modules, storage, the

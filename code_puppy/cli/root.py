@@ -110,6 +110,7 @@ SUBCOMMANDS = {
     "steer": "code_puppy.cli.steer:steer",
     "trust": "code_puppy.cli.plugins:trust",
     "usage": "code_puppy.cli.usage:usage",
+    "web": "code_puppy.cli.web:web",
     "worktrees": "code_puppy.cli.worktrees:worktrees_group",
 }
 """Each subcommand, by the `module:name` of its click command: a module is imported when its command runs or when
