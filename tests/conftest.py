@@ -17,6 +17,7 @@ from pydantic_ai import models
 from code_puppy.sessions.catalog import SessionInfo
 from code_puppy.sessions.store import SqliteConversationStore
 from tests.fake_llm import FakeLLMServer
+from tests.postgres import postgres_server, postgres_url  # noqa: F401  (fixtures)
 
 models.ALLOW_MODEL_REQUESTS = False
 
