@@ -6,6 +6,7 @@ from pathlib import Path
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, UserPromptPart
 
+from code_puppy.sessions.schema import Location
 from code_puppy.sessions.session import Session
 from code_puppy.sessions.store import SqliteConversationStore
 from tests.conftest import stored_info
@@ -20,8 +21,8 @@ def entry_rows(store: SqliteConversationStore) -> int:
         return db.execute("SELECT count(*) FROM entries").fetchone()[0]
 
 
-async def test_resume_of_a_10000_message_session(tmp_path: Path) -> None:
-    with SqliteConversationStore(tmp_path / "sessions.db") as store:
+async def test_resume_of_a_10000_message_session(tmp_path: Path, location: Location) -> None:
+    with SqliteConversationStore(location) as store:
         session = await Session.start(store, tmp_path, model="m")
         history = [m for i in range(5_000) for m in pair(i)]
         await session.set_message_history(history)
@@ -34,8 +35,8 @@ async def test_resume_of_a_10000_message_session(tmp_path: Path) -> None:
         assert entry_rows(store) == 10_002  # the save appended two rows, nothing rewritten
 
 
-async def test_a_rewritten_history_branches_and_the_old_branch_stays(tmp_path: Path) -> None:
-    with SqliteConversationStore(tmp_path / "sessions.db") as store:
+async def test_a_rewritten_history_branches_and_the_old_branch_stays(tmp_path: Path, location: Location) -> None:
+    with SqliteConversationStore(location) as store:
         session = await Session.start(store, tmp_path, model="m")
         original = [m for i in range(3) for m in pair(i)]
         await session.set_message_history(original)
