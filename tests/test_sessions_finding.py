@@ -10,6 +10,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from code_puppy.sessions.schema import Database
 from code_puppy.sessions.search import catch_up
 from tests.conftest import CODE_PUPPY, run_cli, start_cli
@@ -307,7 +309,15 @@ def test_a_background_indexer_leaves_the_work_to_the_process_that_holds_the_inde
     assert (found.returncode, found.stderr) == (0, "indexing 1 session stored before search existed…\n")
 
 
-def test_a_query_is_plain_words_never_fts5_syntax(server: FakeLLMServer, project: Path) -> None:
+@pytest.fixture(params=["sqlite", "postgresql"])
+def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Runs the test on each store: the SQLite file, and PostgreSQL (`CODE_PUPPY_STORAGE_URL`)."""
+    if request.param == "postgresql":
+        monkeypatch.setenv("CODE_PUPPY_STORAGE_URL", request.getfixturevalue("postgres_url"))
+    return request.param
+
+
+def test_a_query_is_plain_words_never_fts5_syntax(server: FakeLLMServer, project: Path, backend: str) -> None:
     server.script(text("I read main.py and secret.txt of code-puppy; NEAR(a b, x) is fine"), text("other"))
     wanted = headless("-p", 'fix x y "quoted" words', cwd=project)["session_id"]
     headless("-p", "something else entirely", cwd=project)

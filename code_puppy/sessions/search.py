@@ -360,7 +360,7 @@ def _search_postgres(database: Database, query: str, project: str | None) -> Seq
     expression, parameters = ts_query(query)
     options = f"StartSel={MARK[0]}, StopSel={MARK[1]}, HighlightAll=true"
     with database.read() as db:
-        return db.execute(
+        rows = db.execute(
             f"""
             WITH q (query) AS (SELECT {expression})
             SELECT search_text.session_id, search_text.role, ts_headline('simple', search_text.text, q.query, ?)
@@ -371,6 +371,11 @@ def _search_postgres(database: Database, query: str, project: str | None) -> Seq
             """,
             [*parameters, options, project, project],
         ).fetchall()
+    # PostgreSQL marks the parts of a compound word (`[code]-[puppy]`): one mark around it, as FTS5 gives.
+    return [(session_id, role, _JOINED_MARKS.sub(r"\1", text)) for session_id, role, text in rows]
+
+
+_JOINED_MARKS = re.compile(f"{MARK[1]}([^\\s\\w]*){MARK[0]}")
 
 
 def _matching_line(text: str, width: int = 160) -> str:
