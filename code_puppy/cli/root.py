@@ -107,6 +107,7 @@ SUBCOMMANDS = {
     "sessions": "code_puppy.cli.sessions:sessions",
     "skills": "code_puppy.cli.definitions:skills_group",
     "steer": "code_puppy.cli.steer:steer",
+    "storage": "code_puppy.cli.storage:storage",
     "trust": "code_puppy.cli.plugins:trust",
     "usage": "code_puppy.cli.usage:usage",
     "worktrees": "code_puppy.cli.worktrees:worktrees_group",
