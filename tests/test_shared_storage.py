@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import run_cli, start_cli, wait_for
 from tests.fake_llm import FakeLLMServer, text
 
 
@@ -189,3 +189,43 @@ def test_the_storage_url_of_a_project_config_is_never_honoured(
     assert (ran.returncode, ran.stdout) == (0, "kept here\n"), ran.stderr
     assert (tmp_path / "home" / "sessions.db").is_file()
     assert run_cli("storage", "check", cwd=repo, env=env).stdout.startswith("backend: sqlite\n")
+
+
+def test_steer_from_one_machine_reaches_a_run_on_another(
+    server: FakeLLMServer, project: Path, tmp_path: Path, postgres_url: str
+) -> None:
+    runner = machine(tmp_path / "server", server, postgres_url)
+    steerer = machine(tmp_path / "laptop", server, postgres_url)
+    server.script(text("A first draft.", delay=2.0), text("Revised with the tests in mind."))
+    process = start_cli("-p", "write it", "--output-format", "stream-json", cwd=project, env=runner)
+    try:
+        wait_for(lambda: len(server.requests) >= 1, what="the run's first request")
+        session = json.loads(process.stdout.readline())["session_id"]  # type: ignore[union-attr]
+        steered = run_cli("steer", "--session", session[:8], "focus on the tests", cwd=tmp_path, env=steerer)
+        stdout, stderr = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert (steered.returncode, steered.stderr) == (0, "")
+    assert steered.stdout == f"steered session {session[:8]} (pid {process.pid})\n"
+    assert process.returncode == 0, stderr
+    assert [m["content"] for m in server.requests[1].body["messages"] if m["role"] == "user"] == [
+        "write it",
+        "focus on the tests",
+    ]
+    assert json.loads(stdout.splitlines()[-1])["output"] == "Revised with the tests in mind."
+
+
+def test_a_run_without_a_url_imports_no_psycopg_and_one_with_it_does(
+    server: FakeLLMServer, project: Path, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.test_startup import imported_modules
+
+    def postgres_modules() -> list[str]:
+        modules = imported_modules("-p", "hi", cwd=project)
+        assert "pydantic_ai.models.openai" in modules  # the run happened
+        return sorted(m for m in modules if m.split(".")[0] == "psycopg" or m == "code_puppy.sessions.postgres")
+
+    server.script(text("hi"), text("hi again"))
+    assert postgres_modules() == []
+    monkeypatch.setenv("CODE_PUPPY_STORAGE_URL", postgres_url)
+    assert {"psycopg", "code_puppy.sessions.postgres"} <= set(postgres_modules())
