@@ -59,10 +59,10 @@ def storage_url() -> str | None:
         import tomllib
 
         user_file = config_dir() / "config.toml"
+        if not user_file.is_file():
+            return None
         try:
             data = tomllib.loads(user_file.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return None
         except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"{user_file}: {exc}") from None
         storage: object = data.get("storage")

@@ -229,3 +229,14 @@ def test_a_run_without_a_url_imports_no_psycopg_and_one_with_it_does(
     assert postgres_modules() == []
     monkeypatch.setenv("CODE_PUPPY_STORAGE_URL", postgres_url)
     assert {"psycopg", "code_puppy.sessions.postgres"} <= set(postgres_modules())
+
+
+def test_a_url_that_is_not_postgresql_is_one_line_exit_2(server: FakeLLMServer, project: Path, tmp_path: Path) -> None:
+    env = machine(tmp_path / "home", server, "mysql://puppy@127.0.0.1/sessions")
+    done = run_cli("-p", "hello", cwd=project, env=env)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (
+        f"code-puppy: error: [storage] url in {tmp_path / 'home' / 'config.toml'} must be a url "
+        "postgresql://USER[:PASSWORD]@HOST:PORT/DB\n"
+    )
+    assert server.requests == [] and not (tmp_path / "home" / "sessions.db").exists()
