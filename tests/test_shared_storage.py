@@ -240,3 +240,15 @@ def test_a_url_that_is_not_postgresql_is_one_line_exit_2(server: FakeLLMServer, 
         "postgresql://USER[:PASSWORD]@HOST:PORT/DB\n"
     )
     assert server.requests == [] and not (tmp_path / "home" / "sessions.db").exists()
+
+
+def test_the_dbos_system_database_is_the_store_url_or_a_file_in_the_data_directory(
+    code_puppy_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from code_puppy.paths import dbos_system_database_url
+
+    assert dbos_system_database_url() == f"sqlite:///{code_puppy_home / 'dbos.sqlite'}"
+    (code_puppy_home / "config.toml").write_text('[storage]\nurl = "postgresql://puppy:pw@db:5432/shared"\n')
+    assert dbos_system_database_url() == "postgresql://puppy:pw@db:5432/shared"
+    monkeypatch.setenv("CODE_PUPPY_STORAGE_URL", "postgresql://other@db:5432/elsewhere")
+    assert dbos_system_database_url() == "postgresql://other@db:5432/elsewhere"
