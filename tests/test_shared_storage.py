@@ -252,3 +252,17 @@ def test_the_dbos_system_database_is_the_store_url_or_a_file_in_the_data_directo
     assert dbos_system_database_url() == "postgresql://puppy:pw@db:5432/shared"
     monkeypatch.setenv("CODE_PUPPY_STORAGE_URL", "postgresql://other@db:5432/elsewhere")
     assert dbos_system_database_url() == "postgresql://other@db:5432/elsewhere"
+
+
+def test_sessions_check_and_repair_say_they_work_on_the_sqlite_file_only(
+    server: FakeLLMServer, project: Path, tmp_path: Path, postgres_url: str
+) -> None:
+    env = machine(tmp_path / "home", server, postgres_url.replace("postgres@", "postgres:pw@"))
+    for command in ("check", "repair"):
+        done = run_cli("sessions", command, cwd=project, env=env)
+        assert (done.returncode, done.stdout, done.stderr) == (
+            2,
+            "",
+            f"code-puppy: error: the sessions store is on PostgreSQL ({postgres_url}): `sessions check` and `repair` "
+            "work on the SQLite file; `code-puppy storage check` reports on PostgreSQL\n",
+        )
