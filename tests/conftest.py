@@ -37,6 +37,14 @@ def code_puppy_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytes
     return home
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Runs the test on each store: the SQLite file, and PostgreSQL (`CODE_PUPPY_STORAGE_URL`)."""
+    if request.param == "postgresql":
+        monkeypatch.setenv("CODE_PUPPY_STORAGE_URL", request.getfixturevalue("postgres_url"))
+    return request.param
+
+
 @pytest.fixture
 def db_path(tmp_path: Path) -> Path:
     """Where the test's sessions database lives."""

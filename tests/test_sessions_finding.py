@@ -10,8 +10,6 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from code_puppy.sessions.schema import Database
 from code_puppy.sessions.search import catch_up
 from tests.conftest import CODE_PUPPY, run_cli, start_cli
@@ -27,14 +25,6 @@ def headless(*args: str, cwd: Path) -> dict[str, Any]:
 def sent_texts(server: FakeLLMServer, index: int) -> list[str]:
     """The user and assistant texts of request `index` to the fake server."""
     return [m["content"] for m in server.requests[index].body["messages"] if m["role"] in ("user", "assistant")]
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Runs the test on each store: the SQLite file, and PostgreSQL (`CODE_PUPPY_STORAGE_URL`)."""
-    if request.param == "postgresql":
-        monkeypatch.setenv("CODE_PUPPY_STORAGE_URL", request.getfixturevalue("postgres_url"))
-    return request.param
 
 
 def test_rename_and_resume_by_name(server: FakeLLMServer, project: Path) -> None:
