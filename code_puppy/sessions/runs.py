@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sqlite3
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -164,16 +165,20 @@ class RunRegistry:
 
     async def wake_ups(self, session_id: str, *, interval: float) -> AsyncGenerator[None]:
         """When to look for pending steers of `session_id` (`pending`): every `interval` seconds on SQLite; on
-        PostgreSQL once listening, then as `send` announces one (`LISTEN/NOTIFY`), and every few seconds in case."""
-        if not self._database.postgres:
-            while True:
-                await asyncio.sleep(interval)
-                yield
-        from .postgres import notifications
+        PostgreSQL once listening, then as `send` announces one (`LISTEN/NOTIFY`), and every few seconds in case (every
+        `interval` seconds again if the listening connection fails)."""
+        if self._database.postgres:
+            from .postgres import notifications
 
-        async for payload in notifications(str(self._database.location), STEERS_CHANNEL, timeout=5.0):
-            if payload in (None, session_id):
-                yield
+            try:
+                async for payload in notifications(str(self._database.location), STEERS_CHANNEL, timeout=5.0):
+                    if payload in (None, session_id):
+                        yield
+            except sqlite3.Error:
+                pass  # the listening connection failed: polling still delivers every steer
+        while True:
+            await asyncio.sleep(interval)
+            yield
 
     def pending(self, session_id: str) -> list[tuple[int, str]]:
         """(id, text) of the steers waiting for `session_id`, oldest first: one cheap read, for polling."""
