@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -152,8 +153,9 @@ def main() -> None:
         finally:
             server.terminate()
             server.wait()
-            if stop:
+            if postgres:
                 subprocess.run(stop, capture_output=True, check=False)
+                shutil.rmtree(postgres.directory, ignore_errors=True)
     print("no run hit `database is locked`; every session was stored")
 
 
