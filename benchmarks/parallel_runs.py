@@ -1,6 +1,6 @@
 """Parallel agents on one machine (DESIGN §4, issue 17): N concurrent headless runs on one project and one store.
 
-    python benchmarks/parallel_runs.py [--counts 1,4,16] [--rounds 2]
+    python benchmarks/parallel_runs.py [--counts 1,4,16] [--rounds 2] [--postgres]
 
 For each N, N `code-puppy -p` processes start at once in one project, against one fake OpenAI-compatible server that
 answers every conversation with the same script: 3 model requests, 2 `read_file` tool calls. Each round uses a fresh
@@ -9,6 +9,9 @@ first start to the last exit, best round), and the store's write latency, which 
 `CODE_PUPPY_STORE_TIMINGS` names a file (sessions/schema.py): p50 and p95 of every committed write transaction of
 every run, from asking to write to the commit (waiting for other processes' writes included), the p95 of the time
 the write lock was held, and the p95 latency of the synced (fsync'd) writes alone: the saves of sessions.
+
+With `--postgres` the store is PostgreSQL (`CODE_PUPPY_STORAGE_URL`): a local server started as the tests start
+theirs (tests/postgres.py: Debian's `postgresql`, an unprivileged user under root), a fresh database per round.
 
 It fails loudly (exit 1) when a run fails, when any run's stderr says `database is locked` (or the store is locked),
 or when a session is missing from the store afterwards.
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -52,7 +56,9 @@ def start_server(tmp: Path) -> tuple[subprocess.Popen[str], str]:
     return server, server.stdout.readline().strip()
 
 
-def one_round(tmp: Path, base_url: str, count: int, index: int) -> tuple[float, list[tuple[float, float, str]]]:
+def one_round(
+    tmp: Path, base_url: str, count: int, index: int, url: str | None = None
+) -> tuple[float, list[tuple[float, float, str]]]:
     """Run `count` headless runs at once; wall seconds, and each store write's latency and lock hold time (ms), and
     whether it was synced (`durable`) or not (`fast`)."""
     home = tmp / f"home-{count}-{index}"
@@ -64,6 +70,7 @@ def one_round(tmp: Path, base_url: str, count: int, index: int) -> tuple[float, 
         **{key: value for key, value in os.environ.items() if not key.startswith(("OPENAI_", "CODE_PUPPY_"))},
         "CODE_PUPPY_HOME": str(home),
         "CODE_PUPPY_STORE_TIMINGS": str(timings),
+        **({"CODE_PUPPY_STORAGE_URL": url} if url else {}),
     }
     started = time.perf_counter()
     runs = [
@@ -106,7 +113,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--counts", default="1,4,16", help="the numbers of concurrent runs, comma-separated")
     parser.add_argument("--rounds", type=int, default=2, help="rounds per N (throughput: the best)")
+    parser.add_argument("--postgres", action="store_true", help="the store on a local PostgreSQL, not SQLite")
     args = parser.parse_args()
+    postgres, stop = None, []
+    if args.postgres:
+        sys.path.insert(0, str(ROOT))
+        from tests.postgres import start_server as start_postgres
+
+        postgres, stop = start_postgres()
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
         project = tmp / "project"
@@ -116,14 +130,15 @@ def main() -> None:
         server, base_url = start_server(tmp)
         try:
             print(
-                f"{'N':>3} {'runs/s':>7} {'wall s':>7} {'writes':>7} {'synced':>7} {'p50 ms':>7} {'p95 ms':>7} "
-                f"{'held p95':>9} {'synced p95':>11}"
+                f"{'N':>3} {'runs/s':>7} {'runs/min':>8} {'wall s':>7} {'writes':>7} {'synced':>7} {'p50 ms':>7} "
+                f"{'p95 ms':>7} {'held p95':>9} {'synced p95':>11}"
             )
             for count in (int(n) for n in args.counts.split(",")):
                 walls: list[float] = []
                 writes: list[tuple[float, float, str]] = []
                 for index in range(args.rounds):
-                    wall, round_writes = one_round(tmp, base_url, count, index)
+                    url = postgres.create_database() if postgres else None
+                    wall, round_writes = one_round(tmp, base_url, count, index, url)
                     walls.append(wall)
                     writes += round_writes
                 best = min(walls)
@@ -131,13 +146,16 @@ def main() -> None:
                 synced = [total for total, _, kind in writes if kind == "durable"]
                 held = percentile([held for _, held, _ in writes], 0.95)
                 print(
-                    f"{count:>3} {count / best:>7.2f} {best:>7.2f} {len(totals):>7} {len(synced):>7} "
-                    f"{statistics.median(totals):>7.1f} {percentile(totals, 0.95):>7.1f} {held:>9.1f} "
+                    f"{count:>3} {count / best:>7.2f} {60 * count / best:>8.0f} {best:>7.2f} {len(totals):>7} "
+                    f"{len(synced):>7} {statistics.median(totals):>7.1f} {percentile(totals, 0.95):>7.1f} {held:>9.1f} "
                     f"{percentile(synced, 0.95):>11.1f}"
                 )
         finally:
             server.terminate()
             server.wait()
+            if postgres:
+                subprocess.run(stop, capture_output=True, check=False)
+                shutil.rmtree(postgres.directory, ignore_errors=True)
     print("no run hit `database is locked`; every session was stored")
 
 

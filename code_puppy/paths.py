@@ -8,7 +8,9 @@ import json
 import os
 import secrets
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
+
+from code_puppy.errors import ConfigError
 
 
 def code_puppy_home() -> Path | None:
@@ -38,6 +40,56 @@ def data_dir() -> Path:
 def sessions_db() -> Path:
     """The sessions database: every session, its journal, checkpoints, costs and running runs."""
     return data_dir() / "sessions.db"
+
+
+STORAGE_URL_VARIABLE = "CODE_PUPPY_STORAGE_URL"
+"""Puts the store on PostgreSQL, as `[storage] url` of the user's config.toml does (the variable wins)."""
+
+
+def storage_url() -> str | None:
+    """The PostgreSQL url of the store (`CODE_PUPPY_STORAGE_URL`, else `[storage] url` of the user's config.toml,
+    never a project's: a repository must not send the user's sessions elsewhere); None: the SQLite file.
+
+    Raises:
+        ConfigError: The user's config.toml cannot be read, or its url is not a PostgreSQL one.
+    """
+    url: object = os.environ.get(STORAGE_URL_VARIABLE) or None
+    where = STORAGE_URL_VARIABLE
+    if url is None:
+        import tomllib
+
+        user_file = config_dir() / "config.toml"
+        if not user_file.is_file():
+            return None
+        try:
+            data = tomllib.loads(user_file.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"{user_file}: {exc}") from None
+        storage: object = data.get("storage")
+        url = cast(dict[str, object], storage).get("url") if isinstance(storage, dict) else None
+        where = f"[storage] url in {user_file}"
+        if url is None:
+            return None
+    if not isinstance(url, str) or not url.startswith(("postgresql://", "postgres://")):
+        raise ConfigError(f"{where} must be a url postgresql://USER[:PASSWORD]@HOST:PORT/DB")
+    return url
+
+
+def store_location() -> Path | str:
+    """Where the sessions store is: the PostgreSQL url of `storage_url`, else `sessions_db()`."""
+    return storage_url() or sessions_db()
+
+
+def store_exists() -> bool:
+    """Whether there is a store to read: a configured PostgreSQL one always is (reaching it is another matter)."""
+    location = store_location()
+    return isinstance(location, str) or location.exists()
+
+
+def dbos_system_database_url() -> str:
+    """The system database of durable runs (DBOS): the PostgreSQL store itself when `[storage] url` is set (DBOS
+    keeps its own schema in it), else a SQLite file in the data directory."""
+    return storage_url() or f"sqlite:///{data_dir() / 'dbos.sqlite'}"
 
 
 AGENT_CONFIG_DIRS = frozenset({".code-puppy", ".claude", ".agents"})

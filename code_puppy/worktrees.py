@@ -208,9 +208,9 @@ def _git(cwd: Path, *args: str, check: bool = True, env: dict[str, str] | None =
 
 def _running_sessions(path: Path) -> list[str]:
     """The sessions a live code-puppy process runs in `path`."""
-    from code_puppy.paths import sessions_db
+    from code_puppy.paths import store_exists
 
-    if not sessions_db().exists():
+    if not store_exists():
         return []
     from code_puppy.sessions.runs import RunRegistry
     from code_puppy.sessions.store import open_store

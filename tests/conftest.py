@@ -17,6 +17,7 @@ from pydantic_ai import models
 from code_puppy.sessions.catalog import SessionInfo
 from code_puppy.sessions.store import SqliteConversationStore
 from tests.fake_llm import FakeLLMServer
+from tests.postgres import postgres_server, postgres_url  # noqa: F401  (fixtures)
 
 models.ALLOW_MODEL_REQUESTS = False
 
@@ -34,6 +35,14 @@ def code_puppy_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytes
             monkeypatch.delenv(name)
     monkeypatch.setenv("CODE_PUPPY_HOME", str(home))
     return home
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Runs the test on each store: the SQLite file, and PostgreSQL (`CODE_PUPPY_STORAGE_URL`)."""
+    if request.param == "postgresql":
+        monkeypatch.setenv("CODE_PUPPY_STORAGE_URL", request.getfixturevalue("postgres_url"))
+    return request.param
 
 
 @pytest.fixture

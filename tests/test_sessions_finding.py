@@ -59,11 +59,11 @@ def test_rename_and_resume_by_name(server: FakeLLMServer, project: Path) -> None
 
 
 def test_an_exact_name_wins_over_an_id_prefix_and_an_ambiguous_prefix_is_refused(
-    server: FakeLLMServer, project: Path, code_puppy_home: Path
+    server: FakeLLMServer, project: Path, backend: str
 ) -> None:
-    from code_puppy.sessions.store import SqliteConversationStore
+    from code_puppy.sessions.store import open_store
 
-    with SqliteConversationStore(code_puppy_home / "sessions.db") as store:
+    with open_store() as store:
         store.sessions.create(project, session_id="abc-1", name="abc")
         store.sessions.create(project, session_id="abc-2")
         store.sessions.create(project, session_id="abd-3")
@@ -166,7 +166,9 @@ def test_the_indexer_catches_up_once_and_stops_when_asked(
         database.close()
 
 
-def test_archive_hides_a_session_from_lists_search_and_continue(server: FakeLLMServer, project: Path) -> None:
+def test_archive_hides_a_session_from_lists_search_and_continue(
+    server: FakeLLMServer, project: Path, backend: str
+) -> None:
     server.script(text("old answer"), text("new answer"), text("continued"), text("resumed"))
     older = headless("-p", "older session about kiwis", cwd=project)["session_id"]
     newer = headless("-p", "newer session about kiwis", cwd=project)["session_id"]
@@ -307,7 +309,7 @@ def test_a_background_indexer_leaves_the_work_to_the_process_that_holds_the_inde
     assert (found.returncode, found.stderr) == (0, "indexing 1 session stored before search existed…\n")
 
 
-def test_a_query_is_plain_words_never_fts5_syntax(server: FakeLLMServer, project: Path) -> None:
+def test_a_query_is_plain_words_never_fts5_syntax(server: FakeLLMServer, project: Path, backend: str) -> None:
     server.script(text("I read main.py and secret.txt of code-puppy; NEAR(a b, x) is fine"), text("other"))
     wanted = headless("-p", 'fix x y "quoted" words', cwd=project)["session_id"]
     headless("-p", "something else entirely", cwd=project)

@@ -180,7 +180,7 @@ async def pick_at_start(project_dir: Path) -> str | None:
     from code_puppy.sessions.store import open_store
 
     with open_store() as store:
-        indexing = start_indexer(store.database.path)
+        indexing = start_indexer(store.database.location)
         try:
             return await pick_session(store, project_dir)
         finally:

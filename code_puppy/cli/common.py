@@ -122,6 +122,18 @@ def guarded(action: Callable[[], int | None]) -> int:
         fail(f"internal error: {one_line(exc, typed=True)} (run with --debug for the traceback)", code=1)
 
 
+def store_exists() -> bool:
+    """Whether this user has a store to read (a configured PostgreSQL one always has); a bad `[storage] url` fails
+    the command in one line."""
+    from code_puppy.errors import ConfigError
+    from code_puppy.paths import store_exists
+
+    try:
+        return store_exists()
+    except ConfigError as exc:
+        fail(str(exc))
+
+
 def with_store(action: Callable[[SqliteConversationStore], object], *, readonly: bool = False) -> None:
     """Run `action` on this user's sessions database; `readonly` commands never create, migrate or write it. An int
     `action` returns is the exit code."""

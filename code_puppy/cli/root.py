@@ -108,6 +108,7 @@ SUBCOMMANDS = {
     "sessions": "code_puppy.cli.sessions:sessions",
     "skills": "code_puppy.cli.definitions:skills_group",
     "steer": "code_puppy.cli.steer:steer",
+    "storage": "code_puppy.cli.storage:storage",
     "trust": "code_puppy.cli.plugins:trust",
     "usage": "code_puppy.cli.usage:usage",
     "web": "code_puppy.cli.web:web",

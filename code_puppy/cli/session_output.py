@@ -314,8 +314,15 @@ def repair_store(out: TextIO) -> int:
 
 def _examined() -> tuple[Path, list[str] | None]:
     """This user's sessions.db and what `integrity_check` finds wrong with it (None: there is none)."""
-    from code_puppy.paths import sessions_db
+    from code_puppy.paths import sessions_db, storage_url
 
+    if url := storage_url():
+        from code_puppy.sessions.postgres import redacted
+
+        raise ConfigError(
+            f"the sessions store is on PostgreSQL ({redacted(url)}): `sessions check` and `repair` work on the SQLite "
+            "file; `code-puppy storage check` reports on PostgreSQL"
+        )
     path = sessions_db()
     if not path.is_file():
         return path, None

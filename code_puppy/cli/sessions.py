@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from code_puppy.cli.common import NAME, fail, guarded, session_output, with_store
+from code_puppy.cli.common import NAME, fail, guarded, session_output, store_exists, with_store
 
 if TYPE_CHECKING:
     from code_puppy.sessions.store import SqliteConversationStore
@@ -33,10 +33,10 @@ def sessions() -> None:
 def sessions_list(*, all_projects: bool, archived: bool) -> None:
     """Sessions of this project (id, age, turns the model answered, project, cost, name or title), newest first."""
 
-    from code_puppy.paths import find_project_root, sessions_db
+    from code_puppy.paths import find_project_root
 
     project = None if all_projects else find_project_root(Path.cwd())
-    if not sessions_db().exists():
+    if not store_exists():
         click.echo(f"no sessions{f' in {project}' if project else ''}")
         return
     with_store(
@@ -83,12 +83,12 @@ def sessions_search(*, query: str, project: Path | None, all_projects: bool, out
 
     Exit 0 with matches, 1 without (or when the search index is damaged), 2 for an empty or non-UTF-8 query.
     """
-    from code_puppy.paths import find_project_root, sessions_db
+    from code_puppy.paths import find_project_root
 
     if all_projects and project is not None:
         fail("use either --project or --all, not both")
     root = None if all_projects else find_project_root((project or Path.cwd()).resolve())
-    if not sessions_db().exists():
+    if not store_exists():
         click.echo("[]" if output_format == "json" else "", nl=output_format == "json")
         click.echo("no session matches (there are no sessions yet)", err=True)
         sys.exit(1)
@@ -146,7 +146,7 @@ def sessions_import(*, paths: tuple[Path, ...], dry_run: bool, output_format: st
 
     A folder imports every .jsonl file under it. A file imported before is not imported again.
     """
-    from code_puppy.paths import find_project_root, sessions_db
+    from code_puppy.paths import find_project_root
 
     for path in paths:
         if not path.exists():
@@ -165,7 +165,7 @@ def sessions_import(*, paths: tuple[Path, ...], dry_run: bool, output_format: st
             as_json=output_format == "json",
         )
 
-    if dry_run and not sessions_db().exists():
+    if dry_run and not store_exists():
         sys.exit(guarded(lambda: action(None)))
 
     def run() -> int:

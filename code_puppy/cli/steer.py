@@ -33,12 +33,12 @@ def steer(*, session_id: str | None, text: tuple[str, ...]) -> None:
         fail("nothing to send: TEXT is empty")
 
     def run() -> int:
-        from code_puppy.paths import find_project_root, sessions_db
+        from code_puppy.paths import find_project_root, store_location
         from code_puppy.sessions.runs import RunRegistry
         from code_puppy.sessions.runs import steer as send
         from code_puppy.sessions.schema import Database
 
-        database = Database(sessions_db())
+        database = Database(store_location())
         try:
             registry = RunRegistry(database)
             ok, line = send(registry, message, project_dir=find_project_root(Path.cwd()), session_prefix=session_id)

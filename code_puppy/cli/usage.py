@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from code_puppy.cli.common import fail, session_output, with_store
+from code_puppy.cli.common import fail, session_output, store_exists, with_store
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -32,13 +32,13 @@ if TYPE_CHECKING:
 @click.option("--json", "as_json", is_flag=True, help="The same as --output-format json.")
 def usage(*, since: str | None, project: Path | None, output_format: str, as_json: bool) -> None:
     """What code-puppy spent: cost and tokens by day and model, from the sessions database."""
-    from code_puppy.paths import find_project_root, sessions_db
+    from code_puppy.paths import find_project_root
 
     as_json = as_json or output_format == "json"
 
     moment = _since(since) if since is not None else None
     root = find_project_root(project.resolve()) if project is not None else None
-    if not sessions_db().exists():
+    if not store_exists():
         click.echo('{"days": [], "total": null}' if as_json else "no model requests recorded")
         return
     with_store(

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from code_puppy.cli.common import NAME, fail, guarded
+from code_puppy.cli.common import NAME, fail, guarded, store_exists
 
 if TYPE_CHECKING:
     pass
@@ -103,9 +103,8 @@ def print_list(cwd: Path, *, output_format: str) -> int:
 
 def _latest_sessions(paths: list[Path]) -> dict[Path, str]:
     """The id of each path's latest session, for those that have one."""
-    from code_puppy.paths import sessions_db
 
-    if not paths or not sessions_db().exists():
+    if not paths or not store_exists():
         return {}
     from code_puppy.sessions.store import open_store
 

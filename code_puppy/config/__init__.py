@@ -25,6 +25,7 @@ from code_puppy.config.settings import (
     SandboxConfig,
     SessionsConfig,
     Settings,
+    StorageConfig,
     ToolsConfig,
 )
 from code_puppy.errors import ConfigError
@@ -55,6 +56,7 @@ __all__ = [
     "SandboxConfig",
     "SessionsConfig",
     "Settings",
+    "StorageConfig",
     "ToolsConfig",
     "config_dir",
     "data_dir",

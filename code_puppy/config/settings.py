@@ -256,6 +256,16 @@ class SessionsConfig(_Section):
     counted in usage as kind `title`). Headless runs never do; `--name` names one."""
 
 
+class StorageConfig(_Section):
+    """Where sessions are stored (README "Shared storage (PostgreSQL)"); read from the user's config.toml only."""
+
+    url: str | None = None
+    """`postgresql://USER[:PASSWORD]@HOST:PORT/DB`: sessions, their search index, journals, checkpoints log, costs,
+    running runs and steers go to this PostgreSQL database, shared by every machine given the same url, and no
+    SQLite file is written. `CODE_PUPPY_STORAGE_URL` overrides it; a project's config.toml never sets it. Unset: the
+    SQLite file `sessions.db` in the data directory."""
+
+
 class PluginsConfig(_Section):
     """Plugins and their options (README "Plugins")."""
 
@@ -370,6 +380,7 @@ class Settings(_Section):
     budget: BudgetConfig = BudgetConfig()
     checkpoints: CheckpointsConfig = CheckpointsConfig()
     sessions: SessionsConfig = SessionsConfig()
+    storage: StorageConfig = StorageConfig()
     tools: ToolsConfig = ToolsConfig()
     mcp_servers: dict[str, McpServerConfig] = Field(default_factory=dict[str, McpServerConfig])
     """MCP servers by name; a project's are read only when the project is trusted."""

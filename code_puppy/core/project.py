@@ -341,7 +341,7 @@ class Project:
         # Likewise the price table (~30 ms to load), which pricing the first response would otherwise wait for.
         threading.Thread(target=self.spending.priceable, args=(self.model(),), name="code-puppy prices").start()
         # Sessions stored before the search index existed are read into it beside the run (sessions/search.py).
-        self._indexer = start_indexer(self.store.database.path)
+        self._indexer = start_indexer(self.store.database.location)
         await self._agent.__aenter__()
 
     async def stop(self) -> None:

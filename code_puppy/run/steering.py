@@ -185,8 +185,7 @@ async def accepting_steers(
     registry.register(session_id, project_dir)
 
     async def poll() -> None:
-        while True:
-            await asyncio.sleep(interval)
+        async for _ in registry.wake_ups(session_id, interval=interval):
             for steer_id, text in registry.pending(session_id):
                 if registry.settle(steer_id, "delivered"):
                     inbox.steer(text)

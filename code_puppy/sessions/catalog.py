@@ -16,7 +16,7 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
 from code_puppy.mentions import typed_text
 from code_puppy.terminal_text import CONTROL_CHARACTERS
 
-from .schema import Database, delete_conversation, timestamp
+from .schema import NO_LIMIT, Connection, Database, delete_conversation, timestamp
 
 __all__ = ("TITLE_LENGTH", "SessionCatalog", "SessionInfo", "record_save", "title_of")
 
@@ -104,7 +104,7 @@ def title_of(messages: Sequence[ModelMessage], *, limit: int = TITLE_LENGTH) -> 
 
 
 def record_save(
-    db: sqlite3.Connection, record: ConversationRecord, *, message_count: int, new_messages: Sequence[ModelMessage]
+    db: Connection, record: ConversationRecord, *, message_count: int, new_messages: Sequence[ModelMessage]
 ) -> None:
     """Bring the session row of `record`'s conversation, if it has one, up to date with a save being written in `db`."""
     db.execute(
@@ -141,6 +141,8 @@ class SessionCatalog:
     def table(self) -> str:
         """What to select sessions from: the table, or, in a store opened read-only before its latest migrations,
         the table with the columns it lacks filled in."""
+        if self._table is None and self._database.postgres:
+            self._table = "sessions"  # always migrated when opened
         if self._table is None:
             with self._database.read() as db:
                 have = {row[1] for row in db.execute("PRAGMA table_info(sessions)")}
@@ -217,7 +219,7 @@ class SessionCatalog:
         return _info(found)
 
     @staticmethod
-    def _check_name_free(db: sqlite3.Connection, name: str | None, session_id: str) -> None:
+    def _check_name_free(db: Connection, name: str | None, session_id: str) -> None:
         if name is None:
             return
         check_name(name)
@@ -255,7 +257,7 @@ class SessionCatalog:
                 f"""
                 SELECT {_COLUMNS} FROM {self.table}
                 WHERE id = :ref OR name = :ref OR substr(id, 1, length(:ref)) = :ref
-                ORDER BY id = :ref DESC, name IS :ref DESC, updated_at DESC
+                ORDER BY id = :ref DESC, (name IS NOT NULL AND name = :ref) DESC, updated_at DESC
                 """,
                 {"ref": reference},
             ).fetchall()
@@ -291,7 +293,10 @@ class SessionCatalog:
         """Record the id session `session_id` has in `tool`, the tool it was imported from."""
         with self._database.write() as db:
             db.execute(
-                "INSERT OR REPLACE INTO session_sources (session_id, tool, source_id) VALUES (?, ?, ?)",
+                """
+                INSERT INTO session_sources (session_id, tool, source_id) VALUES (?, ?, ?)
+                ON CONFLICT (session_id) DO UPDATE SET tool = excluded.tool, source_id = excluded.source_id
+                """,
                 (session_id, tool, source_id),
             )
 
@@ -315,10 +320,15 @@ class SessionCatalog:
                     message_count > 0 OR id IN (SELECT session_id FROM journals) OR id IN (SELECT id FROM conversations)
                 )
                     AND (:project IS NULL OR project_dir = :project) AND (archived_at IS NOT NULL) = :archived
-                    AND (:failed OR NOT (indexed AND turns = 0 AND message_count > 0))
+                    AND (:failed OR NOT (indexed <> 0 AND turns = 0 AND message_count > 0))
                 ORDER BY updated_at DESC, created_at DESC, id DESC LIMIT :limit
                 """,
-                {"project": project, "limit": -1 if limit is None else limit, "archived": archived, "failed": failed},
+                {
+                    "project": project,
+                    "limit": NO_LIMIT if limit is None else limit,
+                    "archived": archived,
+                    "failed": failed,
+                },
             ).fetchall()
         return [_info(row) for row in rows]
 

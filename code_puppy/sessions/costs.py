@@ -212,9 +212,15 @@ class CostBook:
         self, *, since: datetime | None = None, project_dir: Path | None = None
     ) -> list[tuple[str, str, CostTotals]]:
         """Totals by local calendar day and model, oldest day first, as (YYYY-MM-DD, model, totals)."""
+        # PostgreSQL's session time zone is this machine's (sessions/postgres.py).
+        day = (
+            "to_char(created_at::timestamptz, 'YYYY-MM-DD')"
+            if self._database.postgres
+            else "date(created_at, 'localtime')"
+        )
         rows = self._read(
             f"""
-            SELECT date(created_at, 'localtime'), model, {_SUMS} FROM requests
+            SELECT {day}, model, {_SUMS} FROM requests
             WHERE (:since IS NULL OR created_at >= :since) AND (:project IS NULL OR project_dir = :project)
             GROUP BY 1, 2 ORDER BY 1, 2
             """,

@@ -20,13 +20,12 @@ import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
 
 from .catalog import title_of
 from .runs import THIS_HOST, process_alive, process_started
-from .schema import Database, store_error, timestamp
+from .schema import Connection, Database, Location, store_error, timestamp
 from .store import message_adapter
 
 __all__ = ("InterruptedTurn", "Journal")
@@ -66,7 +65,7 @@ class Journal:
         self._database = database
 
     @property
-    def path(self) -> Path:
+    def path(self) -> Location:
         """The database file."""
         return self._database.path
 
@@ -184,7 +183,7 @@ class Journal:
             claimed = db.execute(
                 """
                 UPDATE journals SET session_id = ?, host = ?, pid = ?, pid_started = ?
-                WHERE id = ? AND host = ? AND pid = ? AND pid_started IS ?
+                WHERE id = ? AND host = ? AND pid = ? AND coalesce(pid_started, '') = coalesce(?, '')
                 """,
                 (
                     into,
@@ -208,7 +207,7 @@ class Journal:
             )
 
 
-def _insert(db: sqlite3.Connection, journal_id: int, messages: Sequence[ModelMessage], *, pending: bool) -> None:
+def _insert(db: Connection, journal_id: int, messages: Sequence[ModelMessage], *, pending: bool) -> None:
     db.executemany(
         "INSERT INTO journal_entries (journal_id, pending, message) VALUES (?, ?, ?)",
         [(journal_id, int(pending), message_adapter.dump_json(message).decode()) for message in messages],

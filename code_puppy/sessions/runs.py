@@ -1,23 +1,29 @@
 """Running runs and their steer inbox in sessions.db: how `code-puppy steer` reaches a run in another process.
 
-A process running a turn registers its session in `running_runs` (pid, project, start) and polls `steers` for
-pending rows every ~200 ms. `code-puppy steer` inserts a row for a live registration, in the same transaction
-that checks it, then waits for the running process to mark it delivered. A registration whose process died
-(kill -9, a crash) is stale: its pid is gone or belongs to a newer process, and it is dropped when seen.
+A process running a turn registers its session in `running_runs` (pid, project, start, host) and reads `steers`
+for pending rows every ~200 ms (on PostgreSQL: when `LISTEN/NOTIFY` says one came). `code-puppy steer` inserts a row
+for a live registration, in the same transaction that checks it, then waits for the running process to mark it
+delivered. A registration whose process died (kill -9, a crash) is stale: its pid is gone or belongs to a newer
+process, and it is dropped when seen (by a process of its own host only: `host`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sqlite3
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
-from .schema import Database, timestamp
+from .schema import Connection, Database, timestamp
 
 SteerStatus = Literal["pending", "delivered", "rejected"]
+
+STEERS_CHANNEL = "code_puppy_steers"
+"""The PostgreSQL `NOTIFY` channel a steer is announced on; its payload is the session id."""
 
 
 @dataclass(frozen=True)
@@ -29,6 +35,13 @@ class RunningRun:
     pid_started: str | None
     project_dir: str
     started_at: str
+    host: str | None = None
+    """The machine it runs on (`THIS_HOST`); None: this one (registered before hosts were recorded)."""
+
+    @property
+    def alive(self) -> bool:
+        """Whether its process runs (a run of another host is taken to: only its own host can tell)."""
+        return self.host not in (None, THIS_HOST) or process_alive(self.pid, self.pid_started)
 
 
 def process_started(pid: int) -> str | None:
@@ -80,16 +93,16 @@ class RunRegistry:
     def register(self, session_id: str, project_dir: Path) -> None:
         """Mark `session_id` as running in this process (replacing a registration a dead process left)."""
         pid = os.getpid()
-        row = (session_id, pid, process_started(pid), str(project_dir.resolve()), _now())
+        row = (session_id, pid, process_started(pid), str(project_dir.resolve()), _now(), THIS_HOST)
         # Not synced: a registration a power cut loses names a process that died with it. Many agents start at once,
         # and each fsync here would hold the write lock they all wait for.
         with self._database.write(durable=False) as db:
             db.execute(
                 """
-                INSERT INTO running_runs (session_id, pid, pid_started, project_dir, started_at)
-                VALUES (?, ?, ?, ?, ?)
+                INSERT INTO running_runs (session_id, pid, pid_started, project_dir, started_at, host)
+                VALUES (?, ?, ?, ?, ?, ?)
                 ON CONFLICT (session_id) DO UPDATE SET pid = excluded.pid, pid_started = excluded.pid_started,
-                    project_dir = excluded.project_dir, started_at = excluded.started_at
+                    project_dir = excluded.project_dir, started_at = excluded.started_at, host = excluded.host
                 """,
                 row,
             )
@@ -108,7 +121,7 @@ class RunRegistry:
         with self._database.read() as db:
             rows = db.execute(
                 """
-                SELECT session_id, pid, pid_started, project_dir, started_at FROM running_runs
+                SELECT session_id, pid, pid_started, project_dir, started_at, host FROM running_runs
                 WHERE (:project IS NULL OR project_dir = :project)
                     AND (:prefix IS NULL OR substr(session_id, 1, length(:prefix)) = :prefix)
                 ORDER BY started_at DESC
@@ -119,7 +132,7 @@ class RunRegistry:
                 },
             ).fetchall()
         runs = [RunningRun(*row) for row in rows]
-        stale = [run for run in runs if not process_alive(run.pid, run.pid_started)]
+        stale = [run for run in runs if not run.alive]
         if stale:
             with self._database.write() as db:
                 for run in stale:
@@ -136,6 +149,8 @@ class RunRegistry:
                 "INSERT INTO steers (session_id, text, created_at) VALUES (?, ?, ?) RETURNING id",
                 (session_id, text, _now()),
             ).fetchone()
+            if self._database.postgres:  # wakes the running process up at the commit (`wake_ups`)
+                db.execute("SELECT pg_notify(?, ?)", (STEERS_CHANNEL, session_id))
         return int(row[0])
 
     def status(self, steer_id: int) -> SteerStatus | None:
@@ -147,6 +162,23 @@ class RunRegistry:
         """Take back a steer nobody claimed yet; False when the running process already settled it."""
         with self._database.write() as db:
             return db.execute("DELETE FROM steers WHERE id = ? AND status = 'pending'", (steer_id,)).rowcount > 0
+
+    async def wake_ups(self, session_id: str, *, interval: float) -> AsyncGenerator[None]:
+        """When to look for pending steers of `session_id` (`pending`): every `interval` seconds on SQLite; on
+        PostgreSQL once listening, then as `send` announces one (`LISTEN/NOTIFY`), and every few seconds in case (every
+        `interval` seconds again if the listening connection fails)."""
+        if self._database.postgres:
+            from .postgres import notifications
+
+            try:
+                async for payload in notifications(str(self._database.location), STEERS_CHANNEL, timeout=5.0):
+                    if payload in (None, session_id):
+                        yield
+            except sqlite3.Error:
+                pass  # the listening connection failed: polling still delivers every steer
+        while True:
+            await asyncio.sleep(interval)
+            yield
 
     def pending(self, session_id: str) -> list[tuple[int, str]]:
         """(id, text) of the steers waiting for `session_id`, oldest first: one cheap read, for polling."""
@@ -167,7 +199,7 @@ class RunRegistry:
             )
 
 
-def _reject_pending(db: sqlite3.Connection, session_id: str) -> None:
+def _reject_pending(db: Connection, session_id: str) -> None:
     db.execute("UPDATE steers SET status = 'rejected' WHERE session_id = ? AND status = 'pending'", (session_id,))
 
 

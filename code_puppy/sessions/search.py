@@ -1,10 +1,10 @@
-"""Full-text search over sessions: `search_text`, the text of user prompts and model answers, and `search`, its SQLite
-FTS5 index.
+"""Full-text search over sessions: `search_text`, the text of user prompts and model answers, and its index: SQLite's
+FTS5 table `search`, or on PostgreSQL a `tsvector` column of `search_text` with a GIN index.
 
 A save indexes the messages it appends in its own transaction (`index_new`), so the index never lags a saved
 session. Sessions stored before the index existed (`indexed = 0`) are read into it lazily by `catch_up`, in short
 `BEGIN IMMEDIATE` transactions (a batch of sessions each, about `BATCH_SECONDS` long) so that the runs saving turns
-meanwhile wait little, and by one process at a time: it holds an `fcntl` lock on `sessions.db.index-lock`. The chat
+meanwhile wait little, and by one process at a time (`Database.exclusive`). The chat
 and headless runs start it in a background thread (`start_indexer`), which does nothing when another process holds
 the lock and stops at the first SQLite error (what is left waits for later); `code-puppy sessions search` waits for the
 lock and runs it before it searches. Tool calls, their output and attachments (`!cmd` output, `@file` contents) are
@@ -13,22 +13,19 @@ never indexed.
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 import re
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Generator, Iterable, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
 from code_puppy.mentions import is_attachment
 
-from .schema import Database
+from .schema import Connection, Database, Location
 
 __all__ = (
     "MARK",
@@ -123,7 +120,7 @@ def _unanswered(newest_first: Iterable[str]) -> bool:
     return False
 
 
-def continuation(db: sqlite3.Connection, old_head: str | None, new_head: str | None) -> tuple[list[str], bool]:
+def continuation(db: Connection, old_head: str | None, new_head: str | None) -> tuple[list[str], bool]:
     """What a save adds to a stored history, oldest first, and whether a user prompt before it is still unanswered.
 
     Usually the new messages hang on the stored head. A save may also rewrite what went before (`/compact`'s summary
@@ -141,14 +138,14 @@ def continuation(db: sqlite3.Connection, old_head: str | None, new_head: str | N
     return newest_first[::-1], _unanswered(_history_newest_first(db, old_head))
 
 
-def _history_newest_first(db: sqlite3.Connection, head: str | None) -> Generator[str]:
+def _history_newest_first(db: Connection, head: str | None) -> Generator[str]:
     """The messages from `head` back to the first, read one at a time (a search from the end mostly reads one)."""
     while head is not None:
         head, message = db.execute("SELECT parent_id, message FROM entries WHERE id = ?", (head,)).fetchone()
         yield message
 
 
-def index_new(db: sqlite3.Connection, session_id: str, message_jsons: Iterable[str], *, asked: bool = False) -> None:
+def index_new(db: Connection, session_id: str, message_jsons: Iterable[str], *, asked: bool = False) -> None:
     """Index the messages a save appends to `session_id`, and count its new answered turns (`asked`: see
     `answered_prompts`); inside its transaction."""
     messages = list(message_jsons)
@@ -159,7 +156,7 @@ def index_new(db: sqlite3.Connection, session_id: str, message_jsons: Iterable[s
 
 
 def index_saved(
-    db: sqlite3.Connection,
+    db: Connection,
     session_id: str,
     message_jsons: Sequence[str],
     *,
@@ -182,7 +179,7 @@ def index_saved(
     db.execute("RELEASE indexing")
 
 
-def copy_index(db: sqlite3.Connection, source_id: str, fork_id: str) -> None:
+def copy_index(db: Connection, source_id: str, fork_id: str) -> None:
     """A fork starts with its source's index, turns and `indexed` mark; inside the transaction that writes the fork."""
     db.execute(
         "INSERT INTO search_text (text, session_id, role) SELECT text, ?, role FROM search_text WHERE session_id = ?",
@@ -213,7 +210,7 @@ def catch_up(
         return 0
     if announce is not None:
         announce(len(waiting))
-    with _indexing(database.path, wait=wait) as alone:
+    with database.exclusive(wait=wait) as alone:
         if not alone:
             return 0
         waiting = _not_indexed(database)  # another process may have indexed some meanwhile
@@ -232,22 +229,7 @@ def _not_indexed(database: Database) -> list[str]:
         return [row[0] for row in db.execute("SELECT id FROM sessions WHERE indexed = 0 ORDER BY updated_at")]
 
 
-@contextmanager
-def _indexing(store: Path, *, wait: bool) -> Generator[bool]:
-    """The lock beside the store that keeps indexing to one process; whether this one got it (always, with `wait`)."""
-    descriptor = os.open(store.with_name(f"{store.name}.index-lock"), os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except BlockingIOError:
-            yield False
-            return
-        yield True
-    finally:
-        os.close(descriptor)  # releases the lock
-
-
-def _index_stored(db: sqlite3.Connection, session_id: str) -> int:
+def _index_stored(db: Connection, session_id: str) -> int:
     """Index one stored session's whole history, inside a write transaction; 1 if it needed it, else 0."""
     if db.execute("SELECT indexed FROM sessions WHERE id = ?", (session_id,)).fetchone() != (0,):
         return 0
@@ -259,7 +241,7 @@ def _index_stored(db: sqlite3.Connection, session_id: str) -> int:
     return 1
 
 
-def recount_turns(db: sqlite3.Connection, session_id: str) -> None:
+def recount_turns(db: Connection, session_id: str) -> None:
     """Count the answered turns of a history rewound to one of its earlier messages (or to none), inside the save's
     transaction: the turns rewound away are no longer the session's. Their text stays found by search, as the old
     branch stays stored."""
@@ -267,7 +249,7 @@ def recount_turns(db: sqlite3.Connection, session_id: str) -> None:
     db.execute("UPDATE sessions SET turns = ? WHERE id = ?", (turns, session_id))
 
 
-def _stored_history(db: sqlite3.Connection, session_id: str) -> list[str]:
+def _stored_history(db: Connection, session_id: str) -> list[str]:
     """The stored messages of a session's current history, oldest first, as JSON."""
     newest_first = db.execute(
         """
@@ -285,14 +267,14 @@ def _stored_history(db: sqlite3.Connection, session_id: str) -> list[str]:
     return [message for (message,) in reversed(newest_first)]
 
 
-def start_indexer(path: Path) -> threading.Event:
+def start_indexer(location: Location) -> threading.Event:
     """Index older sessions in a background thread with its own connection, unless another process is indexing; set
     the event returned to stop it between two batches. A failure (a busy or damaged store) leaves the rest for later."""
     stop = threading.Event()
 
     def run() -> None:
         try:
-            database = Database(path)
+            database = Database(location)
         except Exception:  # the run that started it reports an unusable store; the index can wait
             return
         try:
@@ -325,9 +307,23 @@ def search(
         SearchQueryError: FTS5 cannot parse `query`.
     """
     project = None if project_dir is None else str(project_dir.resolve())
+    rows = (_search_postgres if database.postgres else _search_sqlite)(database, query, project)
+    hits: dict[str, list[tuple[str, str]]] = {}
+    for session_id, role, text in rows:
+        found = hits.get(session_id)
+        if found is None:
+            if len(hits) == limit:
+                continue
+            found = hits[session_id] = []
+        if len(found) < lines_per_session:
+            found.append((role, _matching_line(text)))
+    return [SearchHit(session_id, lines) for session_id, lines in hits.items()]
+
+
+def _search_sqlite(database: Database, query: str, project: str | None) -> Sequence[tuple[str, str, str]]:
     try:
         with database.read() as db:
-            rows: Sequence[tuple[str, str, str]] = db.execute(
+            return db.execute(
                 """
                 SELECT search_text.session_id, search_text.role, highlight(search, 0, :open, :close)
                 FROM search JOIN search_text ON search_text.id = search.rowid
@@ -342,16 +338,44 @@ def search(
         if "fts5" in str(exc) or "no such column" in str(exc) or "unterminated" in str(exc):
             raise SearchQueryError(str(exc)) from None
         raise
-    hits: dict[str, list[tuple[str, str]]] = {}
-    for session_id, role, text in rows:
-        found = hits.get(session_id)
-        if found is None:
-            if len(hits) == limit:
-                continue
-            found = hits[session_id] = []
-        if len(found) < lines_per_session:
-            found.append((role, _matching_line(text)))
-    return [SearchHit(session_id, lines) for session_id, lines in hits.items()]
+
+
+def ts_query(query: str) -> tuple[str, list[str]]:
+    """`query` for PostgreSQL, read as `fts_query` reads it: an expression of `tsquery`s, one per word or phrase, that
+    must all match (`&&`), and its parameters; a word's trailing `*` matches the words its last part begins."""
+    terms: list[str] = []
+    parameters: list[str] = []
+    for match in _QUERY_WORD.finditer(query):
+        phrase, word = match.group(1), match.group(2)
+        if word is not None and word.endswith("*") and (parts := re.findall(r"\w+", word)):
+            terms.append("to_tsquery('simple', ?)")
+            parameters.append(" <-> ".join(f"'{part}'" for part in parts) + ":*")
+        else:
+            terms.append("phraseto_tsquery('simple', ?)")
+            parameters.append(phrase if phrase is not None else word or "")
+    return " && ".join(terms) or "''::tsquery", parameters
+
+
+def _search_postgres(database: Database, query: str, project: str | None) -> Sequence[tuple[str, str, str]]:
+    expression, parameters = ts_query(query)
+    options = f"StartSel={MARK[0]}, StopSel={MARK[1]}, HighlightAll=true"
+    with database.read() as db:
+        rows = db.execute(
+            f"""
+            WITH q (query) AS (SELECT {expression})
+            SELECT search_text.session_id, search_text.role, ts_headline('simple', search_text.text, q.query, ?)
+            FROM q, search_text JOIN sessions ON sessions.id = search_text.session_id
+            WHERE search_text.document @@ q.query AND sessions.archived_at IS NULL
+                AND (? IS NULL OR sessions.project_dir = ?)
+            ORDER BY ts_rank(search_text.document, q.query) DESC, search_text.id LIMIT 2000
+            """,
+            [*parameters, options, project, project],
+        ).fetchall()
+    # PostgreSQL marks the parts of a compound word (`[code]-[puppy]`): one mark around it, as FTS5 gives.
+    return [(session_id, role, _JOINED_MARKS.sub(r"\1", text)) for session_id, role, text in rows]
+
+
+_JOINED_MARKS = re.compile(f"{MARK[1]}([^\\s\\w]*){MARK[0]}")
 
 
 def _matching_line(text: str, width: int = 160) -> str:

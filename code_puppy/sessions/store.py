@@ -1,10 +1,10 @@
-"""`SqliteConversationStore`: pydantic-ai's `ConversationStore` over one SQLite file shared by every process."""
+"""`SqliteConversationStore`: pydantic-ai's `ConversationStore` over one SQLite file shared by every process, or over
+the PostgreSQL database of `[storage] url` shared by every machine."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from pathlib import Path
 from types import TracebackType
 
 from pydantic import ConfigDict, TypeAdapter
@@ -16,12 +16,12 @@ from pydantic_ai.conversation_store import (
 )
 from pydantic_ai.messages import ModelMessage, ModelRequest, UserPromptPart
 
-from code_puppy.paths import sessions_db
+from code_puppy.paths import store_location
 
 from .catalog import SessionCatalog, record_save
 from .costs import CostBook
 from .runs import THIS_HOST
-from .schema import Database, delete_conversation, discard_journal, timestamp
+from .schema import NO_LIMIT, Database, Location, delete_conversation, discard_journal, timestamp
 from .search import continuation, index_saved, recount_turns
 
 __all__ = ("SqliteConversationStore", "message_adapter", "open_store")
@@ -37,16 +37,17 @@ class SqliteConversationStore(ConversationStore):
     """A [`ConversationStore`][pydantic_ai.conversation_store.ConversationStore] in a SQLite database.
 
     Entries are append-only rows, and a save writes its new entries, the conversation's record and its session's
-    metadata in one `BEGIN IMMEDIATE` transaction, so the revision check holds across processes and a killed
-    process leaves either the whole save or none of it. `read_history` is one recursive query.
+    metadata in one `BEGIN IMMEDIATE` transaction (on PostgreSQL: under one advisory lock), so the revision check
+    holds across processes and a killed process leaves either the whole save or none of it. `read_history` is one
+    recursive query.
 
     `delete_record` deletes the entries no remaining conversation's history or branches reach, as
     `InMemoryConversationStore` does. The methods run the (millisecond) SQLite work inline rather than in a
     worker thread: no await splits a transaction, so a cancelled task can't leave one half-done.
     """
 
-    def __init__(self, path: Path, *, readonly: bool = False) -> None:
-        self.database = Database(path, readonly=readonly)
+    def __init__(self, location: Location, *, readonly: bool = False) -> None:
+        self.database = Database(location, readonly=readonly)
         self.sessions = SessionCatalog(self.database)
         """The session metadata kept beside the conversations."""
         self.costs = CostBook(self.database)
@@ -75,7 +76,7 @@ class SqliteConversationStore(ConversationStore):
                 SELECT record FROM conversations WHERE :scope IS NULL OR scope = :scope
                 ORDER BY updated_at DESC LIMIT :limit
                 """,
-                {"scope": scope, "limit": -1 if limit is None else limit},
+                {"scope": scope, "limit": NO_LIMIT if limit is None else limit},
             ).fetchall()
         return [_record_adapter.validate_json(record) for (record,) in rows]
 
@@ -194,8 +195,9 @@ class SqliteConversationStore(ConversationStore):
 
 
 def open_store(*, readonly: bool = False) -> SqliteConversationStore:
-    """The sessions database of this user (`sessions.db` in the data directory)."""
-    return SqliteConversationStore(sessions_db(), readonly=readonly)
+    """The sessions store of this user: the PostgreSQL database of `[storage] url`, else `sessions.db` in the data
+    directory."""
+    return SqliteConversationStore(store_location(), readonly=readonly)
 
 
 def build_serializers() -> None:

@@ -128,7 +128,8 @@ def test_a_row_is_stored_at_the_moment_given_in_any_time_zone(store: SqliteConve
     assert store.costs.since(NOON + timedelta(microseconds=1))[1].requests == 0
 
 
-def test_a_store_from_before_costs_reads_as_no_requests(store: SqliteConversationStore, db_path: Path) -> None:
+def test_a_store_from_before_costs_reads_as_no_requests(db_path: Path) -> None:
+    store = SqliteConversationStore(db_path)  # a SQLite store an older code-puppy made (read-only commands read it)
     with sqlite3.connect(db_path) as db:
         db.execute("DROP TABLE requests")
     assert store.costs.session_totals(["a"]) == {}

@@ -160,9 +160,14 @@ def codex_rollout(path: Path, project: Path) -> Path:
 
 
 def stored(code_puppy_home: Path, session_id: str) -> tuple[Any, list[Any]]:
+    """The stored session and its messages, from the store the test's `code-puppy` used (`CODE_PUPPY_HOME`'s file,
+    or `CODE_PUPPY_STORAGE_URL`)."""
     import asyncio
 
-    with SqliteConversationStore(code_puppy_home / "sessions.db", readonly=True) as store:
+    from code_puppy.sessions.store import open_store
+
+    assert code_puppy_home.is_dir()
+    with open_store(readonly=True) as store:
         info = store.sessions.find(session_id)[0]
         conversation = asyncio.run(store.load(session_id))
         assert conversation is not None
@@ -178,7 +183,7 @@ def sent_history(server: FakeLLMServer) -> list[dict[str, Any]]:
 
 
 def test_a_claude_code_transcript_is_imported_and_resumed(
-    project: Path, tmp_path: Path, server: FakeLLMServer, code_puppy_home: Path
+    project: Path, tmp_path: Path, server: FakeLLMServer, code_puppy_home: Path, backend: str
 ) -> None:
     transcript = claude_transcript(tmp_path / "claude" / f"{CLAUDE_SESSION}.jsonl", project)
 

@@ -14,10 +14,11 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, Text
 from code_puppy.run.history_persistence import recover_interrupted_turn
 from code_puppy.sessions.journal import Journal
 from code_puppy.sessions.runs import process_started
-from code_puppy.sessions.schema import Database
+from code_puppy.sessions.schema import Database, Location
 from code_puppy.sessions.session import Session
 from code_puppy.sessions.store import SqliteConversationStore
 from tests.conftest import stored_info
+from tests.sessions.conftest import LOCATION_ARGUMENT
 
 DEAD_WRITER = """
 import asyncio, sys
@@ -27,7 +28,7 @@ from code_puppy.sessions.session import Session
 from code_puppy.sessions.store import SqliteConversationStore
 
 async def main():
-    with SqliteConversationStore(Path(sys.argv[1])) as store:
+    with SqliteConversationStore(LOCATION) as store:
         (info,) = store.sessions.find(sys.argv[2])
         session = await Session.resume(store, info, model="test")
         if len(sys.argv) > 3:  # another process saves the session after this one loaded it
@@ -68,9 +69,16 @@ async def seeded(store: SqliteConversationStore, project: Path) -> Session:
     return session
 
 
-def die_journaling(db_path: Path, session_id: str, *, stale: bool = False) -> str:
+def die_journaling(location: Location, session_id: str, *, stale: bool = False) -> str:
     completed = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(DEAD_WRITER), str(db_path), session_id, *(["stale"] if stale else [])],
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(DEAD_WRITER).replace("LOCATION", LOCATION_ARGUMENT),
+            str(location),
+            session_id,
+            *(["stale"] if stale else []),
+        ],
         capture_output=True,
         text=True,
         check=True,
@@ -79,10 +87,10 @@ def die_journaling(db_path: Path, session_id: str, *, stale: bool = False) -> st
 
 
 async def test_a_journal_is_recovered_once_by_one_of_two_sessions(
-    store: SqliteConversationStore, db_path: Path, project: Path
+    store: SqliteConversationStore, location: Location, project: Path
 ) -> None:
     session = await seeded(store, project)
-    assert die_journaling(db_path, session.id) == "current"
+    assert die_journaling(location, session.id) == "current"
     info = stored_info(store, session.id)
     assert info is not None
     first, second = [await Session.resume(store, info, model="test") for _ in range(2)]
@@ -94,22 +102,24 @@ async def test_a_journal_is_recovered_once_by_one_of_two_sessions(
 
 
 async def test_a_claimed_journal_whose_recovery_died_is_recovered_again_whole(
-    store: SqliteConversationStore, db_path: Path, project: Path
+    store: SqliteConversationStore, location: Location, project: Path
 ) -> None:
     session = await seeded(store, project)
-    die_journaling(db_path, session.id)
+    die_journaling(location, session.id)
     claimer = textwrap.dedent(
         """
         import sys
         from pathlib import Path
         from code_puppy.sessions.journal import Journal
         from code_puppy.sessions.schema import Database
-        journal = Journal(Database(Path(sys.argv[1])))
+        journal = Journal(Database(LOCATION))
         (turn,) = journal.read(sys.argv[2])
         assert journal.claim(turn, into=sys.argv[2])
         """
     )  # claims, then dies before its save: the journal is now a dead process's again
-    subprocess.run([sys.executable, "-c", claimer, str(db_path), session.id], check=True)
+    subprocess.run(
+        [sys.executable, "-c", claimer.replace("LOCATION", LOCATION_ARGUMENT), str(location), session.id], check=True
+    )
     info = stored_info(store, session.id)
     assert info is not None
     resumed = await Session.resume(store, info, model="test")
@@ -118,10 +128,10 @@ async def test_a_claimed_journal_whose_recovery_died_is_recovered_again_whole(
 
 
 async def test_a_run_that_began_on_a_stale_history_is_recovered_as_its_own_session(
-    store: SqliteConversationStore, db_path: Path, project: Path
+    store: SqliteConversationStore, location: Location, project: Path
 ) -> None:
     session = await seeded(store, project)
-    assert die_journaling(db_path, session.id, stale=True) == "stale"
+    assert die_journaling(location, session.id, stale=True) == "stale"
     info = stored_info(store, session.id)
     assert info is not None
     resumed = await Session.resume(store, info, model="test")
@@ -137,12 +147,12 @@ async def test_a_run_that_began_on_a_stale_history_is_recovered_as_its_own_sessi
 
 @pytest.mark.parametrize("damage", ["UPDATE journal_entries SET message = '{not json'", "DELETE FROM journal_entries"])
 async def test_a_journal_that_does_not_read_back_is_a_store_error_naming_the_file(
-    store: SqliteConversationStore, db_path: Path, project: Path, damage: str
+    store: SqliteConversationStore, location: Location, project: Path, damage: str
 ) -> None:
     from code_puppy.errors import StoreError
 
     session = await seeded(store, project)
-    die_journaling(db_path, session.id)
+    die_journaling(location, session.id)
     with store.database.write() as db:
         db.execute(damage)
     info = stored_info(store, session.id)
@@ -151,15 +161,15 @@ async def test_a_journal_that_does_not_read_back_is_a_store_error_naming_the_fil
     if damage.startswith("DELETE"):  # no rows left: only the prompt the header keeps
         assert await recover_interrupted_turn(resumed) == "recovered an interrupted turn: 1 step"
         return
-    with pytest.raises(StoreError, match=f"^{db_path} is damaged"):
+    with pytest.raises(StoreError, match=f"^{location} is damaged"):
         await recover_interrupted_turn(resumed)
 
 
 async def test_a_dead_writer_whose_pid_was_reused_is_recovered(
-    store: SqliteConversationStore, db_path: Path, project: Path
+    store: SqliteConversationStore, location: Location, project: Path
 ) -> None:
     session = await seeded(store, project)
-    die_journaling(db_path, session.id)
+    die_journaling(location, session.id)
     reuser = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         with store.database.write() as db:  # a later process got the dead writer's pid; it started at another time
@@ -178,10 +188,10 @@ async def test_a_dead_writer_whose_pid_was_reused_is_recovered(
 
 
 async def test_a_journal_whose_writer_runs_is_never_taken(
-    store: SqliteConversationStore, db_path: Path, project: Path
+    store: SqliteConversationStore, location: Location, project: Path
 ) -> None:
     session = await seeded(store, project)
-    die_journaling(db_path, session.id)
+    die_journaling(location, session.id)
     with store.database.write() as db:  # the writer is alive: this very process, as it started
         db.execute("UPDATE journals SET pid = ?, pid_started = ?", (os.getpid(), process_started(os.getpid())))
     info = stored_info(store, session.id)
@@ -194,14 +204,14 @@ async def test_a_journal_whose_writer_runs_is_never_taken(
 
 @pytest.mark.parametrize("writer", ["dead", "its pid reused by the claimers"])
 async def test_of_two_readers_of_one_orphaned_journal_only_the_first_claim_wins(
-    store: SqliteConversationStore, db_path: Path, project: Path, writer: str
+    store: SqliteConversationStore, location: Location, project: Path, writer: str
 ) -> None:
     session = await seeded(store, project)
-    die_journaling(db_path, session.id)
+    die_journaling(location, session.id)
     if writer != "dead":  # the claimers' own pid, from a process that started long before them
         with store.database.write() as db:
             db.execute("UPDATE journals SET pid = ?, pid_started = '1'", (os.getpid(),))
-    other = Database(db_path)  # a second reader's connection
+    other = Database(location)  # a second reader's connection
     try:
         (mine,) = Journal(store.database).read(session.id)
         (theirs,) = Journal(other).read(session.id)
@@ -217,10 +227,10 @@ async def test_of_two_readers_of_one_orphaned_journal_only_the_first_claim_wins(
 
 
 async def test_a_journal_of_another_host_is_never_taken(
-    store: SqliteConversationStore, db_path: Path, project: Path
+    store: SqliteConversationStore, location: Location, project: Path
 ) -> None:
     session = await seeded(store, project)
-    die_journaling(db_path, session.id)
+    die_journaling(location, session.id)
     with store.database.write() as db:  # a container or machine sharing the store: its pids are not ours to judge
         db.execute("UPDATE journals SET host = 'another machine'")
     info = stored_info(store, session.id)

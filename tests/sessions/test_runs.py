@@ -6,15 +6,28 @@ import asyncio
 import os
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
+
+import pytest
 
 from code_puppy.run.steering import SteeringInbox, accepting_steers
 from code_puppy.sessions.runs import RunRegistry, steer
-from code_puppy.sessions.schema import Database
+from code_puppy.sessions.schema import Database, Location
 
 
-def registry(tmp_path: Path) -> RunRegistry:
-    return RunRegistry(Database(tmp_path / "sessions.db"))
+@pytest.fixture
+def opened(location: Location) -> Iterator[Callable[[], Database]]:
+    """Opens the test's store, as often as asked (a connection per process); closed at the test's end."""
+    databases: list[Database] = []
+
+    def open_database() -> Database:
+        databases.append(Database(location))
+        return databases[-1]
+
+    yield open_database
+    for database in databases:
+        database.close()
 
 
 def dead_pid() -> int:
@@ -23,8 +36,8 @@ def dead_pid() -> int:
     return process.pid
 
 
-def test_no_running_run_sends_nothing(tmp_path: Path) -> None:
-    runs = registry(tmp_path)
+def test_no_running_run_sends_nothing(tmp_path: Path, opened: Callable[[], Database]) -> None:
+    runs = RunRegistry(opened())
     assert steer(runs, "hello", project_dir=tmp_path, timeout=0.1) == (
         False,
         f"no running code-puppy run in {tmp_path}; nothing was sent",
@@ -32,8 +45,8 @@ def test_no_running_run_sends_nothing(tmp_path: Path) -> None:
     assert runs.send("some-session", "hello") is None
 
 
-def test_a_crashed_process_leaves_no_running_session(tmp_path: Path) -> None:
-    database = Database(tmp_path / "sessions.db")
+def test_a_crashed_process_leaves_no_running_session(tmp_path: Path, opened: Callable[[], Database]) -> None:
+    database = opened()
     runs = RunRegistry(database)
     runs.register("crashed", tmp_path)
     with database.write() as db:  # as if the registering process had been killed with -9
@@ -45,8 +58,8 @@ def test_a_crashed_process_leaves_no_running_session(tmp_path: Path) -> None:
         assert db.execute("SELECT status FROM steers").fetchall() == [("rejected",)]
 
 
-def test_a_reused_pid_is_not_the_registered_process(tmp_path: Path) -> None:
-    database = Database(tmp_path / "sessions.db")
+def test_a_reused_pid_is_not_the_registered_process(tmp_path: Path, opened: Callable[[], Database]) -> None:
+    database = opened()
     runs = RunRegistry(database)
     runs.register("old", tmp_path)
     with database.write() as db:  # our pid, but a different start time: a later process reusing the pid
@@ -54,8 +67,8 @@ def test_a_reused_pid_is_not_the_registered_process(tmp_path: Path) -> None:
     assert runs.running(project_dir=tmp_path) == []
 
 
-def test_newest_running_run_of_the_project_is_chosen(tmp_path: Path) -> None:
-    runs = registry(tmp_path)
+def test_newest_running_run_of_the_project_is_chosen(tmp_path: Path, opened: Callable[[], Database]) -> None:
+    runs = RunRegistry(opened())
     runs.register("older", tmp_path)
     runs.register("newer", tmp_path)
     runs.register("elsewhere", tmp_path / "other")
@@ -64,8 +77,8 @@ def test_newest_running_run_of_the_project_is_chosen(tmp_path: Path) -> None:
     assert runs.running()[0].pid == os.getpid()
 
 
-async def test_a_steer_reaches_the_inbox_of_the_running_process(tmp_path: Path) -> None:
-    runs = registry(tmp_path)
+async def test_a_steer_reaches_the_inbox_of_the_running_process(tmp_path: Path, opened: Callable[[], Database]) -> None:
+    runs = RunRegistry(opened())
     inbox = SteeringInbox()
     async with accepting_steers(runs, "session-1", tmp_path, inbox, interval=0.02):
         ok, message = await asyncio.to_thread(steer, runs, "focus on the parser", project_dir=tmp_path, timeout=5)
@@ -75,8 +88,8 @@ async def test_a_steer_reaches_the_inbox_of_the_running_process(tmp_path: Path) 
     assert steer(runs, "late", project_dir=tmp_path, timeout=0.1)[0] is False
 
 
-async def test_a_steer_nobody_takes_is_withdrawn(tmp_path: Path) -> None:
-    database = Database(tmp_path / "sessions.db")
+async def test_a_steer_nobody_takes_is_withdrawn(tmp_path: Path, opened: Callable[[], Database]) -> None:
+    database = opened()
     runs = RunRegistry(database)
     runs.register("stuck", tmp_path)  # registered, but nothing polls
     ok, message = steer(runs, "hello?", project_dir=tmp_path, timeout=0.2)
@@ -85,8 +98,9 @@ async def test_a_steer_nobody_takes_is_withdrawn(tmp_path: Path) -> None:
         assert db.execute("SELECT count(*) FROM steers").fetchone() == (0,)
 
 
-async def test_leaving_rejects_pending_steers(tmp_path: Path) -> None:
-    database = Database(tmp_path / "sessions.db")
+async def test_leaving_rejects_pending_steers(tmp_path: Path, db_path: Path) -> None:
+    # SQLite's polling only: on PostgreSQL the steer would wake the run at once (the test below).
+    database = Database(db_path)
     runs = RunRegistry(database)
     async with accepting_steers(runs, "s", tmp_path, SteeringInbox(), interval=60):
         steer_id = runs.send("s", "never polled")
@@ -109,9 +123,11 @@ class WithdrawnOnRead(RunRegistry):
         return rows
 
 
-async def test_a_steer_withdrawn_before_it_is_settled_is_neither_delivered_nor_waiting(tmp_path: Path) -> None:
-    sender = RunRegistry(Database(tmp_path / "sessions.db"))
-    runs = WithdrawnOnRead(Database(tmp_path / "sessions.db"), sender)
+async def test_a_steer_withdrawn_before_it_is_settled_is_neither_delivered_nor_waiting(
+    tmp_path: Path, opened: Callable[[], Database]
+) -> None:
+    sender = RunRegistry(opened())
+    runs = WithdrawnOnRead(opened(), sender)
     inbox = SteeringInbox()
     async with accepting_steers(runs, "s", tmp_path, inbox, interval=0.01):
         steer_id = sender.send("s", "too late")
@@ -123,3 +139,17 @@ async def test_a_steer_withdrawn_before_it_is_settled_is_neither_delivered_nor_w
         assert sender.status(steer_id) is None
         assert inbox.waiting == 0
         assert inbox.take_undelivered() == []
+
+
+async def test_on_postgresql_a_steer_wakes_the_running_process_at_once(tmp_path: Path, postgres_url: str) -> None:
+    running, sender = Database(postgres_url), Database(postgres_url)
+    try:
+        runs, inbox = RunRegistry(running), SteeringInbox()
+        async with accepting_steers(runs, "s", tmp_path, inbox, interval=60):  # no poll within the test
+            await asyncio.sleep(0.5)  # the listener is up
+            ok, line = await asyncio.to_thread(steer, RunRegistry(sender), "now", project_dir=tmp_path, timeout=10)
+            assert (ok, line) == (True, f"steered session s (pid {os.getpid()})")
+            assert inbox.take_undelivered() == ["now"]
+    finally:
+        running.close()
+        sender.close()

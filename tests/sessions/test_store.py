@@ -36,8 +36,9 @@ from pydantic_ai.usage import RunUsage
 
 from code_puppy.sessions import SessionInfo, SqliteConversationStore
 from code_puppy.sessions.catalog import title_of
-from code_puppy.sessions.schema import MIGRATIONS, migrate
+from code_puppy.sessions.schema import MIGRATIONS, Location, migrate
 from tests.conftest import stored_info
+from tests.sessions.conftest import LOCATION_ARGUMENT
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -63,12 +64,12 @@ def count(store: SqliteConversationStore, table: str) -> int:
         return db.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
 
 
-async def test_save_load_round_trip(store: SqliteConversationStore, db_path: Path):
+async def test_save_load_round_trip(store: SqliteConversationStore, location: Location):
     messages = [*turn(1), *turn(2)]
     conversation = Conversation(messages=messages, usage=RunUsage(requests=2, input_tokens=30, output_tokens=7))
     assert len(await store.save(conversation)) == 4
 
-    with SqliteConversationStore(db_path) as other:
+    with SqliteConversationStore(location) as other:
         loaded = await other.load(conversation.conversation_id)
     assert loaded == Conversation(
         messages=canonical(messages),
@@ -153,8 +154,8 @@ async def test_rewritten_history_branches_and_keeps_the_old_branch(store: Sqlite
     assert record.branches == [entries[-1].id]
 
 
-async def test_stale_revision_from_another_connection_conflicts(db_path: Path):
-    with SqliteConversationStore(db_path) as first, SqliteConversationStore(db_path) as second:
+async def test_stale_revision_from_another_connection_conflicts(location: Location):
+    with SqliteConversationStore(location) as first, SqliteConversationStore(location) as second:
         await first.save(Conversation(conversation_id="c", messages=turn(1)))
         mine = await first.load("c")
         theirs = await second.load("c")
@@ -174,8 +175,8 @@ async def test_stale_revision_from_another_connection_conflicts(db_path: Path):
         assert count(first, "entries") == 4
 
 
-async def test_write_record_checks_the_revision_inside_its_transaction(db_path: Path):
-    with SqliteConversationStore(db_path) as first, SqliteConversationStore(db_path) as second:
+async def test_write_record_checks_the_revision_inside_its_transaction(location: Location):
+    with SqliteConversationStore(location) as first, SqliteConversationStore(location) as second:
         await first.save(Conversation(conversation_id="c", messages=turn(1)))
         seen = await first.read_record("c")
         assert seen is not None
@@ -255,10 +256,10 @@ def every_part() -> list[ModelMessage]:
     ]
 
 
-async def test_every_part_type_round_trips(store: SqliteConversationStore, db_path: Path):
+async def test_every_part_type_round_trips(store: SqliteConversationStore, location: Location):
     messages = every_part()
     await store.save(Conversation(conversation_id="c", messages=messages))
-    with SqliteConversationStore(db_path) as other:
+    with SqliteConversationStore(location) as other:
         loaded = await other.load("c")
     assert loaded is not None
 
@@ -528,7 +529,7 @@ from pydantic_ai.messages import ModelRequest, UserPromptPart
 from code_puppy.sessions import SqliteConversationStore
 
 async def main() -> None:
-    store = SqliteConversationStore(Path(sys.argv[1]))
+    store = SqliteConversationStore(LOCATION)
     for i in range(20):
         while True:
             conversation = await store.load("shared")
@@ -544,11 +545,12 @@ anyio.run(main)
 """
 
 
-async def test_processes_saving_one_conversation_lose_nothing(store: SqliteConversationStore, db_path: Path):
+async def test_processes_saving_one_conversation_lose_nothing(store: SqliteConversationStore, location: Location):
     await store.save(Conversation(conversation_id="shared", messages=turn(0)))
     writers = [
         subprocess.Popen(
-            [sys.executable, "-c", APPENDER, str(db_path), name], env={**os.environ, "PYTHONPATH": str(REPO)}
+            [sys.executable, "-c", APPENDER.replace("LOCATION", LOCATION_ARGUMENT), str(location), name],
+            env={**os.environ, "PYTHONPATH": str(REPO)},
         )
         for name in ("a", "b", "c")
     ]
