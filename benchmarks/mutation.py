@@ -75,8 +75,8 @@ PACKAGES = {
         sources=(
             "code_puppy/sandbox/__init__.py",
             "code_puppy/sandbox/_landlock_exec.py",
-            "code_puppy/cli/sandbox.py",
-            "code_puppy/cli/sandbox_probes.py",
+            "code_puppy/cli/sandbox/commands.py",
+            "code_puppy/cli/sandbox/probes.py",
             "code_puppy/sandbox/guard.py",
             "code_puppy/sandbox/sandboxed_shell.py",
         ),

@@ -20,7 +20,7 @@ def sandbox_check() -> None:
     """Say which mechanism is used and probe it live; exit 0 when it confines commands, 1 when it does not."""
 
     def run() -> int:
-        from code_puppy.cli.sandbox_probes import check
+        from code_puppy.cli.sandbox.probes import check
         from code_puppy.paths import find_project_root
 
         return check(find_project_root(Path.cwd()), sys.stdout)
@@ -35,7 +35,7 @@ def sandbox_run(*, network: bool, command: tuple[str, ...]) -> None:
     """Run COMMAND in the sandbox the agent's commands get: `code-puppy sandbox run -- CMD ARGS...`."""
 
     def run() -> int:
-        from code_puppy.cli.sandbox_probes import run_command
+        from code_puppy.cli.sandbox.probes import run_command
         from code_puppy.paths import find_project_root
 
         return run_command(find_project_root(Path.cwd()), command, network=network)
