@@ -86,12 +86,6 @@ def store_exists() -> bool:
     return isinstance(location, str) or location.exists()
 
 
-def dbos_system_database_url() -> str:
-    """The system database of durable runs (DBOS): the PostgreSQL store itself when `[storage] url` is set (DBOS
-    keeps its own schema in it), else a SQLite file in the data directory."""
-    return storage_url() or f"sqlite:///{data_dir() / 'dbos.sqlite'}"
-
-
 AGENT_CONFIG_DIRS = frozenset({".code-puppy", ".claude", ".agents"})
 """Folders whose whole content configures code-puppy or another agent: protected from the agent's writes."""
 AGENT_CONFIG_FILES = frozenset({".mcp.json", "mcp.json", ".git"})

@@ -55,8 +55,13 @@ def roles(server: FakeLLMServer, index: int) -> list[str]:
     return shown
 
 
+def local_databases(home: Path) -> list[str]:
+    """The SQLite files (and their -wal, -shm, locks) in the data directory."""
+    return sorted(path.name for path in home.rglob("*") if ".db" in path.name or ".sqlite" in path.name)
+
+
 def test_kill_9_between_two_tool_calls_then_resume_repeats_no_finished_call_or_request(
-    server: FakeLLMServer, project: Path
+    server: FakeLLMServer, project: Path, backend: str, code_puppy_home: Path
 ) -> None:
     server.script(
         tool_calls(
@@ -95,6 +100,12 @@ def test_kill_9_between_two_tool_calls_then_resume_repeats_no_finished_call_or_r
     assert result["cost_usd"] is None  # the fake model has no price
     history = run_cli("sessions", "show", entry["session_id"], cwd=project)
     assert history.stdout.count("› write two lines") == 1 and "both lines written" in history.stdout
+    if backend == "postgresql":  # the store and DBOS's system database both in the one PostgreSQL database
+        assert local_databases(code_puppy_home) == []
+    else:
+        assert "durable.sqlite" in local_databases(code_puppy_home) and "sessions.db" in local_databases(
+            code_puppy_home
+        )
 
 
 def test_kill_9_during_a_model_request_then_resume_sends_only_that_request_again(
@@ -130,7 +141,7 @@ def test_kill_9_during_a_model_request_then_resume_sends_only_that_request_again
 
 
 def test_an_interrupted_run_blocks_continue_until_cancelled_and_its_steps_join_the_session(
-    server: FakeLLMServer, project: Path, tmp_path: Path, code_puppy_home: Path
+    server: FakeLLMServer, project: Path, tmp_path: Path, code_puppy_home: Path, backend: str
 ) -> None:
     server.script(tool_calls(call("shell", {"command": "echo one >> side.txt"})), hang())
     process = start_durable("-p", "append", cwd=project)
@@ -177,6 +188,7 @@ def test_an_interrupted_run_blocks_continue_until_cancelled_and_its_steps_join_t
     assert (continued.returncode, continued.stdout) == (0, "went on\n"), continued.stderr
     assert roles(server, 2) == ["user", "assistant shell", "tool", "user"]
     assert (project / "side.txt").read_text() == "one\n"
+    assert (local_databases(code_puppy_home) == []) == (backend == "postgresql")
 
 
 def test_a_plain_run_imports_no_durable_machinery(server: FakeLLMServer, project: Path) -> None:

@@ -78,6 +78,11 @@ def test_a_session_made_on_one_machine_is_listed_searched_and_continued_on_anoth
         ("usage",),
         ("steer", "hi"),
         ("storage", "check"),
+        ("-p", "hello", "--durable"),
+        ("runs", "list"),
+        ("runs", "show", "0123abcd"),
+        ("runs", "resume", "0123abcd"),
+        ("runs", "cancel", "0123abcd"),
     ],
 )
 def test_an_unreachable_store_is_one_line_exit_2_and_nothing_written(
@@ -245,13 +250,17 @@ def test_a_url_that_is_not_postgresql_is_one_line_exit_2(server: FakeLLMServer, 
 def test_the_dbos_system_database_is_the_store_url_or_a_file_in_the_data_directory(
     code_puppy_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from code_puppy.paths import dbos_system_database_url
+    from code_puppy.durable.system import system_database_url
 
-    assert dbos_system_database_url() == f"sqlite:///{code_puppy_home / 'dbos.sqlite'}"
     (code_puppy_home / "config.toml").write_text('[storage]\nurl = "postgresql://puppy:pw@db:5432/shared"\n')
-    assert dbos_system_database_url() == "postgresql://puppy:pw@db:5432/shared"
+    assert system_database_url() == "postgresql://puppy:pw@db:5432/shared"
     monkeypatch.setenv("CODE_PUPPY_STORAGE_URL", "postgresql://other@db:5432/elsewhere")
-    assert dbos_system_database_url() == "postgresql://other@db:5432/elsewhere"
+    assert system_database_url() == "postgresql://other@db:5432/elsewhere"
+    assert sorted(path.name for path in code_puppy_home.iterdir()) == ["config.toml"]  # no SQLite file made
+    monkeypatch.delenv("CODE_PUPPY_STORAGE_URL")
+    (code_puppy_home / "config.toml").unlink()
+    assert system_database_url() == f"sqlite:///{code_puppy_home / 'durable.sqlite'}"
+    assert (code_puppy_home / "durable.sqlite").stat().st_mode & 0o777 == 0o600
 
 
 def test_sessions_check_and_repair_say_they_work_on_the_sqlite_file_only(

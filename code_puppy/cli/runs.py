@@ -140,9 +140,16 @@ def cancel(*, run_id: str) -> None:
 
 
 def _interrupted(found: DurableRun, verb: str) -> DurableRun:
-    """`found`, if its process is gone and it did not finish; else one line and exit 2."""
+    """`found`, if its process is gone and it did not finish; else one line and exit 2. A run of another host (a
+    shared PostgreSQL store) is never taken for dead: its pid means nothing here, so only that host can resume or
+    cancel it."""
+    executor = found.executor
+    if found.status == "running" and executor is not None and not executor.local:
+        fail(
+            f"durable run {found.id} belongs to a process on host {executor.hostname} (pid {executor.pid}), which "
+            f"this host cannot check; {verb} it on {executor.hostname}"
+        )
     if found.status == "running":
-        executor = found.executor
         where = f" (pid {executor.pid})" if executor is not None else ""
         fail(f"durable run {found.id} is running{where}; only an interrupted run can {verb}")
     if found.status != "interrupted":
@@ -156,15 +163,15 @@ def _interrupted(found: DurableRun, verb: str) -> DurableRun:
 
 
 def _cost(run_id: str) -> float | None:
-    """What a durable run's model requests cost (its requests' `run_id`s start with its id), from the costs book."""
-    from code_puppy.paths import sessions_db
+    """What a durable run's model requests cost (its requests' `run_id`s start with its id), from the costs book (the
+    SQLite file or the PostgreSQL store)."""
+    from code_puppy.paths import store_exists, store_location
 
-    path = sessions_db()
-    if not path.exists():
+    if not store_exists():
         return None
     from code_puppy.sessions.schema import Database
 
-    database = Database(path, readonly=True)
+    database = Database(store_location(), readonly=True)
     try:
         with database.read() as db:
             (total,) = db.execute(
@@ -180,11 +187,11 @@ def _claim_journals(found: DurableRun) -> None:
     save deletes them (a later `-c` must not recover them again)."""
     if found.session_id is None:
         return
-    from code_puppy.paths import sessions_db
+    from code_puppy.paths import store_location
     from code_puppy.sessions.journal import Journal
     from code_puppy.sessions.schema import Database
 
-    database = Database(sessions_db())
+    database = Database(store_location())
     try:
         journal = Journal(database)
         for turn in journal.read(found.session_id):

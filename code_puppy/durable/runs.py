@@ -2,7 +2,9 @@
 that launches it would take over work), and what a new `-c`/`-r` of a session must know of them.
 
 DBOS's own tables are the record: `workflow_status` (a run's status, its inputs, its result, its executor: the
-process) and `operation_outputs` (its finished steps). The costs come from the sessions store (`requests`, by the
+process) and `operation_outputs` (its finished steps), in the SQLite file (read with `sqlite3`) or in the `dbos` schema
+of the PostgreSQL store (read with the store's psycopg connection, `sessions/postgres.py`: no DBOS import, ~0.4 s).
+The costs come from the sessions store (`requests`, by the
 `run_id`s pydantic-ai gives a durable run's requests: the run's id, a colon, a step number).
 """
 
@@ -15,8 +17,9 @@ from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
-from code_puppy.durable.system import WORKFLOW_NAME, Executor, resumer, system_database_path
+from code_puppy.durable.system import SYSTEM_SCHEMA, WORKFLOW_NAME, Executor, resumer, system_database_path
 from code_puppy.errors import ConfigError
+from code_puppy.paths import storage_url
 
 RunStatus = Literal["running", "interrupted", "succeeded", "failed", "cancelled"]
 RESULT_STATUS: dict[str, RunStatus] = {
@@ -60,9 +63,38 @@ class DurableRun:
         }
 
 
+@dataclass(frozen=True)
+class _Tables:
+    """A read connection to DBOS's tables (`sqlite3`'s, or the store's PostgreSQL one with its `?` parameters), and
+    what names them there."""
+
+    db: Any
+    prefix: str
+    where: str
+
+    def execute(self, sql: str, arguments: Any = ()) -> Any:
+        return self.db.execute(sql.replace("{t}", self.prefix), arguments)
+
+
 @contextmanager
-def _system_database() -> Generator[sqlite3.Connection | None]:
-    """DBOS's SQLite file, read-only; None when no durable run was ever started here."""
+def _system_database() -> Generator[_Tables | None]:
+    """DBOS's tables, read-only; None when no durable run was ever started here (no file, no schema yet).
+
+    Raises:
+        StoreError: The PostgreSQL store cannot be reached (one line, its url without its password).
+    """
+    if (url := storage_url()) is not None:
+        from code_puppy.sessions.postgres import connect, redacted
+
+        connection = connect(url)
+        try:
+            (found,) = connection.execute(
+                "SELECT to_regclass(?)", (f"{SYSTEM_SCHEMA}.workflow_status",)
+            ).fetchone() or (None,)
+            yield None if found is None else _Tables(connection, f"{SYSTEM_SCHEMA}.", redacted(url))
+        finally:
+            connection.close()
+        return
     path = system_database_path()
     if not path.exists():
         yield None
@@ -72,7 +104,7 @@ def _system_database() -> Generator[sqlite3.Connection | None]:
     except sqlite3.Error as exc:
         raise ConfigError(f"cannot read the durable runs database {path}: {exc}") from None
     with closing(connection):
-        yield connection
+        yield _Tables(connection, "", str(path))
 
 
 def list_runs(*, run_id: str | None = None, session_id: str | None = None) -> list[DurableRun]:
@@ -82,21 +114,21 @@ def list_runs(*, run_id: str | None = None, session_id: str | None = None) -> li
             return []
         try:
             return _read(db, run_id, session_id)
-        except sqlite3.OperationalError as exc:
+        except sqlite3.OperationalError as exc:  # psycopg's errors too (sessions/postgres.py)
             if "no such table" in str(exc):
                 return []  # DBOS made the file but never migrated it (killed while launching)
-            raise ConfigError(f"cannot read the durable runs database {system_database_path()}: {exc}") from None
+            raise ConfigError(f"cannot read the durable runs database {db.where}: {exc}") from None
 
 
-def _read(db: sqlite3.Connection, run_id: str | None, session_id: str | None) -> list[DurableRun]:
+def _read(db: _Tables, run_id: str | None, session_id: str | None) -> list[DurableRun]:
     query = (
         # DBOS 3.4 keeps inputs and outputs in tables of their own (older rows: in the status row).
         "SELECT w.workflow_uuid, w.status, w.executor_id, w.queue_name, coalesce(i.inputs, w.inputs),"
         " coalesce(o.output, w.output), coalesce(o.error, w.error), w.created_at,"
-        " (SELECT count(*) FROM operation_outputs s WHERE s.workflow_uuid = w.workflow_uuid"
+        " (SELECT count(*) FROM {t}operation_outputs s WHERE s.workflow_uuid = w.workflow_uuid"
         "  AND s.completed_at_epoch_ms IS NOT NULL)"
-        " FROM workflow_status w LEFT JOIN workflow_input i ON i.workflow_uuid = w.workflow_uuid"
-        " LEFT JOIN workflow_output o ON o.workflow_uuid = w.workflow_uuid WHERE w.name = ?"
+        " FROM {t}workflow_status w LEFT JOIN {t}workflow_input i ON i.workflow_uuid = w.workflow_uuid"
+        " LEFT JOIN {t}workflow_output o ON o.workflow_uuid = w.workflow_uuid WHERE w.name = ?"
     )
     arguments: list[Any] = [WORKFLOW_NAME]
     if run_id is not None:
@@ -204,7 +236,7 @@ def last_step(run_id: str) -> int:
         if db is None:
             return 0
         (last,) = db.execute(
-            "SELECT max(function_id) FROM operation_outputs WHERE workflow_uuid = ?", (run_id,)
+            "SELECT max(function_id) FROM {t}operation_outputs WHERE workflow_uuid = ?", (run_id,)
         ).fetchone()
     return last or 0
 

@@ -18,7 +18,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from code_puppy.paths import data_dir
+from code_puppy.paths import data_dir, storage_url
 from code_puppy.sessions.runs import THIS_HOST, process_alive, process_started
 
 if TYPE_CHECKING:
@@ -33,6 +33,13 @@ WORKFLOW_NAME = "code_puppy.headless_turn"
 """The workflow every durable run is; persisted with each run (compatibility data: never rename)."""
 SYSTEM_DB = "durable.sqlite"
 """DBOS's system database file in the data directory, when no storage url is configured."""
+SYSTEM_SCHEMA = "dbos"
+"""DBOS's schema in the PostgreSQL database of `[storage] url` (DBOS 3.4's default, set explicitly: `runs list` reads
+its tables there); the store's own tables stay in `public`."""
+POOL_SIZE = 4
+"""DBOS's connection pool on PostgreSQL (its default is 20 per process): one durable run records one step at a time,
+and a few for its queue, recovery and status threads; every concurrent run of a fleet counts against the server's
+`max_connections`."""
 
 
 def system_database_path() -> Path:
@@ -40,11 +47,16 @@ def system_database_path() -> Path:
     return data_dir() / SYSTEM_DB
 
 
-def system_database_url(storage_url: str | None = None) -> str:
-    """DBOS's system database: `storage_url` (`[storage] url`, a PostgreSQL url) when given, else the SQLite file in
-    the data directory, made private (0600) before DBOS first opens it."""
-    if storage_url is not None:
-        return storage_url
+def system_database_url() -> str:
+    """DBOS's system database, the one place every durable run's caller gets it from: the PostgreSQL database of
+    `[storage] url` (`paths.storage_url()`; DBOS keeps its tables in `SYSTEM_SCHEMA` there), else the SQLite file in
+    the data directory, made private (0600) before DBOS first opens it.
+
+    Raises:
+        ConfigError: The user's config.toml cannot be read, or its url is not a PostgreSQL one.
+    """
+    if (url := storage_url()) is not None:
+        return url
     path = system_database_path()
     if not path.exists():
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -56,6 +68,14 @@ def system_database_url(storage_url: str | None = None) -> str:
         with contextlib.closing(sqlite3.connect(path)) as db:
             db.execute("PRAGMA journal_mode=WAL")
     return f"sqlite:///{path}"
+
+
+def check_reachable(url: str) -> None:
+    """Connect once to the PostgreSQL database of `url` before DBOS does: an unreachable or refused one is then the
+    store's one line (`StoreError`, the url without its password, exit 2), not DBOS's retries and traceback."""
+    from code_puppy.sessions.postgres import connect
+
+    connect(url).close()
 
 
 @dataclass(frozen=True)
@@ -86,9 +106,16 @@ class Executor:
         return cls(parts[3], int(parts[1]), None if parts[2] == "-" else parts[2], parts[0])
 
     @property
+    def local(self) -> bool:
+        """Whether the process is (or was) on this host, in this PID namespace: only then can its pid be probed."""
+        return self.host == THIS_HOST
+
+    @property
     def alive(self) -> bool:
-        """Whether the process may still run (one on another host is never taken for dead)."""
-        return self.host != THIS_HOST or process_alive(self.pid, self.started)
+        """Whether the process may still run. One of another host (a shared PostgreSQL store) is never taken for dead:
+        it shows `running` until its host sees it gone (the fleet's heartbeat will cover taking over from a dead
+        host)."""
+        return not self.local or process_alive(self.pid, self.started)
 
     @property
     def worker(self) -> str:
@@ -100,19 +127,23 @@ RESUME_QUEUE = "code-puppy-resume-"
 
 
 def resume_queue(executor: Executor) -> str:
-    """The queue only this process listens to: `runs resume` continues a run on it, in this process."""
-    return f"{RESUME_QUEUE}{executor.pid}-{executor.started or '-'}"
+    """The queue only this process listens to: `runs resume` continues a run on it, in this process. It names the
+    host too: on a shared store, `runs list` of another host must not probe this pid."""
+    return f"{RESUME_QUEUE}{executor.pid}-{executor.started or '-'}@{executor.host}"
 
 
 def resumer(queue: str) -> Executor | None:
-    """The process (of this host) whose resume queue `queue` is."""
-    pid, _, started = queue.removeprefix(RESUME_QUEUE).partition("-")
-    if not queue.startswith(RESUME_QUEUE) or not pid.isdigit():
+    """The process whose resume queue `queue` is."""
+    if not queue.startswith(RESUME_QUEUE):
         return None
-    return Executor(THIS_HOST, int(pid), None if started == "-" else started)
+    process, at, host = queue.removeprefix(RESUME_QUEUE).rpartition("@")
+    pid, _, started = (process if at else host).partition("-")
+    if not pid.isdigit():
+        return None
+    return Executor(host if at else THIS_HOST, int(pid), None if started == "-" else started)
 
 
-def launch(storage_url: str | None, *, debug: bool, queue: str | None = None) -> type[DBOS]:
+def launch(*, debug: bool, queue: str | None = None) -> type[DBOS]:
     """Configure and launch DBOS in this process, with its own executor id and, if `queue`, listening only to it.
     Workflows must be registered before (importing `code_puppy.headless.durable`).
 
@@ -123,7 +154,10 @@ def launch(storage_url: str | None, *, debug: bool, queue: str | None = None) ->
 
     if not debug:  # its warnings (a cancelled step, with the step's whole arguments) are not for the terminal
         logging.getLogger("dbos").setLevel(logging.CRITICAL)
-    url = system_database_url(storage_url)
+    url = system_database_url()
+    postgres = not url.startswith("sqlite:")
+    if postgres:
+        check_reachable(url)
     config: DBOSConfig = {
         "name": APP_NAME,
         "system_database_url": url,
@@ -133,7 +167,10 @@ def launch(storage_url: str | None, *, debug: bool, queue: str | None = None) ->
         "log_level": "DEBUG" if debug else "CRITICAL",
         "notification_listener_polling_interval_sec": 0.1,
     }
-    if storage_url is None:
+    if postgres:
+        config["dbos_system_schema"] = SYSTEM_SCHEMA
+        config["sys_db_pool_size"] = POOL_SIZE
+    else:
         # A step's commit survives a killed process without an fsync (WAL, synchronous=NORMAL), as the journal's do;
         # only a power cut can take the last steps, which then run again.
         config["db_engine_kwargs"] = {"creator": partial(_connect, system_database_path())}
@@ -167,7 +204,7 @@ class Launching:
     def _launch(self, debug: bool, register: Callable[[], None]) -> None:
         try:
             register()
-            launch(None, debug=debug)
+            launch(debug=debug)
         except BaseException as exc:  # reported where the run waits for it
             self._error = exc
 
@@ -179,13 +216,19 @@ class Launching:
             raise ConfigError(f"durable runs cannot start: {one_line(self._error, typed=True)}") from self._error
 
 
-def cancel_run(run_id: str, storage_url: str | None = None) -> None:
+def cancel_run(run_id: str) -> None:
     """Mark a durable run cancelled, without launching DBOS (a client never takes over work)."""
     from dbos import DBOSClient
 
     from code_puppy.durable.serializer import JsonSerializer
 
-    client = DBOSClient(system_database_url=system_database_url(storage_url), serializer=JsonSerializer())
+    url = system_database_url()
+    client = DBOSClient(
+        system_database_url=url,
+        serializer=JsonSerializer(),
+        dbos_system_schema=SYSTEM_SCHEMA,
+        system_database_pool_size=None if url.startswith("sqlite:") else POOL_SIZE,
+    )
     try:
         client.cancel_workflow(run_id)
     finally:

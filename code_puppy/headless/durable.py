@@ -132,7 +132,7 @@ def resume(run: DurableRun, *, debug: bool, recorded: int) -> int:
     """Continue interrupted `run` in this process, in the foreground: its exit code."""
     executor = Executor.this()
     queue = resume_queue(executor)
-    dbos = launch(None, debug=debug, queue=queue)
+    dbos = launch(debug=debug, queue=queue)
     # While DBOS's queue thread finds the new queue (it looks once a second): the project is opened once to check it,
     # so that what cannot be set up any more (a model, a credential, the config) is one line and the run stays
     # interrupted, not failed.
