@@ -278,3 +278,39 @@ def test_a_run_killed_before_its_first_step_resumes_from_its_prompt(server: Fake
     resumed = run_cli("runs", "resume", run_id, cwd=project)
     assert (resumed.returncode, resumed.stdout) == (0, "started late\n"), resumed.stderr
     assert len(server.requests) == 1
+
+
+def test_a_run_of_another_host_on_the_shared_store_shows_running_and_only_its_host_resumes_it(
+    server: FakeLLMServer, project: Path, postgres_url: str, monkeypatch: Any
+) -> None:
+    import psycopg
+
+    monkeypatch.setenv("CODE_PUPPY_STORAGE_URL", postgres_url)
+    server.script(text("never sent"))
+    process = start_durable("-p", "begin", cwd=project)
+    assert process.stderr is not None
+    run_id = process.stderr.readline().removeprefix("code-puppy: durable run ").strip()
+    kill_9(process)
+    with psycopg.connect(postgres_url, autocommit=True) as connection:  # as a process of another machine left it
+        connection.execute(
+            "UPDATE dbos.workflow_status SET executor_id = 'otherbox/4242/-/otherbox:ns' WHERE workflow_uuid = %s",
+            (run_id,),
+        )
+    (entry,) = listed(project)
+    assert (entry["id"], entry["status"], entry["host"], entry["pid"], entry["worker"]) == (
+        run_id,
+        "running",  # its pid means nothing here: never taken for dead
+        "otherbox",
+        4242,
+        "otherbox:4242",
+    )
+    for verb in ("resume", "cancel"):
+        refused = run_cli("runs", verb, run_id, cwd=project)
+        assert (refused.returncode, refused.stdout, refused.stderr) == (
+            2,
+            "",
+            f"code-puppy: error: durable run {run_id} belongs to a process on host otherbox (pid 4242), which this "
+            f"host cannot check; {verb} it on otherbox\n",
+        )
+    assert [entry["status"] for entry in listed(project)] == ["running"]
+    assert server.requests == []
