@@ -10,6 +10,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import CODE_PUPPY, run_cli, wait_for
 from tests.fake_llm import FakeLLMServer, call, hang, text, tool_calls
 
@@ -63,6 +65,8 @@ def local_databases(home: Path) -> list[str]:
 def test_kill_9_between_two_tool_calls_then_resume_repeats_no_finished_call_or_request(
     server: FakeLLMServer, project: Path, backend: str, code_puppy_home: Path
 ) -> None:
+    config = code_puppy_home / "config.toml"  # its last table is [models.fake]: a dollar a token, to see the costs
+    config.write_text(config.read_text() + "input_price = 1000000\noutput_price = 1000000\n")
     server.script(
         tool_calls(
             call("shell", {"command": "echo one >> side.txt"}), call("shell", {"command": GATED.format(word="two")})
@@ -78,6 +82,8 @@ def test_kill_9_between_two_tool_calls_then_resume_repeats_no_finished_call_or_r
     assert entry["id"] == run_id and entry["status"] == "interrupted"
     assert (entry["pid"], entry["worker"]) == (process.pid, f"{entry['host']}:{process.pid}")
     assert entry["steps"] >= 2  # the model request and the first tool call, at least
+    first = server.requests[0]
+    assert entry["cost_usd"] == pytest.approx(first.input_tokens + first.output_tokens)
 
     (project / "go").touch()
     resumed = run_cli("runs", "resume", run_id[:8], cwd=project)
@@ -97,7 +103,8 @@ def test_kill_9_between_two_tool_calls_then_resume_repeats_no_finished_call_or_r
         "error": None,
     }
     assert result["steps"] > entry["steps"]
-    assert result["cost_usd"] is None  # the fake model has no price
+    # Each request priced once, from the costs book of the store: the replayed one not again.
+    assert result["cost_usd"] == pytest.approx(sum(r.input_tokens + r.output_tokens for r in server.requests))
     history = run_cli("sessions", "show", entry["session_id"], cwd=project)
     assert history.stdout.count("› write two lines") == 1 and "both lines written" in history.stdout
     if backend == "postgresql":  # the store and DBOS's system database both in the one PostgreSQL database
