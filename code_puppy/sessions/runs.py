@@ -3,9 +3,10 @@
 A process running a turn registers its session in `running_runs` (pid, project, start, host) and reads `steers`
 for pending rows every ~200 ms (on PostgreSQL: when `LISTEN/NOTIFY` says one came). `code-puppy steer` inserts a row
 for a live registration, in the same transaction that checks it, then waits for the running process to mark it
-delivered. A row's `kind` is `steer` (its text goes into the run) or `cancel` (the turn stops, as its front end's own
-cancel stops it: `code-puppy steer --cancel`, the dashboard's Cancel). A registration whose process died (kill -9, a crash) is stale: its pid is gone or belongs to a newer
-process, and it is dropped when seen (by a process of its own host only: `host`).
+delivered. A row's `kind` is `steer` (its text goes into the run) or `cancel` (the turn stops as its front end's own
+cancel stops it: `code-puppy steer --cancel`, the dashboard's Cancel). A registration whose process died (kill -9, a
+crash) is stale: its pid is gone or belongs to a newer process, and it is dropped when seen (by a process of its own
+host only: `host`).
 """
 
 from __future__ import annotations
