@@ -45,7 +45,7 @@ from acp.schema import (
 )
 
 from tests.conftest import CODE_PUPPY, run_cli
-from tests.fake_llm import FakeLLMServer, call, text, tool_calls
+from tests.fake_llm import FakeLLMServer, call, hang, text, tool_calls
 
 ECHO_SERVER = Path(__file__).parent / "mcp_servers" / "echo_server.py"
 
@@ -638,6 +638,20 @@ async def test_code_puppy_steer_reaches_an_acp_turn(server: FakeLLMServer, proje
         await asyncio.wait_for(prompt, 30)
     assert steered.returncode == 0, steered.stderr
     assert user_messages(server.requests[1].body) == ["go", "from the terminal"]
+
+
+async def test_code_puppy_steer_cancel_ends_an_acp_turn_as_session_cancel(server: FakeLLMServer, project: Path) -> None:
+    server.script(hang(), text("Next turn."))
+    async with acp_agent(project, EditorClient()) as (conn, _):
+        session = await conn.new_session(cwd=str(project), mcp_servers=[])
+        prompt = asyncio.create_task(conn.prompt(session_id=session.session_id, prompt=[acp.text_block("go")]))
+        await requests_arrived(server, 1)
+        cancelled = await asyncio.to_thread(run_cli, "steer", "--cancel", cwd=project)
+        response = await asyncio.wait_for(prompt, 30)
+        after = await conn.prompt(session_id=session.session_id, prompt=[acp.text_block("again")])
+    assert (cancelled.returncode, cancelled.stderr) == (0, "")
+    assert (response.stop_reason, after.stop_reason) == ("cancelled", "end_turn")
+    assert user_messages(server.requests[1].body) == ["go", "again"]  # the cancelled prompt was kept
 
 
 async def test_client_mcp_servers_run_for_the_session_and_stop_with_it(server: FakeLLMServer, project: Path) -> None:

@@ -114,7 +114,7 @@ def test_storage_migrate_copies_the_local_store_once_and_check_reports_both(
     checked = run_cli("storage", "check", cwd=project, env=local)
     assert (checked.returncode, checked.stderr) == (0, "")
     assert checked.stdout == (
-        f"backend: sqlite\nfile: {sqlite_file}\nschema: m010_running_runs_host (10 migrations)\n"
+        f"backend: sqlite\nfile: {sqlite_file}\nschema: m011_steer_kinds (11 migrations)\n"
         "sessions: 2\nmessages: 4\ncost rows: 2\ncheckpoints: 0\njournals: 0\nrunning runs: 0\n"
     )
     refused = run_cli("storage", "migrate", "--from", "sqlite", cwd=project, env=local)
@@ -137,7 +137,7 @@ def test_storage_migrate_copies_the_local_store_once_and_check_reports_both(
     )
     checked = run_cli("storage", "check", cwd=project, env=shared)
     assert checked.stdout == (
-        f"backend: postgresql\nurl: {postgres_url}\nschema: m010_running_runs_host (10 migrations)\n"
+        f"backend: postgresql\nurl: {postgres_url}\nschema: m011_steer_kinds (11 migrations)\n"
         "sessions: 2\nmessages: 4\ncost rows: 2\ncheckpoints: 0\njournals: 0\nrunning runs: 0\n"
     )
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.conftest import CODE_PUPPY, run_cli
-from tests.fake_llm import FakeLLMServer, text
+from tests.fake_llm import FakeLLMServer, call, text, tool_calls
 
 
 def user_messages(body: dict[str, Any]) -> list[str]:
@@ -40,6 +40,14 @@ def test_steer_with_no_running_run_exits_1_and_sends_nothing(server: FakeLLMServ
     assert completed.stderr == f"code-puppy: no running code-puppy run in {project}; nothing was sent\n"
     completed = run_cli("steer", "--session", "abc", "hello", cwd=project)
     assert completed.stderr == "code-puppy: no running code-puppy run of session abc; nothing was sent\n"
+    completed = run_cli("steer", "--cancel", "why", cwd=project)
+    assert (completed.returncode, completed.stdout, completed.stderr) == (
+        2,
+        "",
+        "code-puppy: error: --cancel takes no TEXT\n",
+    )
+    completed = run_cli("steer", cwd=project)
+    assert (completed.returncode, completed.stderr) == (2, "code-puppy: error: nothing to send: TEXT is empty\n")
 
 
 def test_steer_reaches_a_running_headless_run_and_is_saved(server: FakeLLMServer, project: Path) -> None:
@@ -94,3 +102,40 @@ def test_stream_json_stdin_that_ends_before_a_message_is_a_usage_error(server: F
         "code-puppy: error: --input-format stream-json: stdin ended before the first user message\n",
     )
     assert server.requests == []
+
+
+def test_steer_cancel_stops_a_headless_run_as_sigint_does(server: FakeLLMServer, project: Path) -> None:
+    server.script(
+        tool_calls(call("list_files", {})),
+        tool_calls(call("shell", {"command": "touch started && sleep 30"})),
+        text("never asked for"),
+    )
+    process = headless(project, "-p", "look, then run the slow thing", "--permission-mode", "yolo")
+    try:
+        deadline = time.monotonic() + 30
+        while not (project / "started").exists():
+            assert time.monotonic() < deadline, "the slow tool never started"
+            time.sleep(0.05)
+        cancelled = run_cli("steer", "--cancel", cwd=project)
+        stdout, stderr = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert process.returncode == 130, stderr
+    events = [json.loads(line) for line in stdout.splitlines()]
+    session_id = events[0]["session_id"]
+    assert (cancelled.returncode, cancelled.stderr) == (0, "")
+    assert cancelled.stdout == f"cancelled the turn of session {session_id[:8]} (pid {process.pid})\n"
+    assert stderr == ""  # as after SIGINT: the result event says it
+    assert (events[-1]["type"], events[-1]["status"]) == ("result", "interrupted")
+    assert len(server.requests) == 2  # the request after the cancelled tool was never sent
+    saved = run_cli("sessions", "export", session_id, cwd=project)
+    returns = [
+        (part["tool_name"], part.get("outcome", "success"))
+        for message in json.loads(saved.stdout)["messages"]
+        for part in message["parts"]
+        if part["part_kind"] == "tool-return"
+    ]
+    assert returns == [("list_files", "success"), ("shell", "interrupted")]
+    assert run_cli("steer", "--cancel", cwd=project).stderr == (
+        f"code-puppy: no running code-puppy run in {project}; nothing was cancelled\n"
+    )

@@ -316,7 +316,7 @@ class AcpRuntime:
         text = prompt.text
         if prompt.command is not None:  # its `!` lines, asked about as the turn's calls are
             text = await run_command_lines(live, prompt.command, text, ask=ask, warn=sink.warning)
-        async with live.steerable():
+        async with live.steerable(cancel=lambda: self.cancel(live.session.id)):  # as `session/cancel`
             return await live.turn(
                 text,
                 sink,

@@ -56,7 +56,7 @@ async def turn_job(
             from code_puppy.core.command_lines import run_command_lines
 
             text = await run_command_lines(runtime, command, text, ask=runtime.ask, warn=sink.warning)
-        async with runtime.steerable():
+        async with runtime.steerable(cancel=lambda: _cancelled_from_outside(chat)):
             outcome = await runtime.turn(text, sink, model=model, attachments=[*attached, *files], ask=runtime.ask)
     sink.flush_text()
     sink.flush_plan()
@@ -81,6 +81,14 @@ async def turn_job(
         runtime.title_after_first_turn()
     await chat.screen.drain()  # the turn is over (the toolbar goes idle) once its last lines are on the screen
     return outcome.error is None
+
+
+def _cancelled_from_outside(chat: ChatControl) -> None:
+    """`code-puppy steer --cancel` or the dashboard's Cancel: as Ctrl-C, told where it came from."""
+    from rich.text import Text
+
+    chat.screen.print(Text("⏹ cancel requested from outside this terminal (the dashboard or code-puppy steer)"))
+    chat.cancel_job()
 
 
 def _ending(outcome: TurnOutcome, seconds: float, cost: str) -> str:

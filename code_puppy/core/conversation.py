@@ -72,10 +72,11 @@ class Conversation:
         return self.session
 
     @contextlib.asynccontextmanager
-    async def steerable(self) -> AsyncGenerator[None]:
-        """While a turn runs: `code-puppy steer` from another terminal reaches it."""
+    async def steerable(self, cancel: Callable[[], object] | None = None) -> AsyncGenerator[None]:
+        """While a turn runs: `code-puppy steer` from another terminal reaches it; `code-puppy steer --cancel` (or the
+        dashboard's Cancel) calls `cancel`, the front end's own cancel of the turn."""
         registry = RunRegistry(self.project.store.database)
-        async with accepting_steers(registry, self.session.id, self.project.root, self.inbox):
+        async with accepting_steers(registry, self.session.id, self.project.root, self.inbox, cancel=cancel):
             yield
 
     @contextlib.contextmanager

@@ -244,7 +244,8 @@ async def _turn(
     start and stop in it too, so a signal while they do still ends in a report. `timeout` counts from `started`, the
     process's start: loading the config, the plugins and the store, and starting the MCP servers are part of it."""
     project = conversation.project
-    async with conversation.steerable():
+    # A cancel from outside (`code-puppy steer --cancel`, the dashboard) is a SIGINT: the same ending, output and exit.
+    async with conversation.steerable(cancel=lambda: signal.raise_signal(signal.SIGINT)):
         starting = asyncio.timeout(None if timeout is None else started + timeout - time.monotonic())
         try:
             async with starting:

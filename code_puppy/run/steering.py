@@ -175,20 +175,33 @@ def held_steers(
 
 @contextlib.asynccontextmanager
 async def accepting_steers(
-    registry: RunRegistry, session_id: str, project_dir: Path, inbox: SteeringInbox, *, interval: float = POLL_INTERVAL
+    registry: RunRegistry,
+    session_id: str,
+    project_dir: Path,
+    inbox: SteeringInbox,
+    *,
+    cancel: Callable[[], object] | None = None,
+    interval: float = POLL_INTERVAL,
 ) -> AsyncGenerator[None]:
     """Register the session as running in sessions.db and feed steers from `code-puppy steer` into `inbox`.
 
     Each steer is claimed (marked delivered) before it goes into the inbox, so one that `code-puppy steer` has
-    already withdrawn is never delivered. On exit the registration goes and unclaimed steers are rejected.
+    already withdrawn is never delivered. A cancel request (`code-puppy steer --cancel`, the dashboard's Cancel) is
+    claimed, then `cancel` is called: the front end's own cancel (none: it is rejected). On exit the registration goes
+    and unclaimed steers are rejected.
     """
     registry.register(session_id, project_dir)
 
     async def poll() -> None:
         async for _ in registry.wake_ups(session_id, interval=interval):
-            for steer_id, text in registry.pending(session_id):
-                if registry.settle(steer_id, "delivered"):
-                    inbox.steer(text)
+            for steer_id, text, kind in registry.pending(session_id):
+                if kind == "cancel" and cancel is None:
+                    registry.settle(steer_id, "rejected")
+                elif registry.settle(steer_id, "delivered"):
+                    if kind == "steer":
+                        inbox.steer(text)
+                    elif cancel is not None:
+                        cancel()
 
     poller = asyncio.create_task(poll())
     try:

@@ -285,6 +285,12 @@ def m010_running_runs_host(db: Connection) -> None:
     db.execute("ALTER TABLE running_runs ADD COLUMN host TEXT")
 
 
+def m011_steer_kinds(db: Connection) -> None:
+    # What a `steers` row asks of the running run: `steer` (its text into the next request) or `cancel` (the turn
+    # stops as the front end's own cancel stops it: Ctrl-C, SIGINT, `session/cancel`). Older rows are steers.
+    db.execute("ALTER TABLE steers ADD COLUMN kind TEXT NOT NULL DEFAULT 'steer'")
+
+
 MIGRATIONS: list[Migration] = [
     m001_conversations,
     m002_sessions,
@@ -296,5 +302,6 @@ MIGRATIONS: list[Migration] = [
     m008_session_sources,
     m009_cache_savings,
     m010_running_runs_host,
+    m011_steer_kinds,
 ]
 """Applied in order; append new ones, never edit or reorder applied ones."""

@@ -3,8 +3,10 @@
 A process running a turn registers its session in `running_runs` (pid, project, start, host) and reads `steers`
 for pending rows every ~200 ms (on PostgreSQL: when `LISTEN/NOTIFY` says one came). `code-puppy steer` inserts a row
 for a live registration, in the same transaction that checks it, then waits for the running process to mark it
-delivered. A registration whose process died (kill -9, a crash) is stale: its pid is gone or belongs to a newer
-process, and it is dropped when seen (by a process of its own host only: `host`).
+delivered. A row's `kind` is `steer` (its text goes into the run) or `cancel` (the turn stops as its front end's own
+cancel stops it: `code-puppy steer --cancel`, the dashboard's Cancel). A registration whose process died (kill -9, a
+crash) is stale: its pid is gone or belongs to a newer process, and it is dropped when seen (by a process of its own
+host only: `host`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Literal
 from .schema import Connection, Database, timestamp
 
 SteerStatus = Literal["pending", "delivered", "rejected"]
+SteerKind = Literal["steer", "cancel"]
 
 STEERS_CHANNEL = "code_puppy_steers"
 """The PostgreSQL `NOTIFY` channel a steer is announced on; its payload is the session id."""
@@ -140,14 +143,15 @@ class RunRegistry:
                     _reject_pending(db, run.session_id)
         return [run for run in runs if run not in stale]
 
-    def send(self, session_id: str, text: str) -> int | None:
-        """Queue `text` for the running run of `session_id`; None when it is not registered (nothing is queued)."""
+    def send(self, session_id: str, text: str, *, kind: SteerKind = "steer") -> int | None:
+        """Queue `text` (or, `kind` `cancel`, a request to cancel the turn) for the running run of `session_id`; None
+        when it is not registered (nothing is queued)."""
         with self._database.write() as db:
             if db.execute("SELECT 1 FROM running_runs WHERE session_id = ?", (session_id,)).fetchone() is None:
                 return None
             row = db.execute(
-                "INSERT INTO steers (session_id, text, created_at) VALUES (?, ?, ?) RETURNING id",
-                (session_id, text, _now()),
+                "INSERT INTO steers (session_id, text, created_at, kind) VALUES (?, ?, ?, ?) RETURNING id",
+                (session_id, text, _now(), kind),
             ).fetchone()
             if self._database.postgres:  # wakes the running process up at the commit (`wake_ups`)
                 db.execute("SELECT pg_notify(?, ?)", (STEERS_CHANNEL, session_id))
@@ -180,13 +184,14 @@ class RunRegistry:
             await asyncio.sleep(interval)
             yield
 
-    def pending(self, session_id: str) -> list[tuple[int, str]]:
-        """(id, text) of the steers waiting for `session_id`, oldest first: one cheap read, for polling."""
+    def pending(self, session_id: str) -> list[tuple[int, str, SteerKind]]:
+        """(id, text, kind) of the rows waiting for `session_id`, oldest first: one cheap read, for polling."""
         with self._database.read() as db:
             rows = db.execute(
-                "SELECT id, text FROM steers WHERE session_id = ? AND status = 'pending' ORDER BY id", (session_id,)
+                "SELECT id, text, kind FROM steers WHERE session_id = ? AND status = 'pending' ORDER BY id",
+                (session_id,),
             ).fetchall()
-        return [(int(steer_id), str(text)) for steer_id, text in rows]
+        return [(int(steer_id), str(text), "cancel" if kind == "cancel" else "steer") for steer_id, text, kind in rows]
 
     def settle(self, steer_id: int, status: SteerStatus) -> bool:
         """Mark a pending steer delivered or rejected; False when it was withdrawn or settled meanwhile."""
@@ -220,25 +225,47 @@ def steer(
     Waits up to `timeout` seconds for the running process to take it; a steer it did not take is withdrawn, so
     nothing stays queued silently.
     """
+    return _request(registry, text, "steer", project_dir=project_dir, session_prefix=session_prefix, timeout=timeout)
+
+
+def cancel(
+    registry: RunRegistry, *, project_dir: Path, session_prefix: str | None = None, timeout: float = 5.0
+) -> tuple[bool, str]:
+    """`code-puppy steer --cancel`: cancel the turn of the newest running run of a project or session, as its front
+    end's own cancel does (finished work kept); (ok, one line). Waits as `steer` does."""
+    return _request(registry, "", "cancel", project_dir=project_dir, session_prefix=session_prefix, timeout=timeout)
+
+
+def _request(
+    registry: RunRegistry,
+    text: str,
+    kind: SteerKind,
+    *,
+    project_dir: Path,
+    session_prefix: str | None,
+    timeout: float,
+) -> tuple[bool, str]:
     import time
 
+    nothing = "nothing was sent" if kind == "steer" else "nothing was cancelled"
     runs = (
         registry.running(session_prefix=session_prefix) if session_prefix else registry.running(project_dir=project_dir)
     )
     if not runs:
         where = f"of session {session_prefix}" if session_prefix else f"in {project_dir}"
-        return False, f"no running code-puppy run {where}; nothing was sent"
+        return False, f"no running code-puppy run {where}; {nothing}"
     if session_prefix and len({run.session_id for run in runs}) > 1:
         listed = ", ".join(run.session_id[:8] for run in runs)
         return False, f"'{session_prefix}' matches several running sessions ({listed}); give more of the id"
     run = runs[0]
-    steer_id = registry.send(run.session_id, text)
+    steer_id = registry.send(run.session_id, text, kind=kind)
     deadline = time.monotonic() + timeout
     while steer_id is not None:
         status = registry.status(steer_id)
         if status == "delivered":
-            return True, f"steered session {run.session_id[:8]} (pid {run.pid})"
+            done = "steered" if kind == "steer" else "cancelled the turn of"
+            return True, f"{done} session {run.session_id[:8]} (pid {run.pid})"
         if status != "pending" or (time.monotonic() > deadline and registry.withdraw(steer_id)):
             break
         time.sleep(0.05)
-    return False, f"session {run.session_id[:8]} is no longer running a turn; nothing was sent"
+    return False, f"session {run.session_id[:8]} is no longer running a turn; {nothing}"

@@ -246,11 +246,19 @@ class Dashboard:
         return JSONResponse({"queued": True})
 
     async def cancel(self, request: Request) -> Response:
+        """Cancel the running turn, as Ctrl-C (finished work kept): this server's own here, another process's as
+        `code-puppy steer --cancel` does (the running-runs registry), waiting until that process took it."""
         session_id = request.path_params["session_id"]
-        if not self.runs.cancel(session_id):
-            where = "a terminal: stop it there" if session_id in self.live() else "no turn of this session runs"
-            raise Failure(409, f"nothing cancelled: {where}")
-        return JSONResponse({"cancelled": True})
+        if self.runs.cancel(session_id):
+            return JSONResponse({"cancelled": True})
+        if session_id not in self.live():
+            raise Failure(409, "nothing cancelled: no turn of this session runs")
+        from code_puppy.sessions.runs import cancel
+
+        ok, line = await asyncio.to_thread(cancel, self.registry, project_dir=Path.cwd(), session_prefix=session_id)
+        if not ok:
+            raise Failure(409, line)
+        return JSONResponse({"cancelled": True, "message": line})
 
     async def answer(self, request: Request) -> Response:
         session_id = request.path_params["session_id"]

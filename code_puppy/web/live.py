@@ -224,7 +224,7 @@ class LiveRuns:
 
         status, message = "interrupted", "interrupted"
         try:
-            async with conversation.steerable():
+            async with conversation.steerable(cancel=lambda: self.cancel(conversation.session.id)):
                 outcome = await conversation.turn(prompt, WebSink(conversation), ask=ask, follow_up=queued)
             status, message = ending(outcome)
         except Exception as exc:  # the run path reports its failures in the outcome; this is the last resort

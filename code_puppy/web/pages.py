@@ -13,9 +13,8 @@ from code_puppy.sessions.checkpoints import Checkpoint
 from code_puppy.sessions.costs import CostTotals, format_cost
 from code_puppy.sessions.search import MARK
 
-QUEUE_AND_CANCEL = (
-    '<button type="button" id="queue-button">Queue</button><button type="button" id="cancel-button">Cancel</button>'
-)
+CANCEL = '<button type="button" id="cancel-button">Cancel</button>'
+QUEUE_AND_CANCEL = '<button type="button" id="queue-button">Queue</button>' + CANCEL
 
 
 def layout(title: str, body: str, *, page: str) -> str:
@@ -150,11 +149,11 @@ def _controls(session_id: str, live: str | None, model: str, mode: str) -> str:
         '<section id="run-controls" class="controls"><h2>Running <span class="badge live">live</span></h2>'
         '<form id="steer-form"><textarea name="text" aria-label="Steer" placeholder="Steer" rows="2"></textarea>'
         '<div class="row"><button type="submit" name="send">Send</button>'
-        + (QUEUE_AND_CANCEL if live != "terminal" else "")
+        + (QUEUE_AND_CANCEL if live != "terminal" else CANCEL)
         + "</div></form>"
         + (
-            '<p class="hint">This run belongs to a terminal: stop it there (Ctrl-C); Steer reaches it as '
-            "<code>code-puppy steer</code> does.</p>"
+            '<p class="hint">This run belongs to a terminal: Steer and Cancel reach it as '
+            "<code>code-puppy steer</code> and <code>code-puppy steer --cancel</code> do.</p>"
             if live == "terminal"
             else ""
         )

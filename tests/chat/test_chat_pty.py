@@ -210,6 +210,24 @@ def test_code_puppy_steer_reaches_a_running_chat_turn(server: FakeLLMServer, cha
     assert json.loads(json.dumps(server.requests[1].body))  # the request went through the real client
 
 
+def test_code_puppy_steer_cancel_cancels_a_chat_turn_and_the_chat_goes_on(
+    server: FakeLLMServer, chat: PtyChat, project: Path
+) -> None:
+    server.script(tool_calls(call("list_files", {})), hang(), text("Went on."))
+    chat.type("look around\r")
+    wait_until(lambda: len(server.requests) == 2)  # the listing is done; the next answer never comes
+    completed = run_cli("steer", "--cancel", cwd=project)
+    assert (completed.returncode, completed.stderr) == (0, "")
+    assert completed.stdout.startswith("cancelled the turn of session ")
+    chat.wait_for(shows("⏹ cancel requested from outside this terminal", "⏹ turn cancelled · finished work kept"))
+    chat.wait_for(lambda _: chat.prompt_line() == "›")
+    chat.type("next\r")
+    chat.wait_turn("Went on.")
+    body = server.requests[2].body
+    assert user_messages(body) == ["look around", "next"]
+    assert [m["role"] for m in body["messages"] if m["role"] == "tool"] == ["tool"]  # the listing was kept
+
+
 def test_a_bad_config_ends_the_chat_with_one_line_and_exit_2(code_puppy_home: Path, project: Path) -> None:
     (code_puppy_home / "config.toml").write_text("modle = 'typo'\n")
     chat = PtyChat(project)

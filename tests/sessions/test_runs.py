@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from code_puppy.run.steering import SteeringInbox, accepting_steers
-from code_puppy.sessions.runs import RunRegistry, steer
+from code_puppy.sessions.runs import RunRegistry, SteerKind, cancel, steer
 from code_puppy.sessions.schema import Database, Location
 
 
@@ -88,6 +88,27 @@ async def test_a_steer_reaches_the_inbox_of_the_running_process(tmp_path: Path, 
     assert steer(runs, "late", project_dir=tmp_path, timeout=0.1)[0] is False
 
 
+async def test_a_cancel_request_from_another_process_calls_the_front_ends_cancel(
+    tmp_path: Path, opened: Callable[[], Database]
+) -> None:
+    runs, sender = RunRegistry(opened()), RunRegistry(opened())  # the running process's connection, the sender's
+    inbox, cancelled = SteeringInbox(), asyncio.Event()
+    async with accepting_steers(runs, "session-1", tmp_path, inbox, cancel=cancelled.set, interval=0.02):
+        ok, line = await asyncio.to_thread(cancel, sender, project_dir=tmp_path, session_prefix="sess", timeout=5)
+        assert (ok, line) == (True, f"cancelled the turn of session session- (pid {os.getpid()})")
+        await asyncio.wait_for(cancelled.wait(), 5)
+        assert inbox.take_undelivered() == []  # a cancel is no text for the model
+    assert cancel(sender, project_dir=tmp_path, timeout=0.1) == (
+        False,
+        f"no running code-puppy run in {tmp_path}; nothing was cancelled",
+    )
+    # A run whose front end takes no cancel refuses it at once; the sender is told, and nothing stays queued.
+    async with accepting_steers(runs, "uncancellable", tmp_path, inbox, interval=0.02):
+        ok, line = await asyncio.to_thread(cancel, sender, project_dir=tmp_path, timeout=5)
+        assert (ok, line) == (False, "session uncancel is no longer running a turn; nothing was cancelled")
+    assert runs.pending("uncancellable") == []
+
+
 async def test_a_steer_nobody_takes_is_withdrawn(tmp_path: Path, opened: Callable[[], Database]) -> None:
     database = opened()
     runs = RunRegistry(database)
@@ -116,9 +137,9 @@ class WithdrawnOnRead(RunRegistry):
         super().__init__(database)
         self.sender = sender
 
-    def pending(self, session_id: str) -> list[tuple[int, str]]:
+    def pending(self, session_id: str) -> list[tuple[int, str, SteerKind]]:
         rows = super().pending(session_id)
-        for steer_id, _ in rows:
+        for steer_id, _, _ in rows:
             assert self.sender.withdraw(steer_id)
         return rows
 
@@ -150,6 +171,22 @@ async def test_on_postgresql_a_steer_wakes_the_running_process_at_once(tmp_path:
             ok, line = await asyncio.to_thread(steer, RunRegistry(sender), "now", project_dir=tmp_path, timeout=10)
             assert (ok, line) == (True, f"steered session s (pid {os.getpid()})")
             assert inbox.take_undelivered() == ["now"]
+    finally:
+        running.close()
+        sender.close()
+
+
+async def test_on_postgresql_a_cancel_wakes_the_running_process_at_once(tmp_path: Path, postgres_url: str) -> None:
+    running, sender = Database(postgres_url), Database(postgres_url)
+    try:
+        cancelled = asyncio.Event()
+        async with accepting_steers(
+            RunRegistry(running), "s", tmp_path, SteeringInbox(), cancel=cancelled.set, interval=60
+        ):
+            await asyncio.sleep(0.5)  # the listener is up
+            ok, line = await asyncio.to_thread(cancel, RunRegistry(sender), project_dir=tmp_path, timeout=10)
+            assert (ok, line) == (True, f"cancelled the turn of session s (pid {os.getpid()})")
+            assert cancelled.is_set()
     finally:
         running.close()
         sender.close()

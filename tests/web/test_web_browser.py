@@ -1,6 +1,7 @@
 """The dashboard in a real browser (Debian's Chromium, headless, driven by Playwright): list, open and search
 sessions; start a run and see its text arrive while it runs; steer, approve, deny, cancel and rewind it; a run
-started in a terminal shows up live and is steered from the page. One dashboard per module, one browser per worker.
+started in a terminal shows up live and is steered and cancelled from the page. One dashboard per module, one
+browser per worker.
 """
 
 from __future__ import annotations
@@ -157,10 +158,10 @@ def test_cancel_stops_the_run_and_keeps_the_prompt(page: Page, fake: FakeLLMServ
     expect(page.locator(".transcript .msg.you")).to_contain_text("this will take forever")
 
 
-def test_a_terminal_run_shows_up_live_and_is_steered_from_the_page(
+def test_a_terminal_run_shows_up_live_and_is_steered_and_cancelled_from_the_page(
     page: Page, dashboard: Dashboard, fake: FakeLLMServer
 ) -> None:
-    fake.script(text("A first draft.", delay=4), text("Revised in the terminal."))
+    fake.script(text("A first draft.", delay=4), hang())
     process = start_cli("-p", "draft it", "--output-format", "stream-json", cwd=dashboard.project, env=dashboard.env)
     try:
         live = page.locator("#live-runs")
@@ -169,11 +170,15 @@ def test_a_terminal_run_shows_up_live_and_is_steered_from_the_page(
         expect(page.locator("#live-output .journal .msg.you")).to_contain_text("draft it")  # its journal, live
         page.get_by_placeholder("Steer").fill("mind the terminal")
         page.get_by_role("button", name="Send").click()
+        wait_for(lambda: len(fake.requests) == 2, timeout=30, what="the steered request")
+        page.get_by_role("button", name="Cancel").click()  # as SIGINT in its terminal
         stdout, stderr = process.communicate(timeout=60)
     finally:
         process.kill()
-    assert process.returncode == 0, stderr
+    assert (process.returncode, stderr) == (130, "")
     events = [json.loads(line) for line in stdout.splitlines()]
-    assert [event["text"] for event in events if event["type"] == "steer"] == ["mind the terminal"]
-    assert user_messages(fake.requests[1].body) == ["draft it", "mind the terminal"]
+    assert (events[-1]["type"], events[-1]["status"]) == ("result", "interrupted")
+    assert user_messages(fake.requests[1].body) == ["draft it", "mind the terminal"]  # steered, then cancelled
+    assert len(fake.requests) == 2
     expect(page.locator("#live-output")).to_contain_text("the terminal's run ended", timeout=15_000)
+    expect(page.get_by_role("alert")).to_have_text("")  # the cancel was taken: no error under the controls
