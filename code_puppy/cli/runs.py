@@ -77,10 +77,13 @@ def show(*, run_id: str, as_json: bool, output_format: str) -> None:
             "id": found.id,
             "status": found.status,
             "output": found.output,
-            "cost_usd": _cost(found.id),
+            "cost_usd": _cost(found.id) if found.result.get("cost_usd") is None else found.result["cost_usd"],
             "session_id": found.session_id,
             "steps": found.steps,
             "error": found.error,
+            "branch": found.result.get("branch"),
+            "diff_stat": found.result.get("diff_stat"),
+            "worker": found.result.get("worker") or (found.executor.worker if found.executor is not None else None),
         }
         if as_json or output_format == "json":
             import json
@@ -121,8 +124,8 @@ def resume(*, run_id: str) -> None:
 @runs.command()
 @click.argument("run_id", type=NAME, metavar="ID")
 def cancel(*, run_id: str) -> None:
-    """Drop an interrupted durable run: it never continues, and the steps it finished join its session as a turn
-    interrupted by a crash does."""
+    """Drop a queued run (it never starts) or an interrupted durable run: it never continues, and the steps it finished
+    join its session as a turn interrupted by a crash does."""
 
     def run() -> int:
         import asyncio
@@ -130,7 +133,12 @@ def cancel(*, run_id: str) -> None:
         from code_puppy.durable.runs import find_run
         from code_puppy.durable.system import cancel_run
 
-        found = _interrupted(find_run(run_id), "cancel")
+        found = find_run(run_id)
+        if found.status == "queued":  # no worker took it: it never starts
+            cancel_run(found.id)
+            click.echo(f"cancelled queued run {found.id}")
+            return 0
+        found = _interrupted(found, "cancel")
         cancel_run(found.id)
         note = asyncio.run(_recover(found)) if found.session_id is not None else None
         click.echo(f"cancelled durable run {found.id}" + (f"; {note}" if note else ""))

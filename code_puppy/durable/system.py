@@ -112,9 +112,12 @@ def resumer(queue: str) -> Executor | None:
     return Executor(THIS_HOST, int(pid), None if started == "-" else started)
 
 
-def launch(storage_url: str | None, *, debug: bool, queue: str | None = None) -> type[DBOS]:
-    """Configure and launch DBOS in this process, with its own executor id and, if `queue`, listening only to it.
-    Workflows must be registered before (importing `code_puppy.headless.durable`).
+def launch(
+    storage_url: str | None, *, debug: bool, queue: str | None = None, worker_concurrency: int | None = None
+) -> type[DBOS]:
+    """Configure and launch DBOS in this process, with its own executor id and, if `queue`, listening only to it
+    (with `worker_concurrency`: a fleet's queue, that limit stored with it). Workflows must be registered before
+    (importing `code_puppy.headless.durable`).
 
     DBOS's logging (its banner, its migrations) stays off the terminal unless `debug`."""
     from dbos import DBOS, DBOSConfig
@@ -141,7 +144,9 @@ def launch(storage_url: str | None, *, debug: bool, queue: str | None = None) ->
     DBOS.listen_queues([queue] if queue is not None else [])
     DBOS.launch()
     if queue is not None:
-        DBOS.register_queue(queue, polling_interval_sec=0.1)
+        DBOS.register_queue(
+            queue, polling_interval_sec=0.1, worker_concurrency=worker_concurrency, on_conflict="always_update"
+        )
     return DBOS
 
 
@@ -179,13 +184,24 @@ class Launching:
             raise ConfigError(f"durable runs cannot start: {one_line(self._error, typed=True)}") from self._error
 
 
-def cancel_run(run_id: str, storage_url: str | None = None) -> None:
-    """Mark a durable run cancelled, without launching DBOS (a client never takes over work)."""
-    from dbos import DBOSClient
+def dbos_client(storage_url: str | None = None, *, migrate: bool = False) -> Any:
+    """A `DBOSClient` on the system database: it enqueues, lists and cancels, and never takes over work. `migrate`:
+    the database is made or brought up to date first (a client never migrates it; the first run may be a queued one)."""
+    from dbos import DBOS, DBOSClient
 
     from code_puppy.durable.serializer import JsonSerializer
 
-    client = DBOSClient(system_database_url=system_database_url(storage_url), serializer=JsonSerializer())
+    if not logging.getLogger("dbos").isEnabledFor(logging.DEBUG):
+        logging.getLogger("dbos").setLevel(logging.CRITICAL)
+    url = system_database_url(storage_url)
+    if migrate:
+        DBOS.migrate(url)
+    return DBOSClient(system_database_url=url, serializer=JsonSerializer(), application_name=APP_NAME)
+
+
+def cancel_run(run_id: str, storage_url: str | None = None) -> None:
+    """Mark a durable run cancelled, without launching DBOS (a client never takes over work)."""
+    client = dbos_client(storage_url)
     try:
         client.cancel_workflow(run_id)
     finally:
