@@ -81,6 +81,7 @@ def show(*, run_id: str, as_json: bool, output_format: str) -> None:
             "session_id": found.session_id,
             "steps": found.steps,
             "error": found.error,
+            "exit_code": found.result.get("exit_code"),
             "branch": found.result.get("branch"),
             "diff_stat": found.result.get("diff_stat"),
             "worker": found.result.get("worker") or (found.executor.worker if found.executor is not None else None),
@@ -170,16 +171,25 @@ def _cost(run_id: str) -> float | None:
     path = sessions_db()
     if not path.exists():
         return None
+    import sqlite3
+
+    from code_puppy.errors import ConfigError
     from code_puppy.sessions.schema import Database
 
-    database = Database(path, readonly=True)
     try:
-        with database.read() as db:
-            (total,) = db.execute(
-                "SELECT sum(cost_usd) FROM requests WHERE substr(run_id, 1, ?) = ?", (len(run_id) + 1, run_id + ":")
-            ).fetchone()
-    finally:
-        database.close()
+        database = Database(path, readonly=True)
+        try:
+            with database.read() as db:
+                (total,) = db.execute(
+                    "SELECT sum(cost_usd) FROM requests WHERE substr(run_id, 1, ?) = ?",
+                    (len(run_id) + 1, run_id + ":"),
+                ).fetchone()
+        finally:
+            database.close()
+    except (ConfigError, sqlite3.OperationalError) as exc:
+        if "no such table" in str(exc):
+            return None  # a worker is making the store this moment: nothing was priced in it yet
+        raise
     return total
 
 
