@@ -228,3 +228,34 @@ def test_a_worker_refuses_a_mode_it_cannot_run_unattended_in_one_line(
         "",
         "code-puppy: error: a worker cannot run in permission mode ask: use auto, accept-edits, yolo, read-only\n",
     )
+
+
+def test_a_killed_workers_run_is_taken_over_by_another_at_its_last_finished_step(
+    server: FakeLLMServer, repository: Path, workers: Workers, tmp_path: Path
+) -> None:
+    gate = tmp_path / "go"
+    command = f"if [ -f {gate} ]; then echo done > change.txt; else touch {tmp_path / 'started'}; sleep 30; fi"
+    server.per_conversation = True
+    server.script(tool_calls(call("shell", {"command": command})), text("changed"))
+    run_id = queue("-p", "survive", cwd=repository)
+    doomed = workers.start("--permission-mode", "yolo")
+    wait_for(lambda: (tmp_path / "started").exists(), what="the tool call")
+    os.killpg(doomed.pid, signal.SIGKILL)  # the worker and its runs, as a machine that goes down
+    doomed.communicate(timeout=10)
+    assert runs(tmp_path)[run_id]["status"] == "interrupted"
+    gate.touch()
+
+    heir = workers.start("--permission-mode", "yolo")
+    wait_for(lambda: runs(tmp_path)[run_id]["status"] == "succeeded", what="the run taken over")
+    record = shown(run_id, tmp_path)
+    assert (record["output"], record["worker"], record["diff_stat"]) == (
+        "changed",
+        f"{os.uname().nodename}:{heir.pid}",
+        "1 file changed, 1 insertion(+)",
+    )
+    assert len(server.requests) == 2  # the finished first request replayed, not sent again; the tool call ran again
+    assert first_prompts(server) == Counter(["survive"])
+    assert git(repository, "show", f"code-puppy/{run_id}:change.txt") == "done\n"
+    code, stderr = workers.drain(heir)
+    assert code == 0
+    assert f"its run {run_id} is queued again" in stderr

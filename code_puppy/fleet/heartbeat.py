@@ -93,6 +93,23 @@ class Heartbeats:
                 vars(beat),
             )
 
+    def claim_dead(self, queue: str) -> list[WorkerBeat]:
+        """The workers of `queue` that stopped beating, each claimed by this worker alone: its row deleted if it is
+        still the stale one read (another worker's claim, or a late beat, makes the delete miss)."""
+        sa = self._sa
+        claimed: list[WorkerBeat] = []
+        for beat in self.listed():
+            if beat.queue != queue or beat.alive:
+                continue
+            with self.engine.begin() as connection:
+                deleted = connection.execute(
+                    sa.text(f"DELETE FROM {TABLE} WHERE executor_id = :id AND beat_ms = :beat"),
+                    {"id": beat.executor_id, "beat": beat.beat_ms},
+                )
+            if deleted.rowcount == 1:
+                claimed.append(beat)
+        return claimed
+
     def sign_off(self, executor_id: str) -> None:
         """The worker stopped cleanly: its row goes."""
         sa = self._sa
@@ -101,11 +118,14 @@ class Heartbeats:
 
 
 class Beating:
-    """A daemon thread beating for a worker: `make` gives its beat now."""
+    """A daemon thread beating for a worker: `make` gives its beat now; `after` runs after each beat."""
 
-    def __init__(self, heartbeats: Heartbeats, make: Callable[[int], WorkerBeat]) -> None:
+    def __init__(
+        self, heartbeats: Heartbeats, make: Callable[[int], WorkerBeat], after: Callable[[], None] = lambda: None
+    ) -> None:
         self.heartbeats = heartbeats
         self._make = make
+        self._after = after
         self._stop = threading.Event()
         heartbeats.beat(make(_now_ms()))  # before the worker takes a run: `workers list` shows it at once
         self._thread = threading.Thread(target=self._loop, name="code-puppy heartbeat", daemon=True)
@@ -115,6 +135,7 @@ class Beating:
         while not self._stop.wait(BEAT_SECONDS):
             try:
                 self.heartbeats.beat(self._make(_now_ms()))
+                self._after()
             except Exception as exc:  # the store is away for a moment: the next beat tries again
                 _note(exc)
 

@@ -14,7 +14,7 @@ from dbos import DBOS
 
 from code_puppy.core.events import EXIT_CODES, RunOutcome
 from code_puppy.errors import ConfigError, one_line
-from code_puppy.headless.durable import KINDS, options_of
+from code_puppy.headless.durable import KINDS, options_of, replay_through
 from code_puppy.options import PermissionMode
 
 WORKFLOW_STEPS = ("code_puppy.fleet.worktree", "code_puppy.fleet.finish")
@@ -72,9 +72,14 @@ def commit_message(prompt: str, run_id: str) -> str:
 
 async def run_queued(inputs: dict[str, Any]) -> dict[str, Any]:
     """One queued run, in the worker: what `runs show` prints of it."""
+    from code_puppy.durable.runs import last_step
+    from code_puppy.run.replay import replay_check
+
     run_id = DBOS.workflow_id
     assert run_id is not None
     STATE.in_hand += 1
+    # A run taken over from a dead worker replays the steps it recorded: its hooks (costs, journal) must not run again.
+    token = replay_check.set(replay_through(await asyncio.to_thread(last_step, run_id)))
     try:
         worktree = await prepare_worktree(inputs["repository"], run_id)
         ended, session_id, failure = await _turn({**inputs, "project_root": worktree["path"]}, run_id)
@@ -83,6 +88,7 @@ async def run_queued(inputs: dict[str, Any]) -> dict[str, Any]:
             inputs["repository"], worktree, commit_message(inputs["prompt"], run_id), status == "success"
         )
     finally:
+        replay_check.reset(token)
         STATE.in_hand -= 1
     return {
         "status": status,

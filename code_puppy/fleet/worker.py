@@ -13,6 +13,7 @@ import signal
 import sys
 import threading
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -104,7 +105,7 @@ def _serve(options: WorkerOptions, mode: PermissionMode, heartbeats: Heartbeats)
             now_ms,
         )
 
-    beating = Beating(heartbeats, beat)
+    beating = Beating(heartbeats, beat, partial(_take_over, heartbeats, dbos, options.queue))
     print(
         f"code-puppy: worker {executor.worker} on queue {options.queue}, {options.concurrency} at a time, permission "
         f"mode {mode} (SIGTERM drains, a second Ctrl-C stops)",
@@ -117,6 +118,27 @@ def _serve(options: WorkerOptions, mode: PermissionMode, heartbeats: Heartbeats)
     beating.stop(executor.id)
     print(f"code-puppy: worker {executor.worker} stopped", file=sys.stderr, flush=True)
     return 0
+
+
+def _take_over(heartbeats: Heartbeats, dbos: Any, queue: str) -> None:
+    """The runs of the workers of `queue` that stopped beating go back on the queue, at their last finished step, in
+    the order they were queued (`DBOS.resume_workflow`): the first worker with a free slot continues each."""
+    from code_puppy.durable.system import WORKFLOW_NAME
+
+    for dead in heartbeats.claim_dead(queue):
+        executor = Executor.parse(dead.executor_id)
+        if executor is not None and executor.alive:
+            continue  # a worker of this machine that is only slow to beat: its runs are its own
+        pending = dbos.list_workflows(
+            status="PENDING", executor_id=dead.executor_id, name=WORKFLOW_NAME, load_input=False, load_output=False
+        )
+        for workflow in pending:
+            dbos.resume_workflow(workflow.workflow_id, queue_name=queue)
+            print(
+                f"code-puppy: worker {dead.worker} stopped beating; its run {workflow.workflow_id} is queued again",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 def _now_ms() -> int:

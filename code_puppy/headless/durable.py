@@ -55,6 +55,11 @@ async def headless_turn(inputs: dict[str, Any]) -> dict[str, Any]:
         replay_check.reset(token)
 
 
+def replay_through(recorded: int) -> Callable[[], bool]:
+    """The replay check of a run that had recorded `recorded` steps when this process took it over."""
+    return partial(_replaying, recorded)
+
+
 def _replaying(recorded: int) -> bool:
     # DBOS numbers a workflow's steps as they start (its context's `function_id`); pydantic-ai reads it the same way.
     from dbos._context import get_local_dbos_context  # pyright: ignore[reportPrivateUsage]
