@@ -12,7 +12,7 @@ from typing import Any
 
 BEAT_SECONDS = 2.0
 """How often a worker beats."""
-STALE_SECONDS = 15.0
+STALE_SECONDS = 10.0
 """A worker whose last beat is older is taken for dead."""
 TABLE = "code_puppy_workers"
 _CREATE = (
