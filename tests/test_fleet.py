@@ -227,7 +227,7 @@ def test_a_worker_refuses_a_mode_it_cannot_run_unattended_in_one_line(
     )
 
 
-def test_a_killed_workers_run_is_taken_over_by_another_at_its_last_finished_step(
+def test_a_killed_workers_run_is_taken_over_by_another_at_its_last_finished_step_of_the_same_concurrency(
     server: FakeLLMServer, repository: Path, workers: Workers, tmp_path: Path
 ) -> None:
     gate = tmp_path / "go"
@@ -237,6 +237,13 @@ def test_a_killed_workers_run_is_taken_over_by_another_at_its_last_finished_step
     run_id = queue("-p", "survive", cwd=repository)
     doomed = workers.start("--permission-mode", "yolo")
     wait_for(lambda: (tmp_path / "started").exists(), what="the tool call")
+    refused = run_cli("worker", "--permission-mode", "yolo", "--concurrency", "3", cwd=tmp_path)
+    assert (refused.returncode, refused.stderr) == (
+        2,
+        "code-puppy: error: queue code-puppy-fleet takes 2 runs per worker (DBOS keeps one worker concurrency per "
+        f"queue; worker {os.uname().nodename}:{doomed.pid} has it): start with --concurrency 2, or use another "
+        "--queue\n",
+    )
     heir = workers.start("--permission-mode", "yolo")
     wait_for(lambda: len(json.loads(run_cli("workers", "list", "--json", cwd=tmp_path).stdout)) == 2, what="the heir")
     os.killpg(doomed.pid, signal.SIGKILL)  # the worker and its runs, as a machine that goes down
