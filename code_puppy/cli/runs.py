@@ -55,7 +55,7 @@ def list_runs(*, as_json: bool, output_format: str) -> None:
         for entry in listed:
             cost = "" if entry["cost_usd"] is None else f"  ${entry['cost_usd']:.4f}"
             click.echo(
-                f"{entry['id']}  {entry['status']:<11}  session {str(entry['session_id'])[:8]}  "
+                f"{entry['id']}  {entry['status']:<11}  session {(entry['session_id'] or '-')[:8]}  "
                 f"{entry['steps']} steps  {entry['worker'] or '-'}{cost}"
             )
         return 0
@@ -111,7 +111,10 @@ def resume(*, run_id: str) -> None:
         from code_puppy.cli.common import debug_requested
         from code_puppy.durable.runs import find_run, last_step
 
-        found = _interrupted(find_run(run_id), "resume")
+        found = find_run(run_id)
+        if found.inputs.get("kind") == "fleet":
+            fail(f"run {found.id} is a queued run: a worker continues it (start `code-puppy worker`)")
+        found = _interrupted(found, "resume")
         _claim_journals(found)
         from code_puppy.headless.durable import exit_now, resume
 
@@ -138,6 +141,10 @@ def cancel(*, run_id: str) -> None:
         if found.status == "queued":  # no worker took it: it never starts
             cancel_run(found.id)
             click.echo(f"cancelled queued run {found.id}")
+            return 0
+        if found.status == "running" and found.inputs.get("kind") == "fleet":
+            cancel_run(found.id)
+            click.echo(f"cancelled run {found.id}: it stops at its next step; its worktree is kept")
             return 0
         found = _interrupted(found, "cancel")
         cancel_run(found.id)
