@@ -121,10 +121,31 @@ def test_two_workers_run_each_queued_run_once_on_its_branch_a_cancelled_one_neve
     fleet_server: FakeLLMServer, repository: Path, workers: Workers, tmp_path: Path
 ) -> None:
     prompts = [f"task {n}" for n in range(4)]
-    ids = {queue("-p", prompt, "--project", str(repository), cwd=tmp_path): prompt for prompt in prompts[:3]}
-    ids[queue("-p", "-", cwd=repository, input=prompts[3])] = prompts[3]  # the prompt from stdin
+    ids = {queue("-p", prompt, "--project", str(repository), cwd=tmp_path): prompt for prompt in prompts[:2]}
+    ids[queue("-p", "-", cwd=repository, input=prompts[2])] = prompts[2]  # the prompt from stdin
+    (tmp_path / "task.md").write_text(prompts[3])
+    ids[queue("--prompt-file", str(tmp_path / "task.md"), cwd=repository)] = prompts[3]
     dropped = queue("-p", "never", cwd=repository)
-    spender = queue("-p", "spend", "-m", "gpt", "--max-budget-usd", "0.000001", cwd=repository)
+    added = run_cli(
+        "queue", "add", "-p", "spend", "-m", "gpt", "--max-budget-usd", "0.000001", "--name", "spender", "--timeout",
+        "60", "--max-requests", "5", "--priority", "7", "--json", cwd=repository,
+    )  # fmt: skip
+    assert added.returncode == 0, added.stderr
+    record = json.loads(added.stdout)
+    spender = record.pop("id")
+    assert record == {
+        "status": "queued",
+        "queue": "code-puppy-fleet",
+        "name": "spender",
+        "repository": str(repository),
+        "prompt": "spend",
+        "model": "gpt",
+        "agent": None,
+        "max_budget_usd": 0.000001,
+        "timeout": 60,
+        "max_requests": 5,
+        "priority": 7,
+    }
     cancelled = run_cli("runs", "cancel", dropped, cwd=tmp_path)
     assert (cancelled.returncode, cancelled.stdout) == (0, f"cancelled queued run {dropped}\n"), cancelled.stderr
     assert {run_id: entry["status"] for run_id, entry in runs(tmp_path).items()} == {
