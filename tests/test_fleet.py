@@ -286,13 +286,13 @@ def test_a_killed_workers_run_is_taken_over_by_another_at_its_last_finished_step
     assert f"its run {run_id} is queued again" in stderr
 
 
-def test_cancel_of_a_running_queued_run_stops_it_at_its_next_step_and_keeps_its_worktree(
+def test_cancel_of_a_running_queued_run_in_auto_mode_stops_it_at_its_next_step_and_keeps_its_worktree(
     server: FakeLLMServer, repository: Path, workers: Workers, tmp_path: Path
 ) -> None:
     server.per_conversation = True
     server.script(tool_calls(call("shell", {"command": "echo done > change.txt"})), text("changed", delay=3))
     run_id = queue("-p", "stop me", cwd=repository)
-    worker = workers.start("--permission-mode", "yolo")
+    worker = workers.start()  # in auto mode, the default: the shell call runs in the sandbox
     wait_for(lambda: len(server.requests) == 2, what="the second model request")
     cancelled = run_cli("runs", "cancel", run_id, cwd=tmp_path)
     assert (cancelled.returncode, cancelled.stdout) == (
@@ -300,7 +300,13 @@ def test_cancel_of_a_running_queued_run_stops_it_at_its_next_step_and_keeps_its_
         f"cancelled run {run_id}: it stops at its next step; its worktree is kept\n",
     ), cancelled.stderr
     code, stderr = workers.drain(worker)  # the run in hand ends at its next step
-    assert (code, stderr.splitlines()[-1]) == (0, f"code-puppy: worker {os.uname().nodename}:{worker.pid} stopped")
+    name = f"{os.uname().nodename}:{worker.pid}"
+    assert (code, stderr.splitlines()[0], stderr.splitlines()[-1]) == (
+        0,
+        f"code-puppy: worker {name} on queue code-puppy-fleet, 2 at a time, permission mode auto (SIGTERM drains, a "
+        "second Ctrl-C stops)",
+        f"code-puppy: worker {name} stopped",
+    )
     assert shown(run_id, tmp_path)["status"] == "cancelled"
     worktree = repository / ".code-puppy" / "worktrees" / run_id
     assert (worktree / "change.txt").read_text() == "done\n"  # kept as it was, uncommitted
