@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import CODE_PUPPY, run_cli, wait_for
-from tests.fake_llm import FakeLLMServer, call, text, tool_calls
+from tests.fake_llm import FakeLLMServer, call, hang, text, tool_calls
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -312,3 +312,25 @@ def test_cancel_of_a_running_queued_run_in_auto_mode_stops_it_at_its_next_step_a
     assert (worktree / "change.txt").read_text() == "done\n"  # kept as it was, uncommitted
     assert git(repository, "log", "--format=%s", f"main..code-puppy/{run_id}") == ""
     assert len(server.requests) == 2
+
+
+def test_a_first_ctrl_c_drains_and_a_second_stops_the_worker_leaving_its_run_interrupted(
+    server: FakeLLMServer, repository: Path, workers: Workers, tmp_path: Path
+) -> None:
+    server.script(hang())
+    run_id = queue("-p", "wait", cwd=repository)
+    worker = workers.start("--permission-mode", "yolo")
+    wait_for(lambda: len(server.requests) == 1, what="the model request")
+    worker.send_signal(signal.SIGINT)
+    wait_for(lambda: runs(tmp_path, pause=0.2)[run_id]["status"] == "running", what="the run, still in hand")
+    worker.send_signal(signal.SIGINT)
+    _, stderr = worker.communicate(timeout=30)
+    name = f"{os.uname().nodename}:{worker.pid}"
+    assert (worker.returncode, stderr.splitlines()[1:]) == (
+        130,
+        [
+            f"code-puppy: worker {name} draining: 1 run(s) in hand",
+            "code-puppy: worker stopped; its runs in hand are interrupted",
+        ],
+    )
+    assert runs(tmp_path)[run_id]["status"] == "interrupted"
