@@ -160,6 +160,26 @@ def remove(repo: Path, worktree: Worktree, *, force: bool) -> str | None:
     return commit
 
 
+def commit_all(path: Path, message: str) -> str | None:
+    """Commit every change of worktree `path` on its branch as code-puppy (author and committer, whoever the user's
+    git names): the commit's id, None when there was nothing to commit."""
+    if not _changes(path):
+        return None
+    _git(path, "add", "--all")
+    _git(path, "commit", "--quiet", "--no-verify", "-m", message, env=_COMMITTER)
+    return _git(path, "rev-parse", "HEAD").strip()
+
+
+def diff_stat(path: Path, base: str) -> str:
+    """`git diff --shortstat` of `path`'s HEAD against commit `base`: `1 file changed, 1 insertion(+)`, or ''."""
+    return _git(path, "diff", "--shortstat", base, "HEAD").strip()
+
+
+def head(path: Path) -> str:
+    """The commit `path`'s HEAD is on."""
+    return _git(path, "rev-parse", "HEAD").strip()
+
+
 def _nested_repositories(path: Path) -> list[str]:
     """The folders under worktree `path` that are git repositories of their own (submodules, a cloned or `git init`ed
     folder), which `git add` would only record as a commit id."""

@@ -29,12 +29,13 @@ LAYERS: tuple[frozenset[str], ...] = (
     | {"plugins", "worktrees", "durable", "__init__"},
     frozenset({"core"}),
     frozenset({"chat", "headless", "acp", "web"}),
+    frozenset({"fleet"}),
     frozenset({"cli", "__main__"}),
 )
 """The first-level units of `code_puppy`, lowest layer first (STYLE.md "Shape of the tree"): leaf modules, storage, the
 run contract, the features (the package itself among them: `code_puppy.hookimpl` is the plugin API's), the core, the
-front ends, the command line. A unit imports only its own layer or lower ones; the front ends never import each
-other."""
+front ends, the fleet (over the headless front end), the command line. A unit imports only its own layer or lower ones;
+the front ends never import each other."""
 FRONT_ENDS = LAYERS[5]
 
 

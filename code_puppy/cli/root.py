@@ -113,6 +113,9 @@ SUBCOMMANDS = {
     "usage": "code_puppy.cli.usage:usage",
     "web": "code_puppy.cli.web:web",
     "worktrees": "code_puppy.cli.worktrees:worktrees_group",
+    "queue": "code_puppy.cli.fleet:queue",
+    "worker": "code_puppy.cli.fleet:worker",
+    "workers": "code_puppy.cli.fleet:workers",
 }
 """Each subcommand, by the `module:name` of its click command: a module is imported when its command runs or when
 `--help` lists it, never for `--version` or the chat."""

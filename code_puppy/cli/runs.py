@@ -55,7 +55,7 @@ def list_runs(*, as_json: bool, output_format: str) -> None:
         for entry in listed:
             cost = "" if entry["cost_usd"] is None else f"  ${entry['cost_usd']:.4f}"
             click.echo(
-                f"{entry['id']}  {entry['status']:<11}  session {str(entry['session_id'])[:8]}  "
+                f"{entry['id']}  {entry['status']:<11}  session {(entry['session_id'] or '-')[:8]}  "
                 f"{entry['steps']} steps  {entry['worker'] or '-'}{cost}"
             )
         return 0
@@ -77,10 +77,14 @@ def show(*, run_id: str, as_json: bool, output_format: str) -> None:
             "id": found.id,
             "status": found.status,
             "output": found.output,
-            "cost_usd": _cost(found.id),
+            "cost_usd": _cost(found.id) if found.result.get("cost_usd") is None else found.result["cost_usd"],
             "session_id": found.session_id,
             "steps": found.steps,
             "error": found.error,
+            "exit_code": found.result.get("exit_code"),
+            "branch": found.result.get("branch"),
+            "diff_stat": found.result.get("diff_stat"),
+            "worker": found.result.get("worker") or (found.executor.worker if found.executor is not None else None),
         }
         if as_json or output_format == "json":
             import json
@@ -107,7 +111,10 @@ def resume(*, run_id: str) -> None:
         from code_puppy.cli.common import debug_requested
         from code_puppy.durable.runs import find_run, last_step
 
-        found = _interrupted(find_run(run_id), "resume")
+        found = find_run(run_id)
+        if found.inputs.get("kind") == "fleet":
+            fail(f"run {found.id} is a queued run: a worker continues it (start `code-puppy worker`)")
+        found = _interrupted(found, "resume")
         _claim_journals(found)
         from code_puppy.headless.durable import exit_now, resume
 
@@ -121,8 +128,8 @@ def resume(*, run_id: str) -> None:
 @runs.command()
 @click.argument("run_id", type=NAME, metavar="ID")
 def cancel(*, run_id: str) -> None:
-    """Drop an interrupted durable run: it never continues, and the steps it finished join its session as a turn
-    interrupted by a crash does."""
+    """Drop a queued run (it never starts) or an interrupted durable run: it never continues, and the steps it finished
+    join its session as a turn interrupted by a crash does."""
 
     def run() -> int:
         import asyncio
@@ -130,7 +137,16 @@ def cancel(*, run_id: str) -> None:
         from code_puppy.durable.runs import find_run
         from code_puppy.durable.system import cancel_run
 
-        found = _interrupted(find_run(run_id), "cancel")
+        found = find_run(run_id)
+        if found.status == "queued":  # no worker took it: it never starts
+            cancel_run(found.id)
+            click.echo(f"cancelled queued run {found.id}")
+            return 0
+        if found.status == "running" and found.inputs.get("kind") == "fleet":
+            cancel_run(found.id)
+            click.echo(f"cancelled run {found.id}: it stops at its next step; its worktree is kept")
+            return 0
+        found = _interrupted(found, "cancel")
         cancel_run(found.id)
         note = asyncio.run(_recover(found)) if found.session_id is not None else None
         click.echo(f"cancelled durable run {found.id}" + (f"; {note}" if note else ""))
@@ -169,16 +185,25 @@ def _cost(run_id: str) -> float | None:
 
     if not store_exists():
         return None
+    import sqlite3
+
+    from code_puppy.errors import ConfigError
     from code_puppy.sessions.schema import Database
 
-    database = Database(store_location(), readonly=True)
     try:
-        with database.read() as db:
-            (total,) = db.execute(
-                "SELECT sum(cost_usd) FROM requests WHERE substr(run_id, 1, ?) = ?", (len(run_id) + 1, run_id + ":")
-            ).fetchone()
-    finally:
-        database.close()
+        database = Database(store_location(), readonly=True)
+        try:
+            with database.read() as db:
+                (total,) = db.execute(
+                    "SELECT sum(cost_usd) FROM requests WHERE substr(run_id, 1, ?) = ?",
+                    (len(run_id) + 1, run_id + ":"),
+                ).fetchone()
+        finally:
+            database.close()
+    except (ConfigError, sqlite3.OperationalError) as exc:
+        if "no such table" in str(exc):
+            return None  # a worker is making the store this moment: nothing was priced in it yet
+        raise
     return total
 
 

@@ -14,14 +14,21 @@ import json
 import sqlite3
 from collections.abc import Generator
 from contextlib import closing, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
-from code_puppy.durable.system import SYSTEM_SCHEMA, WORKFLOW_NAME, Executor, resumer, system_database_path
+from code_puppy.durable.system import (
+    RESUME_QUEUE,
+    SYSTEM_SCHEMA,
+    WORKFLOW_NAME,
+    Executor,
+    resumer,
+    system_database_path,
+)
 from code_puppy.errors import ConfigError
 from code_puppy.paths import storage_url
 
-RunStatus = Literal["running", "interrupted", "succeeded", "failed", "cancelled"]
+RunStatus = Literal["queued", "running", "interrupted", "succeeded", "failed", "cancelled"]
 RESULT_STATUS: dict[str, RunStatus] = {
     "success": "succeeded",
     "error": "failed",
@@ -47,6 +54,8 @@ class DurableRun:
     output: str | None
     error: str | None
     created_ms: int
+    result: dict[str, Any] = field(default_factory=lambda: {})
+    """What its workflow returned (a queued run's also has `branch`, `diff_stat`, `worker`, `worktree`)."""
 
     def listed(self, cost_usd: float | None) -> dict[str, Any]:
         """Its `runs list` entry."""
@@ -147,7 +156,7 @@ def _read(db: _Tables, run_id: str | None, session_id: str | None) -> list[Durab
         runs.append(
             DurableRun(
                 id=wid,
-                session_id=recorded.get("session_id"),
+                session_id=recorded.get("session_id") or result.get("session_id"),
                 status=_status(status, executor, queue, result),
                 executor=executor,
                 steps=steps,
@@ -155,6 +164,7 @@ def _read(db: _Tables, run_id: str | None, session_id: str | None) -> list[Durab
                 output=result.get("output"),
                 error=result.get("error") or (_error(error) if error else None),
                 created_ms=created,
+                result=result,
             )
         )
     return runs
@@ -167,6 +177,8 @@ def _status(status: str, executor: Executor | None, queue: str | None, result: d
         return "cancelled"
     if status in ("PENDING", "ENQUEUED"):
         if status == "ENQUEUED" and queue is not None:
+            if resumer(queue) is None and not queue.startswith(RESUME_QUEUE):
+                return "queued"  # on a fleet's queue, for a worker (`code-puppy queue add`)
             executor = resumer(queue) or executor  # handed to a `runs resume` that has not picked it up yet
         return "running" if executor is not None and executor.alive else "interrupted"
     return "failed"

@@ -11,6 +11,7 @@ DBOS itself still unpickles a row marked `py_pickle`, whatever serializer is con
 from __future__ import annotations
 
 import builtins
+import datetime
 import importlib
 import json
 from functools import cache
@@ -61,6 +62,8 @@ def _encode(value: Any) -> Any:
         raise TypeError(f"cannot store a dict with keys that are not text: {value!r:.80}")
     if isinstance(value, BaseException):
         return {"$error": type(value).__name__, "message": str(value)}
+    if isinstance(value, datetime.datetime):  # a run's deadline (`--timeout`), pydantic-ai's timestamps
+        return {"$datetime": value.isoformat()}
     kind: type[Any] = cast(type[Any], type(value))
     name = f"{kind.__module__}:{kind.__qualname__}"
     if not kind.__module__.startswith(TRUSTED_MODULES):
@@ -78,6 +81,8 @@ def _decode(stored: Any) -> Any:
         return {key: _decode(item) for key, item in value["$dict"].items()}  # pyright: ignore
     if "$tuple" in value:
         return tuple(_decode(item) for item in value["$tuple"])  # pyright: ignore
+    if "$datetime" in value:
+        return datetime.datetime.fromisoformat(str(value["$datetime"]))
     if "$error" in value:
         builtin: Any = getattr(builtins, str(value["$error"]), None)
         if isinstance(builtin, type) and issubclass(builtin, Exception) and builtin.__module__ == "builtins":

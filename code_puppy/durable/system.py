@@ -143,9 +143,10 @@ def resumer(queue: str) -> Executor | None:
     return Executor(host if at else THIS_HOST, int(pid), None if started == "-" else started)
 
 
-def launch(*, debug: bool, queue: str | None = None) -> type[DBOS]:
-    """Configure and launch DBOS in this process, with its own executor id and, if `queue`, listening only to it.
-    Workflows must be registered before (importing `code_puppy.headless.durable`).
+def launch(*, debug: bool, queue: str | None = None, worker_concurrency: int | None = None) -> type[DBOS]:
+    """Configure and launch DBOS in this process, with its own executor id and, if `queue`, listening only to it
+    (with `worker_concurrency`: a fleet's queue, that limit stored with it). Workflows must be registered before
+    (importing `code_puppy.headless.durable`).
 
     DBOS's logging (its banner, its migrations) stays off the terminal unless `debug`."""
     from dbos import DBOS, DBOSConfig
@@ -178,7 +179,9 @@ def launch(*, debug: bool, queue: str | None = None) -> type[DBOS]:
     DBOS.listen_queues([queue] if queue is not None else [])
     DBOS.launch()
     if queue is not None:
-        DBOS.register_queue(queue, polling_interval_sec=0.1)
+        DBOS.register_queue(
+            queue, polling_interval_sec=0.1, worker_concurrency=worker_concurrency, on_conflict="always_update"
+        )
     return DBOS
 
 
@@ -216,19 +219,33 @@ class Launching:
             raise ConfigError(f"durable runs cannot start: {one_line(self._error, typed=True)}") from self._error
 
 
-def cancel_run(run_id: str) -> None:
-    """Mark a durable run cancelled, without launching DBOS (a client never takes over work)."""
-    from dbos import DBOSClient
+def dbos_client(*, migrate: bool = False) -> Any:
+    """A `DBOSClient` on the system database: it enqueues, lists and cancels, and never takes over work. `migrate`:
+    the database is made or brought up to date first (a client never migrates it; the first run may be a queued one)."""
+    from dbos import DBOS, DBOSClient
 
     from code_puppy.durable.serializer import JsonSerializer
 
+    if not logging.getLogger("dbos").isEnabledFor(logging.DEBUG):
+        logging.getLogger("dbos").setLevel(logging.CRITICAL)
     url = system_database_url()
-    client = DBOSClient(
+    postgres = not url.startswith("sqlite:")
+    if postgres:
+        check_reachable(url)
+    if migrate:
+        DBOS.migrate(url, schema=SYSTEM_SCHEMA)
+    return DBOSClient(
         system_database_url=url,
         serializer=JsonSerializer(),
+        application_name=APP_NAME,
         dbos_system_schema=SYSTEM_SCHEMA,
-        system_database_pool_size=None if url.startswith("sqlite:") else POOL_SIZE,
+        system_database_pool_size=POOL_SIZE if postgres else None,
     )
+
+
+def cancel_run(run_id: str) -> None:
+    """Mark a durable run cancelled, without launching DBOS (a client never takes over work)."""
+    client = dbos_client()
     try:
         client.cancel_workflow(run_id)
     finally:

@@ -37,6 +37,8 @@ _recorded: dict[str, int] = {}
 """The last step a run had recorded when this process took it over, by workflow id: the steps up to it replay."""
 _debug: dict[str, bool] = {}
 """Whether `--debug` was given to the `runs resume` of a workflow id."""
+KINDS: dict[str, Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]] = {}
+"""The bodies of runs enqueued by a layer above (inputs' `kind`: `fleet`, `fleet/`), registered by it."""
 
 
 @DBOS.workflow(name=WORKFLOW_NAME)
@@ -44,12 +46,18 @@ async def headless_turn(inputs: dict[str, Any]) -> dict[str, Any]:
     """One headless turn; its result is what `runs show` prints (`status`, `output`, `error`, `exit_code`)."""
     workflow_id = DBOS.workflow_id
     assert workflow_id is not None
-    body = _prepared.pop(workflow_id, None) or partial(_resumed, inputs)
+    kind = KINDS.get(str(inputs.get("kind")))
+    body = _prepared.pop(workflow_id, None) or partial(kind or _resumed, inputs)
     token = replay_check.set(partial(_replaying, _recorded.get(workflow_id, 0)))
     try:
         return await body()
     finally:
         replay_check.reset(token)
+
+
+def replay_through(recorded: int) -> Callable[[], bool]:
+    """The replay check of a run that had recorded `recorded` steps when this process took it over."""
+    return partial(_replaying, recorded)
 
 
 def _replaying(recorded: int) -> bool:

@@ -1,0 +1,172 @@
+"""The fleet's throughput (issue 29): runs per minute for 1, 2 and 4 workers (concurrency 2 each) over queued runs,
+and the queue latency at idle (enqueue to the run's first model request).
+
+    python benchmarks/fleet.py [--runs 16] [--delay 0.5] [--workers 1,2,4] [--concurrency 2]
+
+Each round starts its workers in a fresh `CODE_PUPPY_HOME` (the SQLite default: workers on one machine share it), waits
+for their heartbeats, then enqueues `--runs` runs on a fresh git repository (in this process, through `DBOSClient` as
+`queue add` does) and times them until every one succeeded. Every run is two model requests against the in-repo fake
+OpenAI-compatible server, each after a fixed `--delay`: a shell call writing a file, then the answer. Checked: every
+run succeeded and sent its first request once (none lost, none run twice). Goal: throughput grows with the workers up
+to the machine's limit (the fake server is not one: it answers every request in its own thread).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.fake_llm import FakeLLMServer, call, text, tool_calls  # noqa: E402
+
+CODE_PUPPY = str(Path(sys.executable).parent / "code-puppy")
+
+
+def git(cwd: Path, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def home_and_repository(base: Path, server: FakeLLMServer) -> tuple[Path, Path]:
+    home, repository = base / "home", base / "repository"
+    home.mkdir()
+    (home / "config.toml").write_text(
+        f'model = "fake"\n[sessions]\nauto_title = false\n[models.fake]\nname = "fake-model"\n'
+        f'base_url = "{server.base_url}"\n'
+    )
+    repository.mkdir()
+    (repository / "README.md").write_text("# demo\n")
+    git(repository, "init", "-q")
+    git(repository, "add", "-A")
+    git(repository, "-c", "user.name=b", "-c", "user.email=b@example.invalid", "commit", "-qm", "start")
+    return home, repository
+
+
+def start_workers(count: int, concurrency: int, cwd: Path) -> list[subprocess.Popen[bytes]]:
+    from code_puppy.fleet.heartbeat import Heartbeats
+
+    workers = [
+        subprocess.Popen(
+            [CODE_PUPPY, "worker", "--concurrency", str(concurrency), "--permission-mode", "yolo"],
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        for _ in range(count)
+    ]
+    from code_puppy.durable.system import system_database_path, system_database_url
+
+    while True:  # every worker beating: launched and listening
+        if system_database_path().exists():
+            heartbeats = Heartbeats(system_database_url())
+            try:
+                if len(heartbeats.listed()) == count:
+                    return workers
+            finally:
+                heartbeats.close()
+        time.sleep(0.1)
+
+
+def stop(workers: list[subprocess.Popen[bytes]]) -> None:
+    for worker in workers:
+        worker.send_signal(signal.SIGTERM)
+    for worker in workers:
+        worker.wait(timeout=60)
+
+
+def wait_settled(ids: set[str]) -> dict[str, str]:
+    from code_puppy.durable.runs import list_runs
+
+    while True:
+        statuses = {run.id: run.status for run in list_runs() if run.id in ids}
+        if all(status in ("succeeded", "failed", "cancelled") for status in statuses.values()):
+            return statuses
+        time.sleep(0.1)
+
+
+def first_prompts(server: FakeLLMServer) -> collections.Counter[str]:
+    counted: collections.Counter[str] = collections.Counter()
+    for request in server.requests:
+        messages = request.body["messages"]
+        if not any(message["role"] == "assistant" for message in messages):
+            counted[next(m["content"] for m in messages if m["role"] == "user")] += 1
+    return counted
+
+
+def round_of(workers: int, concurrency: int, runs: int, delay: float) -> tuple[float, bool]:
+    """Runs per minute with `workers` workers, and whether every run succeeded exactly once."""
+    from code_puppy.fleet.queue import QueuedRun, enqueue
+
+    with tempfile.TemporaryDirectory() as base, FakeLLMServer(per_conversation=True) as server:
+        server.script(
+            tool_calls(call("shell", {"command": "echo done > change.txt"}), delay=delay), text("done", delay=delay)
+        )
+        home, repository = home_and_repository(Path(base), server)
+        os.environ["CODE_PUPPY_HOME"] = str(home)
+        started = start_workers(workers, concurrency, Path(base))
+        try:
+            began = time.monotonic()
+            ids = {enqueue(QueuedRun(prompt=f"task {n}", project=repository)) for n in range(runs)}
+            statuses = wait_settled(ids)
+            elapsed = time.monotonic() - began
+        finally:
+            stop(started)
+        once = set(statuses.values()) == {"succeeded"} and first_prompts(server) == collections.Counter(
+            f"task {n}" for n in range(runs)
+        )
+        return runs / elapsed * 60, once
+
+
+def idle_latency(delay: float) -> float:
+    """Seconds from enqueueing one run to its first model request, one idle worker waiting."""
+    from code_puppy.fleet.queue import QueuedRun, enqueue
+
+    with tempfile.TemporaryDirectory() as base, FakeLLMServer(per_conversation=True) as server:
+        server.script(text("done", delay=delay))
+        home, repository = home_and_repository(Path(base), server)
+        os.environ["CODE_PUPPY_HOME"] = str(home)
+        started = start_workers(1, 2, Path(base))
+        try:
+            time.sleep(1)
+            began = time.monotonic()
+            run_id = enqueue(QueuedRun(prompt="hello", project=repository))
+            while not server.requests:
+                time.sleep(0.01)
+            latency = time.monotonic() - began
+            wait_settled({run_id})
+        finally:
+            stop(started)
+        return latency
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=16)
+    parser.add_argument("--delay", type=float, default=0.5)
+    parser.add_argument("--workers", default="1,2,4")
+    parser.add_argument("--concurrency", type=int, default=2)
+    args = parser.parse_args()
+    print(f"{args.runs} runs of 2 requests ({args.delay} s a reply), concurrency {args.concurrency} per worker")
+    base: float | None = None
+    for count in (int(word) for word in args.workers.split(",")):
+        rate, once = round_of(count, args.concurrency, args.runs, args.delay)
+        base = base or rate
+        print(
+            f"{count} worker(s): {rate:6.1f} runs/min  ({rate / base:.2f}x)  "
+            f"{'each run once' if once else 'LOST OR DUPLICATED RUNS'}"
+        )
+    print(f"queue latency at idle (enqueue to first request): {idle_latency(args.delay):.2f} s")
+
+
+if __name__ == "__main__":
+    main()
