@@ -103,9 +103,10 @@ def web(project: Path) -> Iterator[WebServer]:
     server.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
-    """One headless Chromium per xdist worker."""
+    """One headless Chromium per test module: Playwright's sync API keeps an event loop running in the main thread
+    while it is open, which the next module's asyncio tests in that worker could not run beside."""
     path = ensure_chromium()
     from playwright.sync_api import sync_playwright
 
