@@ -63,7 +63,11 @@ def _cost(database: Database, run_id: str) -> float | None:
 def snapshot(database: Database) -> dict[str, Any]:
     """The runs, newest first, and the workers that beat: what the page shows (blocking: run it in a thread)."""
     now = datetime.now(UTC)
-    runs = [entry(run, _cost(database, run.id), now) for run in list_runs()]
+    runs = [
+        # A queued run made no request yet, a finished fleet run recorded its cost: the costs book for the others.
+        entry(run, None if run.status == "queued" or "cost_usd" in run.result else _cost(database, run.id), now)
+        for run in list_runs()
+    ]
     workers = [
         {
             "worker": beat.worker,

@@ -105,7 +105,7 @@ function durableRuns() {
       if (run.cancellable) {
         const button = el("button", "", "Cancel");
         button.type = "button";
-        button.setAttribute("aria-label", `Cancel run ${run.id.slice(0, 8)}`);
+        button.title = `code-puppy runs cancel ${run.id}`;  // its name stays "Cancel": no other button's
         button.addEventListener("click", async () => {
           button.disabled = true;
           try {
