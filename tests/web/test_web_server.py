@@ -269,8 +269,9 @@ def git_repository(root: Path) -> Path:
 
 
 def test_a_queued_run_is_listed_with_its_worker_and_cancelled_from_the_page(
-    server: FakeLLMServer, project: Path, web: WebServer, tmp_path: Path
+    backend: str, server: FakeLLMServer, project: Path, web: WebServer, tmp_path: Path
 ) -> None:
+    """On either store: DBOS's tables and the workers' heartbeat in the SQLite file or in the PostgreSQL database."""
     from code_puppy.durable.system import system_database_url
     from code_puppy.fleet.heartbeat import Heartbeats, WorkerBeat
 
