@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sqlite3
 from collections.abc import AsyncGenerator, Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -93,8 +94,10 @@ class RunsView:
     async def read(self) -> dict[str, Any]:
         try:
             return await asyncio.to_thread(snapshot, self.database)
-        except ConfigError as exc:
+        except ConfigError as exc:  # the store's StoreError too: its one line, on the page
             return {"runs": [], "workers": [], "error": str(exc)}
+        except sqlite3.Error as exc:  # the costs book mid-migration or locked past its timeout
+            return {"runs": [], "workers": [], "error": f"cannot read the runs' costs: {exc}"}
 
     async def listed(self, request: Request) -> Response:
         return JSONResponse(await self.read())
