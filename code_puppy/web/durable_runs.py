@@ -22,6 +22,8 @@ from code_puppy.sessions.schema import Database
 
 RUNS_POLL = 2.0
 """Seconds between two reads of DBOS's tables for the runs list (one read is a few milliseconds: benchmarks/web.py)."""
+STOP_POLL = 0.25
+"""Seconds between two looks, while the stream waits, at whether the server is shutting down."""
 PROMPT_WIDTH = 80
 
 
@@ -111,7 +113,10 @@ class RunsView:
                 if shown != last:
                     last = shown
                     yield f"data: {json.dumps(found)}\n\n"
-                await asyncio.sleep(RUNS_POLL)
+                for _ in range(int(RUNS_POLL / STOP_POLL)):  # a server shutting down is not kept waiting
+                    if self.stopping():
+                        return
+                    await asyncio.sleep(STOP_POLL)
 
         return StreamingResponse(events(), media_type="text/event-stream", headers={"cache-control": "no-store"})
 

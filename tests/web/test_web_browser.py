@@ -1,7 +1,7 @@
 """The dashboard in a real browser (Debian's Chromium, headless, driven by Playwright): list, open and search
 sessions; start a run and see its text arrive while it runs; steer, approve, deny, cancel and rewind it; a run
-started in a terminal shows up live and is steered and cancelled from the page. One dashboard per module, one
-browser per worker.
+started in a terminal shows up live and is steered and cancelled from the page; a queued fleet run shows up in the
+runs list and is cancelled there. One dashboard per module, one browser per worker.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """`code-puppy web` without a browser: its one line, the token (query string once, then the cookie, or the header),
-the Origin check, the refusals, and one clear line for each bad input; through the installed console script."""
+the Origin check, the refusals, and one clear line for each bad input; the durable and fleet runs listed and a queued
+one cancelled; through the installed console script."""
 
 from __future__ import annotations
 
