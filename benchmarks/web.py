@@ -6,6 +6,9 @@
    headless runs against the fake model server (tool calls, an edit, checkpoints, a denied call).
 2. Starts `code-puppy web` through the installed console script and times, with the token header: the sessions list,
    the 10,000-message session's page (its newest 200 messages), and its oldest page (median of --runs).
+   Queues a few fleet runs (`code-puppy queue add`, no worker: they stay queued; one cancelled) and times the runs
+   list's read (`/api/durable`: DBOS's tables through `durable/runs.py`, DBOS never launched), and `list_runs` itself
+   over --queued runs enqueued in-process (the read the page's live list repeats every 2 s).
 3. In Debian's Chromium (Playwright): the big session's page until `load`, then screenshots of the sessions list, a
    search, a session, and a live run waiting on an approval card.
 """
@@ -64,6 +67,7 @@ def timed(client: httpx.Client, path: str, runs: int) -> tuple[float, int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--queued", type=int, default=300, help="runs enqueued to time list_runs over")
     parser.add_argument("--screenshots", type=Path, default=ROOT / "docs" / "screenshots")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp, FakeLLMServer() as fake:
@@ -93,6 +97,7 @@ def main() -> None:
         headless(project, env, "-p", "make greet use an f-string", "--permission-mode", "accept-edits")
         headless(project, env, "-p", "what is in this project?")
         os.environ["CODE_PUPPY_HOME"] = str(home)
+        queue_runs(project, env)
         big = asyncio.run(seed_big(home, project, 10_000))
         web = start_web(cwd=project, env=env)
         try:
@@ -100,12 +105,59 @@ def main() -> None:
                 listing, listing_size = timed(client, "/", args.runs)
                 newest, newest_size = timed(client, f"/s/{big}", args.runs)
                 oldest, _ = timed(client, f"/s/{big}?before=200", args.runs)
+                runs_read, _ = timed(client, "/api/durable", args.runs)
             print(f"sessions list: {listing * 1000:.0f} ms ({listing_size // 1024} KiB)")
             print(f"10,000-message session, newest page: {newest * 1000:.0f} ms ({newest_size // 1024} KiB)")
             print(f"10,000-message session, oldest page: {oldest * 1000:.0f} ms")
+            print(f"runs list (/api/durable, 3 runs and their costs): {runs_read * 1000:.0f} ms")
             browse(web.url, web.base, big, fake, args.screenshots)
         finally:
             web.stop()
+        time_list_runs(project, args.queued, args.runs)
+
+
+def queue_runs(project: Path, env: dict[str, str]) -> None:
+    """Three fleet runs on the queue (no worker takes them), the last one cancelled: the sessions page lists them."""
+    git = ["git", "-c", "user.name=bench", "-c", "user.email=bench@example.invalid"]
+    subprocess.run([*git, "add", "-A"], cwd=project, check=True)
+    subprocess.run([*git, "commit", "-qm", "start"], cwd=project, check=True)
+    ids: list[str] = []
+    for prompt in ("add a --verbose flag to the CLI", "write tests for greet", "translate the README"):
+        done = subprocess.run(
+            [CODE_PUPPY, "queue", "add", "-p", prompt], cwd=project, env=env, text=True, capture_output=True
+        )
+        assert done.returncode == 0, done.stderr
+        ids.append(done.stdout.splitlines()[-1])
+    subprocess.run([CODE_PUPPY, "runs", "cancel", ids[-1]], cwd=project, env=env, check=True, capture_output=True)
+
+
+def time_list_runs(project: Path, count: int, runs: int) -> None:
+    """`list_runs` over `count` more queued runs (enqueued in-process through the fleet's client), median of `runs`."""
+    from code_puppy.durable.runs import list_runs
+    from code_puppy.fleet.queue import QueuedRun, enqueue
+
+    for n in range(count):
+        enqueue(QueuedRun(prompt=f"task {n}", project=project))
+    times: list[float] = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        listed = list_runs()
+        times.append(time.perf_counter() - started)
+    print(f"list_runs over {len(listed)} runs: {statistics.median(times) * 1000:.0f} ms")
+    from code_puppy.paths import store_location
+    from code_puppy.sessions.schema import Database
+    from code_puppy.web.durable_runs import snapshot
+
+    database = Database(store_location(), readonly=True)
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        snapshot(database)
+        times.append(time.perf_counter() - started)
+    database.close()
+    print(
+        f"the runs list's read (runs, costs, workers) over {len(listed)} runs: {statistics.median(times) * 1000:.0f} ms"
+    )
 
 
 def browse(url: str, base: str, big: str, fake: FakeLLMServer, shots: Path) -> None:
@@ -120,7 +172,8 @@ def browse(url: str, base: str, big: str, fake: FakeLLMServer, shots: Path) -> N
         page.goto(f"{base}/s/{big}", wait_until="load")
         print(f"10,000-message session in Chromium, until load: {(time.perf_counter() - started) * 1000:.0f} ms")
         page.goto(f"{base}/")
-        page.screenshot(path=str(shots / "sessions.png"))
+        page.locator("#durable-runs tr[data-run]").first.wait_for()  # the runs list, filled in by its event stream
+        page.screenshot(path=str(shots / "sessions.png"), full_page=True)
         page.get_by_placeholder("Search sessions").fill("f-string")
         page.get_by_role("button", name="Search").click()
         page.wait_for_load_state()

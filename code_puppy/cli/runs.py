@@ -134,17 +134,12 @@ def cancel(*, run_id: str) -> None:
     def run() -> int:
         import asyncio
 
-        from code_puppy.durable.runs import find_run
+        from code_puppy.durable.runs import cancel_waiting, find_run
         from code_puppy.durable.system import cancel_run
 
         found = find_run(run_id)
-        if found.status == "queued":  # no worker took it: it never starts
-            cancel_run(found.id)
-            click.echo(f"cancelled queued run {found.id}")
-            return 0
-        if found.status == "running" and found.inputs.get("kind") == "fleet":
-            cancel_run(found.id)
-            click.echo(f"cancelled run {found.id}: it stops at its next step; its worktree is kept")
+        if (line := cancel_waiting(found)) is not None:  # a queued run: it never starts, or stops at its next step
+            click.echo(line)
             return 0
         found = _interrupted(found, "cancel")
         cancel_run(found.id)

@@ -86,7 +86,7 @@ class _Tables:
 
 
 @contextmanager
-def _system_database() -> Generator[_Tables | None]:
+def system_tables() -> Generator[_Tables | None]:
     """DBOS's tables, read-only; None when no durable run was ever started here (no file, no schema yet).
 
     Raises:
@@ -118,7 +118,7 @@ def _system_database() -> Generator[_Tables | None]:
 
 def list_runs(*, run_id: str | None = None, session_id: str | None = None) -> list[DurableRun]:
     """The durable runs, newest first: all, the one `run_id` names (its id or a unique prefix), or a session's."""
-    with _system_database() as db:
+    with system_tables() as db:
         if db is None:
             return []
         try:
@@ -236,6 +236,21 @@ def find_run(reference: str) -> DurableRun:
     return found[0]
 
 
+def cancel_waiting(found: DurableRun) -> str | None:
+    """Cancel `found` if it is a queued run no worker took (it never starts) or a queued run a worker runs (it stops
+    at its next step, its worktree kept): what `code-puppy runs cancel` says then; None for any other run (an
+    interrupted one is the caller's to recover, a finished one cannot be cancelled)."""
+    from code_puppy.durable.system import cancel_run
+
+    if found.status == "queued":
+        cancel_run(found.id)
+        return f"cancelled queued run {found.id}"
+    if found.status == "running" and found.inputs.get("kind") == "fleet":
+        cancel_run(found.id)
+        return f"cancelled run {found.id}: it stops at its next step; its worktree is kept"
+    return None
+
+
 def interrupted_run_of(session_id: str) -> DurableRun | None:
     """The session's interrupted durable run, if it has one: its turn is the run's to finish (`runs resume`) or to
     drop (`runs cancel`), never a new turn's to recover."""
@@ -244,7 +259,7 @@ def interrupted_run_of(session_id: str) -> DurableRun | None:
 
 def last_step(run_id: str) -> int:
     """The last step `run_id` recorded: a process resuming it replays every step up to it."""
-    with _system_database() as db:
+    with system_tables() as db:
         if db is None:
             return 0
         (last,) = db.execute(

@@ -5,49 +5,20 @@ stopped is dead to the others. Through SQLAlchemy on `system_database_url`, so S
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
+
+from code_puppy.durable.workers import STALE_SECONDS, TABLE, WorkerBeat, now_ms
+
+__all__ = ["BEAT_SECONDS", "STALE_SECONDS", "TABLE", "Beating", "Heartbeats", "WorkerBeat"]
 
 BEAT_SECONDS = 2.0
 """How often a worker beats."""
-STALE_SECONDS = 10.0
-"""A worker whose last beat is older is taken for dead."""
-TABLE = "code_puppy_workers"
 _CREATE = (
     f"CREATE TABLE IF NOT EXISTS {TABLE} (executor_id TEXT PRIMARY KEY, worker TEXT NOT NULL, host TEXT NOT NULL,"
     " pid INTEGER NOT NULL, queue TEXT NOT NULL, concurrency INTEGER NOT NULL, in_hand INTEGER NOT NULL,"
     " mode TEXT NOT NULL, started_ms BIGINT NOT NULL, beat_ms BIGINT NOT NULL)"
 )
-
-
-@dataclass(frozen=True)
-class WorkerBeat:
-    """One worker as its last beat says."""
-
-    executor_id: str
-    worker: str
-    host: str
-    pid: int
-    queue: str
-    concurrency: int
-    in_hand: int
-    mode: str
-    started_ms: int
-    beat_ms: int
-
-    def age(self, now_ms: int | None = None) -> float:
-        """Seconds since its last beat."""
-        return ((now_ms if now_ms is not None else _now_ms()) - self.beat_ms) / 1000
-
-    @property
-    def alive(self) -> bool:
-        return self.age() <= STALE_SECONDS
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class Heartbeats:
@@ -127,14 +98,14 @@ class Beating:
         self._make = make
         self._after = after
         self._stop = threading.Event()
-        heartbeats.beat(make(_now_ms()))  # before the worker takes a run: `workers list` shows it at once
+        heartbeats.beat(make(now_ms()))  # before the worker takes a run: `workers list` shows it at once
         self._thread = threading.Thread(target=self._loop, name="code-puppy heartbeat", daemon=True)
         self._thread.start()
 
     def _loop(self) -> None:
         while not self._stop.wait(BEAT_SECONDS):
             try:
-                self.heartbeats.beat(self._make(_now_ms()))
+                self.heartbeats.beat(self._make(now_ms()))
                 self._after()
             except Exception as exc:  # the store is away for a moment: the next beat tries again
                 _note(exc)

@@ -25,6 +25,7 @@ from code_puppy.options import PERMISSION_MODES
 from code_puppy.sessions.runs import RunRegistry
 from code_puppy.sessions.store import SqliteConversationStore
 from code_puppy.web import pages
+from code_puppy.web.durable_runs import RunsFailure, RunsView
 from code_puppy.web.guard import TokenGuard
 from code_puppy.web.live import Busy, LiveRuns
 from code_puppy.web.transcript import page_bounds, render
@@ -344,7 +345,7 @@ class OneLineErrors:
         try:
             await self.app(scope, receive, sending)
         except Exception as exc:
-            if isinstance(exc, Failure):
+            if isinstance(exc, (Failure, RunsFailure)):
                 status, message = exc.status, str(exc)
             elif isinstance(exc, ConfigError):
                 status, message = 500, str(exc)
@@ -363,6 +364,7 @@ class OneLineErrors:
 
 def build_app(dashboard: Dashboard, *, token: str, on_shutdown: Callable[[], Awaitable[None]]) -> Starlette:
     d = dashboard
+    durable = RunsView(d.store.database, lambda: d.stopping())
     routes = [
         Route("/", d.sessions),
         Route("/s/{session_id}", d.session),
@@ -376,6 +378,9 @@ def build_app(dashboard: Dashboard, *, token: str, on_shutdown: Callable[[], Awa
         Route("/api/sessions/{session_id}/cancel", d.cancel, methods=["POST"]),
         Route("/api/sessions/{session_id}/approvals/{question_id}", d.answer, methods=["POST"]),
         Route("/api/sessions/{session_id}/rewind", d.rewind, methods=["POST"]),
+        Route("/api/durable", durable.listed),
+        Route("/api/durable/events", durable.stream),
+        Route("/api/durable/{run_id}/cancel", durable.cancel, methods=["POST"]),
         Mount("/static", StaticFiles(directory=STATIC)),
     ]
     middleware = [Middleware(TokenGuard, token=token), Middleware(OneLineErrors)]

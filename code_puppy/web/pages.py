@@ -15,6 +15,15 @@ from code_puppy.sessions.search import MARK
 
 CANCEL = '<button type="button" id="cancel-button">Cancel</button>'
 QUEUE_AND_CANCEL = '<button type="button" id="queue-button">Queue</button>' + CANCEL
+RUNS = (
+    '<section id="durable-runs" hidden><h2>Runs</h2><p class="error" role="alert" hidden></p>'
+    '<table class="runs"><thead><tr><th>Run</th><th>Status</th><th>Prompt</th><th>Worker</th><th>Branch</th>'
+    "<th>Cost</th><th>Age</th><th>Session</th><th></th></tr></thead><tbody></tbody></table>"
+    '<div id="workers" hidden><h3>Workers</h3><table class="workers"><thead><tr><th>Worker</th><th>Host</th>'
+    "<th>Pid</th><th>Concurrency</th><th>Runs in hand</th><th>Last beat</th></tr></thead><tbody></tbody></table>"
+    "</div></section>"
+)
+"""The durable and fleet runs and the fleet's workers, filled in by `static/app.js` from `/api/durable/events`."""
 
 
 def layout(title: str, body: str, *, page: str) -> str:
@@ -71,6 +80,7 @@ def sessions_page(
         f'<h1>Sessions</h1><p class="where">new runs start in <code>{escape(project)}</code></p>'
         + prompt_form(label="Prompt for a new session", model=model, mode=mode, session_id=None)
         + '<section id="live-runs" hidden><h2>Live runs</h2><ul></ul></section>'
+        + RUNS
         + '<form class="search" method="get" action="/" role="search">'
         f'<input type="search" name="q" value="{escape(query)}" placeholder="Search sessions" '
         'aria-label="Search sessions">'

@@ -1,12 +1,14 @@
 """The dashboard in a real browser (Debian's Chromium, headless, driven by Playwright): list, open and search
 sessions; start a run and see its text arrive while it runs; steer, approve, deny, cancel and rewind it; a run
-started in a terminal shows up live and is steered and cancelled from the page. One dashboard per module, one
-browser per worker.
+started in a terminal shows up live and is steered and cancelled from the page; a queued fleet run shows up in the
+runs list and is cancelled there. One dashboard per module, one browser per worker.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +17,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from tests.conftest import start_cli, wait_for
+from tests.conftest import run_cli, start_cli, wait_for
 from tests.fake_llm import FakeLLMServer, call, hang, text, tool_calls
 from tests.web.conftest import WebServer, git_project, start_web
 
@@ -182,3 +184,27 @@ def test_a_terminal_run_shows_up_live_and_is_steered_and_cancelled_from_the_page
     assert len(fake.requests) == 2
     expect(page.locator("#live-output")).to_contain_text("the terminal's run ended", timeout=15_000)
     expect(page.get_by_role("alert")).to_have_text("")  # the cancel was taken: no error under the controls
+
+
+def test_a_queued_run_is_listed_and_cancelled_from_the_sessions_page(
+    page: Page, dashboard: Dashboard, fake: FakeLLMServer
+) -> None:
+    project = dashboard.project
+    subprocess.run(["git", "add", "-A"], cwd=project, check=True)
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", "start", "--allow-empty"],
+        cwd=project,
+        check=True,
+    )
+    added = run_cli("queue", "add", "-p", "tidy the docs", cwd=project, env=dashboard.env)
+    assert added.returncode == 0, added.stderr
+    run_id = added.stdout.splitlines()[-1]
+    row = page.locator(f'#durable-runs tr[data-run="{run_id}"]')  # the live list: no reload
+    expect(row.locator("td")).to_have_text(
+        [run_id[:8], "queued", "tidy the docs", "-", "-", "unknown", re.compile(r"\d+s"), "-", "Cancel"], timeout=15_000
+    )
+    row.get_by_role("button", name="Cancel").click()
+    expect(row.locator("td").nth(1)).to_have_text("cancelled")
+    expect(row.get_by_role("button")).to_have_count(0)
+    shown = run_cli("runs", "show", run_id, "--json", cwd=project, env=dashboard.env)
+    assert json.loads(shown.stdout)["status"] == "cancelled", shown.stderr

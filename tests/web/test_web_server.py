@@ -1,12 +1,15 @@
 """`code-puppy web` without a browser: its one line, the token (query string once, then the cookie, or the header),
-the Origin check, the refusals, and one clear line for each bad input; through the installed console script."""
+the Origin check, the refusals, and one clear line for each bad input; the durable and fleet runs listed and a queued
+one cancelled; through the installed console script."""
 
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -249,3 +252,89 @@ def test_allow_always_answers_the_next_question_of_its_kind(
                     break
     assert kinds.count("approval") == 1
     assert (project / "one.txt").read_text() == "1" and (project / "two.txt").read_text() == "2"
+
+
+def git_repository(root: Path) -> Path:
+    """A git repository with one commit: a project `code-puppy queue add` takes."""
+    root.mkdir()
+    (root / "README.md").write_text("# demo\n")
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"]):
+        subprocess.run(["git", *args], cwd=root, check=True, capture_output=True)
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", "start"],
+        cwd=root,
+        check=True,
+        capture_output=True,
+    )
+    return root
+
+
+def test_a_queued_run_is_listed_with_its_worker_and_cancelled_from_the_page(
+    backend: str, server: FakeLLMServer, project: Path, web: WebServer, tmp_path: Path
+) -> None:
+    """On either store: DBOS's tables and the workers' heartbeat in the SQLite file or in the PostgreSQL database."""
+    from code_puppy.durable.system import system_database_url
+    from code_puppy.fleet.heartbeat import Heartbeats, WorkerBeat
+
+    repository = git_repository(tmp_path / "repository")
+    prompt = "rename   the\nhelpers " + "x" * 90  # squeezed to one line, cut at 80 characters
+    added = run_cli("queue", "add", "-p", prompt, "--name", "renamer", cwd=repository)
+    assert added.returncode == 0, added.stderr
+    run_id = added.stdout.splitlines()[-1]
+    heartbeats = Heartbeats(system_database_url())  # a worker's beat, as `code-puppy worker` writes it
+    now = int(time.time() * 1000)
+    try:
+        heartbeats.beat(WorkerBeat("executor-1", "w-1", "box", 4242, "code-puppy-fleet", 3, 0, "auto", now, now))
+    finally:
+        heartbeats.close()
+    with api(web) as client:
+        listed = client.get("/api/durable").json()
+        assert listed == {
+            "runs": [
+                {
+                    "id": run_id,
+                    "kind": "fleet",
+                    "status": "queued",
+                    "prompt": "rename the helpers " + "x" * 60 + "…",
+                    "worker": None,
+                    "branch": None,
+                    "cost_usd": None,
+                    "age": listed["runs"][0]["age"],
+                    "session_id": None,
+                    "cancellable": True,
+                }
+            ],
+            "workers": [
+                {
+                    "worker": "w-1",
+                    "host": "box",
+                    "pid": 4242,
+                    "concurrency": 3,
+                    "in_hand": 0,
+                    "last_beat": listed["workers"][0]["last_beat"],
+                    "alive": True,
+                }
+            ],
+        }
+        assert re.fullmatch(r"\d+s", listed["runs"][0]["age"]) and re.fullmatch(
+            r"\ds ago", listed["workers"][0]["last_beat"]
+        )
+        with client.stream("GET", "/api/durable/events") as events:  # the live list: the same, as an event
+            first = next(line for line in events.iter_lines() if line)
+        assert json.loads(first.removeprefix("data: ")) == listed
+        cancelled = client.post(f"/api/durable/{run_id[:8]}/cancel", headers={"origin": web.base})
+        assert cancelled.json() == {"cancelled": True, "message": f"cancelled queued run {run_id}"}
+        again = client.post(f"/api/durable/{run_id}/cancel", headers={"origin": web.base})
+        assert (again.status_code, again.json()) == (
+            409,
+            {"error": f"run {run_id} is cancelled: only a queued run is cancelled here"},
+        )
+        unknown = client.post("/api/durable/nope/cancel", headers={"origin": web.base})
+        assert (unknown.status_code, unknown.json()) == (
+            404,
+            {"error": "no durable run nope (code-puppy runs list shows them)"},
+        )
+        assert client.get("/api/durable").json()["runs"][0]["status"] == "cancelled"
+    shown = run_cli("runs", "show", run_id, "--json", cwd=project)
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["status"] == "cancelled"

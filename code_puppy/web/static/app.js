@@ -70,6 +70,75 @@ function liveList() {
   };
 }
 
+function cell(row, text) {
+  const td = el("td", "", text === null || text === undefined ? "-" : String(text));
+  row.append(td);
+  return td;
+}
+
+function durableRuns() {
+  const section = document.getElementById("durable-runs");
+  if (!section) return;
+  const problem = section.querySelector(".error");
+  const render = (data) => {
+    problem.hidden = !data.error;
+    problem.textContent = data.error || "";
+    const body = section.querySelector("table.runs tbody");
+    body.replaceChildren();
+    for (const run of data.runs) {
+      const row = el("tr");
+      row.dataset.run = run.id;
+      cell(row, run.id.slice(0, 8)).title = run.id;
+      cell(row, "").append(el("span", `badge status-${run.status}`, run.status));
+      cell(row, run.prompt || "-");
+      cell(row, run.worker);
+      cell(row, run.branch);
+      cell(row, run.cost_usd === null ? "unknown" : `$${run.cost_usd.toFixed(4)}`);
+      cell(row, run.age);
+      const session = cell(row, run.session_id ? "" : "-");
+      if (run.session_id) {
+        const link = el("a", "", run.session_id.slice(0, 8));
+        link.href = `/s/${run.session_id}`;
+        session.append(link);
+      }
+      const action = cell(row, "");
+      if (run.cancellable) {
+        const button = el("button", "", "Cancel");
+        button.type = "button";
+        button.title = `code-puppy runs cancel ${run.id}`;  // its name stays "Cancel": no other button's
+        button.addEventListener("click", async () => {
+          button.disabled = true;
+          try {
+            await post(`/api/durable/${run.id}/cancel`, {});
+            load();
+          } catch (error) {
+            problem.hidden = false;
+            problem.textContent = error.message;
+            button.disabled = false;
+          }
+        });
+        action.append(button);
+      }
+      body.append(row);
+    }
+    const workers = document.getElementById("workers");
+    const rows = workers.querySelector("tbody");
+    rows.replaceChildren();
+    for (const worker of data.workers) {
+      const row = el("tr");
+      for (const key of ["worker", "host", "pid", "concurrency", "in_hand", "last_beat"]) cell(row, worker[key]);
+      rows.append(row);
+    }
+    workers.hidden = data.workers.length === 0;
+    section.hidden = data.runs.length === 0 && data.workers.length === 0 && !data.error;
+  };
+  const load = async () => {
+    const response = await fetch("/api/durable", { credentials: "same-origin" });
+    if (response.ok) render(await response.json());
+  };
+  new EventSource("/api/durable/events").onmessage = (message) => render(JSON.parse(message.data));
+}
+
 function sessionPage() {
   const output = document.getElementById("live-output");
   const session = output.dataset.session;
@@ -229,6 +298,7 @@ function sessionPage() {
 if (document.body.dataset.page === "sessions") {
   promptForm((id) => { location.href = `/s/${id}`; });
   liveList();
+  durableRuns();
 } else if (document.body.dataset.page === "session") {
   sessionPage();
 }
