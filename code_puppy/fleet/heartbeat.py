@@ -10,11 +10,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from code_puppy.durable.system import WORKER_STALE_SECONDS, WORKERS_TABLE
+
 BEAT_SECONDS = 2.0
 """How often a worker beats."""
-STALE_SECONDS = 10.0
+STALE_SECONDS = WORKER_STALE_SECONDS
 """A worker whose last beat is older is taken for dead."""
-TABLE = "code_puppy_workers"
+TABLE = WORKERS_TABLE
 _CREATE = (
     f"CREATE TABLE IF NOT EXISTS {TABLE} (executor_id TEXT PRIMARY KEY, worker TEXT NOT NULL, host TEXT NOT NULL,"
     " pid INTEGER NOT NULL, queue TEXT NOT NULL, concurrency INTEGER NOT NULL, in_hand INTEGER NOT NULL,"
@@ -58,6 +60,7 @@ class Heartbeats:
 
         self._sa = sqlalchemy
         self.engine = sqlalchemy.create_engine(url)
+        self._made = False
 
     def close(self) -> None:
         self.engine.dispose()
@@ -79,10 +82,26 @@ class Heartbeats:
             return []  # no worker ever started here
         return [WorkerBeat(*row) for row in rows]
 
+    def _make(self) -> None:
+        """The table, once: two workers starting at once on PostgreSQL can both miss it and one `CREATE ... IF NOT
+        EXISTS` then fails on the catalog's unique index; the table is there after it, made by the other."""
+        from sqlalchemy.exc import DBAPIError
+
+        for attempt in range(2):
+            try:
+                with self.engine.begin() as connection:
+                    connection.execute(self._sa.text(_CREATE))
+                break
+            except DBAPIError:
+                if attempt:
+                    raise
+        self._made = True
+
     def beat(self, beat: WorkerBeat) -> None:
         sa = self._sa
+        if not self._made:
+            self._make()
         with self.engine.begin() as connection:
-            connection.execute(sa.text(_CREATE))
             connection.execute(
                 sa.text(
                     f"INSERT INTO {TABLE} (executor_id, worker, host, pid, queue, concurrency, in_hand, mode,"

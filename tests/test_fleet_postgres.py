@@ -1,0 +1,119 @@
+"""The fleet on PostgreSQL, end to end through the installed console script: two worker processes with different
+`CODE_PUPPY_HOME`s (two "machines") sharing one `CODE_PUPPY_STORAGE_URL`, the project a git repository on the shared
+disk, the fake model server; a third home queues and watches."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import CODE_PUPPY, wait_for
+from tests.fake_llm import FakeLLMServer, call, text, tool_calls
+from tests.test_fleet import first_prompts, git, queue, repository, runs, shown  # noqa: F401  (fixture)
+
+
+class Machines:
+    """Worker processes, each with a `CODE_PUPPY_HOME` of its own (a copy of the test's config), in a process group
+    of its own."""
+
+    def __init__(self, root: Path, config: Path) -> None:
+        self.root, self.config = root, config
+        self.processes: list[subprocess.Popen[str]] = []
+
+    def worker(self, name: str) -> subprocess.Popen[str]:
+        home = self.root / name
+        home.mkdir()
+        shutil.copy(self.config, home / "config.toml")
+        process = subprocess.Popen(
+            [str(CODE_PUPPY), "worker", "--permission-mode", "yolo"],
+            cwd=self.root,
+            env={**os.environ, "CODE_PUPPY_HOME": str(home)},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        self.processes.append(process)
+        return process
+
+    def close(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+            process.communicate(timeout=10)
+
+
+@pytest.fixture
+def machines(tmp_path: Path, code_puppy_home: Path) -> Iterator[Machines]:
+    started = Machines(tmp_path / "machines", code_puppy_home / "config.toml")
+    started.root.mkdir()
+    yield started
+    started.close()
+
+
+def test_two_machines_on_postgresql_run_each_queued_run_once_and_one_takes_over_the_others_run(
+    server: FakeLLMServer,
+    repository: Path,  # noqa: F811
+    machines: Machines,
+    tmp_path: Path,
+    postgres_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("CODE_PUPPY_STORAGE_URL", postgres_url)
+    gate, started = tmp_path / "go", tmp_path / "started"
+    gate.touch()
+    command = f"if [ -f {gate} ]; then echo done > change.txt; else touch {started}; sleep 60; fi"
+    server.per_conversation = True
+    server.script(tool_calls(call("shell", {"command": command})), text("changed"))
+    first, second = machines.worker("a"), machines.worker("b")
+    names = {f"{os.uname().nodename}:{process.pid}" for process in (first, second)}
+    prompts = {queue("-p", f"task {n}", "--project", str(repository), cwd=tmp_path): f"task {n}" for n in range(3)}
+    wait_for(lambda: all(entry["status"] == "succeeded" for entry in runs(tmp_path, pause=0.5).values()))
+    listed = runs(tmp_path)
+    assert {run_id: (entry["status"], entry["branch"]) for run_id, entry in listed.items()} == {
+        run_id: ("succeeded", f"code-puppy/{run_id}") for run_id in prompts
+    }
+    assert {entry["worker"] for entry in listed.values()} <= names
+    for run_id, prompt in prompts.items():
+        record = shown(run_id, tmp_path)
+        assert (record["status"], record["output"], record["branch"], record["diff_stat"]) == (
+            "succeeded",
+            "changed",
+            f"code-puppy/{run_id}",
+            "1 file changed, 1 insertion(+)",
+        )
+        assert record["worker"] in names
+        assert git(repository, "log", "--format=%an|%s", f"main..code-puppy/{run_id}") == f"code-puppy|{prompt}\n"
+        assert git(repository, "show", f"code-puppy/{run_id}:change.txt") == "done\n"
+    assert first_prompts(server) == {prompt: 1 for prompt in prompts.values()}
+    assert len(server.requests) == 6
+
+    gate.unlink()
+    survivor = queue("-p", "survive", "--project", str(repository), cwd=tmp_path)
+    wait_for(lambda: started.exists(), what="the tool call")
+    holder = runs(tmp_path)[survivor]
+    assert holder["status"] == "running"
+    doomed, heir = (first, second) if holder["worker"].endswith(f":{first.pid}") else (second, first)
+    os.killpg(doomed.pid, signal.SIGKILL)  # the worker and its runs, as a machine that goes down
+    doomed.communicate(timeout=10)
+    gate.touch()
+    killed = time.monotonic()
+    wait_for(lambda: runs(tmp_path, pause=0.5)[survivor]["status"] == "succeeded", what="the run taken over")
+    assert time.monotonic() - killed < 60
+    record = shown(survivor, tmp_path)
+    assert (record["output"], record["worker"], record["diff_stat"]) == (
+        "changed",
+        f"{os.uname().nodename}:{heir.pid}",
+        "1 file changed, 1 insertion(+)",
+    )
+    assert first_prompts(server)["survive"] == 1  # the finished first request replayed, not sent again
+    assert len(server.requests) == 8
+    assert git(repository, "show", f"code-puppy/{survivor}:change.txt") == "done\n"
