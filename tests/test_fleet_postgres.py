@@ -4,6 +4,7 @@ disk, the fake model server; a third home queues and watches."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -117,3 +118,44 @@ def test_two_machines_on_postgresql_run_each_queued_run_once_and_one_takes_over_
     assert first_prompts(server)["survive"] == 1  # the finished first request replayed, not sent again
     assert len(server.requests) == 8
     assert git(repository, "show", f"code-puppy/{survivor}:change.txt") == "done\n"
+
+
+def test_runs_show_follow_streams_a_queued_runs_events_from_another_machine_until_it_ends(
+    server: FakeLLMServer,
+    repository: Path,  # noqa: F811
+    machines: Machines,
+    tmp_path: Path,
+    postgres_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("CODE_PUPPY_STORAGE_URL", postgres_url)
+    server.per_conversation = True
+    server.script(tool_calls(call("shell", {"command": "echo done > change.txt"})), text("changed", delay=3))
+    run_id = queue("-p", "watch me", "--project", str(repository), cwd=tmp_path)
+    follower = subprocess.Popen(
+        [str(CODE_PUPPY), "runs", "show", run_id, "--follow"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # from the test's home, a machine without a worker, before any worker took the run
+    machines.worker("a")
+    assert follower.stdout is not None
+    early = [follower.stdout.readline() for _ in range(3)]  # the session, the tool call, its result
+    assert runs(tmp_path)[run_id]["status"] == "running"  # streamed while the run goes on (its answer takes 3 s)
+    stdout, stderr = follower.communicate(timeout=60)
+    assert (follower.returncode, stderr) == (0, "")
+    events = [json.loads(line) for line in [*early, *stdout.splitlines()]]
+    assert '"exit_code": 0' in events[2]["content"]  # the shell's report
+    record = shown(run_id, tmp_path)
+    call_id = events[1]["tool_call_id"]
+    assert events == [
+        {"type": "session", "session_id": record["session_id"]},
+        {"type": "tool_call", "run": 0, "tool_name": "shell", "tool_call_id": call_id,
+         "args": {"command": "echo done > change.txt"}},
+        {"type": "tool_result", "run": 0, "tool_name": "shell", "tool_call_id": call_id, "outcome": "success",
+         "content": events[2]["content"]},
+        {"type": "text_delta", "run": 0, "text": "changed"},
+        {"type": "result", "run_id": run_id, "session_id": record["session_id"], "output": "changed",
+         "status": "success", "error": None, "cost_usd": record["cost_usd"], "exit_code": 0},
+    ]  # fmt: skip
