@@ -94,6 +94,7 @@ def show(*, run_id: str, as_json: bool, output_format: str, follow: bool) -> Non
             "exit_code": found.result.get("exit_code"),
             "branch": found.result.get("branch"),
             "diff_stat": found.result.get("diff_stat"),
+            "clone": found.result.get("clone"),
             "worker": found.result.get("worker") or (found.executor.worker if found.executor is not None else None),
         }
         if as_json or output_format == "json":
