@@ -151,6 +151,12 @@ def round_of(workers: int, concurrency: int, runs: int, delay: float) -> tuple[f
         once = set(statuses.values()) == {"succeeded"} and first_prompts(server) == collections.Counter(
             f"task {n}" for n in range(runs)
         )
+        if not once:
+            from code_puppy.durable.runs import list_runs
+
+            twice = {prompt: n for prompt, n in first_prompts(server).items() if n != 1}
+            failed = [(run.id[:8], run.status, run.error) for run in list_runs() if run.status != "succeeded"]
+            print(f"  not once: first requests sent {twice or 'once each'}; not succeeded: {failed}")
         return runs / elapsed * 60, once
 
 

@@ -105,7 +105,12 @@ def listed(repo: Path) -> list[Worktree]:
         if path.parent != folder:
             continue
         branch = fields.get("branch", "").removeprefix("refs/heads/") or None
-        changes = _changes(path) if path.is_dir() else ()
+        try:
+            changes = _changes(path) if path.is_dir() else ()
+        except WorktreeError:
+            if path.is_dir():
+                raise
+            continue  # removed while we looked (another process: a fleet worker finishing a run)
         found.append(Worktree(name=path.name, path=path, branch=branch, changes=changes))
     return sorted(found, key=lambda worktree: worktree.name)
 
