@@ -3,6 +3,7 @@ bare repository, a worker that clones it into its cache and leaves the run's bra
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from tests.conftest import run_cli, wait_for
@@ -64,3 +65,10 @@ def test_a_repo_run_is_cloned_into_the_workers_cache_from_its_ref_and_its_branch
     git(repository, "fetch", "-q", str(clone), f"{branch}:{branch}")  # the user fetches it from the worker's cache
     assert git(repository, "show", f"{branch}:change.txt") == "done\n"
     assert not (clone / ".code-puppy" / "worktrees" / run_id).exists()  # removed once the run succeeded
+    followed = run_cli("runs", "show", run_id, "--follow", cwd=tmp_path)  # an ended run, on SQLite: its events at once
+    assert (followed.returncode, followed.stderr) == (0, "")
+    lines = [json.loads(line) for line in followed.stdout.splitlines()]
+    assert [line["type"] for line in lines] == ["session", "tool_call", "tool_result", "text_delta", "result"]
+    assert (lines[-1]["status"], lines[-1]["exit_code"], lines[-1]["output"]) == ("success", 0, "changed")
+    unknown = run_cli("runs", "show", "nope", "--follow", cwd=tmp_path)
+    assert (unknown.returncode, unknown.stdout, unknown.stderr.count("\n")) == (2, "", 1)
