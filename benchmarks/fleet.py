@@ -1,7 +1,10 @@
 """The fleet's throughput (issue 29): runs per minute for 1, 2 and 4 workers (concurrency 2 each) over queued runs,
 and the queue latency at idle (enqueue to the run's first model request).
 
-    python benchmarks/fleet.py [--runs 16] [--delay 0.5] [--workers 1,2,4] [--concurrency 2]
+    python benchmarks/fleet.py [--runs 16] [--delay 0.5] [--workers 1,2,4] [--concurrency 2] [--postgres]
+
+`--postgres`: on a PostgreSQL of its own (tests/postgres.py's, a fresh database a round), each worker with a
+`CODE_PUPPY_HOME` of its own (the workers as on several machines).
 
 Each round starts its workers in a fresh `CODE_PUPPY_HOME` (the SQLite default: workers on one machine share it), waits
 for their heartbeats, then enqueues `--runs` runs on a fresh git repository (in this process, through `DBOSClient` as
@@ -22,6 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -50,6 +54,16 @@ def home_and_repository(base: Path, server: FakeLLMServer) -> tuple[Path, Path]:
     return home, repository
 
 
+def worker_home(cwd: Path, n: int) -> dict[str, str]:
+    """On PostgreSQL, worker `n`'s own `CODE_PUPPY_HOME` (a copy of the config): a machine of its own."""
+    if not os.environ.get("CODE_PUPPY_STORAGE_URL"):
+        return dict(os.environ)
+    home = cwd / f"machine-{n}"
+    home.mkdir()
+    (home / "config.toml").write_text((Path(os.environ["CODE_PUPPY_HOME"]) / "config.toml").read_text())
+    return {**os.environ, "CODE_PUPPY_HOME": str(home)}
+
+
 def start_workers(count: int, concurrency: int, cwd: Path) -> list[subprocess.Popen[bytes]]:
     from code_puppy.fleet.heartbeat import Heartbeats
 
@@ -57,17 +71,18 @@ def start_workers(count: int, concurrency: int, cwd: Path) -> list[subprocess.Po
         subprocess.Popen(
             [CODE_PUPPY, "worker", "--concurrency", str(concurrency), "--permission-mode", "yolo"],
             cwd=cwd,
+            env=worker_home(cwd, n),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
-        for _ in range(count)
+        for n in range(count)
     ]
     from code_puppy.durable.system import system_database_path, system_database_url
 
     while True:  # every worker beating: launched and listening
-        if system_database_path().exists():
+        if os.environ.get("CODE_PUPPY_STORAGE_URL") or system_database_path().exists():
             heartbeats = Heartbeats(system_database_url())
             try:
                 if len(heartbeats.listed()) == count:
@@ -103,9 +118,21 @@ def first_prompts(server: FakeLLMServer) -> collections.Counter[str]:
     return counted
 
 
+POSTGRES: list[Any] = []
+"""`--postgres`: the server, once started."""
+
+
+def fresh_store() -> None:
+    """With `--postgres`, a new database for the next round."""
+    if POSTGRES:
+        os.environ["CODE_PUPPY_STORAGE_URL"] = POSTGRES[0].create_database()
+
+
 def round_of(workers: int, concurrency: int, runs: int, delay: float) -> tuple[float, bool]:
     """Runs per minute with `workers` workers, and whether every run succeeded exactly once."""
     from code_puppy.fleet.queue import QueuedRun, enqueue
+
+    fresh_store()
 
     with tempfile.TemporaryDirectory() as base, FakeLLMServer(per_conversation=True) as server:
         server.script(
@@ -124,12 +151,20 @@ def round_of(workers: int, concurrency: int, runs: int, delay: float) -> tuple[f
         once = set(statuses.values()) == {"succeeded"} and first_prompts(server) == collections.Counter(
             f"task {n}" for n in range(runs)
         )
+        if not once:
+            from code_puppy.durable.runs import list_runs
+
+            twice = {prompt: n for prompt, n in first_prompts(server).items() if n != 1}
+            failed = [(run.id[:8], run.status, run.error) for run in list_runs() if run.status != "succeeded"]
+            print(f"  not once: first requests sent {twice or 'once each'}; not succeeded: {failed}")
         return runs / elapsed * 60, once
 
 
 def idle_latency(delay: float) -> float:
     """Seconds from enqueueing one run to its first model request, one idle worker waiting."""
     from code_puppy.fleet.queue import QueuedRun, enqueue
+
+    fresh_store()
 
     with tempfile.TemporaryDirectory() as base, FakeLLMServer(per_conversation=True) as server:
         server.script(text("done", delay=delay))
@@ -155,7 +190,22 @@ def main() -> None:
     parser.add_argument("--delay", type=float, default=0.5)
     parser.add_argument("--workers", default="1,2,4")
     parser.add_argument("--concurrency", type=int, default=2)
+    parser.add_argument("--postgres", action="store_true", help="On a PostgreSQL store, a home per worker.")
     args = parser.parse_args()
+    stop_server: list[str] = []
+    if args.postgres:
+        from tests.postgres import start_server
+
+        server, stop_server = start_server()
+        POSTGRES.append(server)
+    try:
+        report(args)
+    finally:
+        if stop_server:
+            subprocess.run(stop_server, capture_output=True, timeout=60)
+
+
+def report(args: argparse.Namespace) -> None:
     print(f"{args.runs} runs of 2 requests ({args.delay} s a reply), concurrency {args.concurrency} per worker")
     base: float | None = None
     for count in (int(word) for word in args.workers.split(",")):

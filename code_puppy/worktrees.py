@@ -72,8 +72,9 @@ def repository(cwd: Path) -> Path:
     return common.parent.resolve()
 
 
-def ensure(repo: Path, name: str) -> Path:
-    """The worktree NAME of `repo`, created on `code-puppy/NAME` (from HEAD, or the branch if it exists) if needed."""
+def ensure(repo: Path, name: str, start: str | None = None) -> Path:
+    """The worktree NAME of `repo`, created on `code-puppy/NAME` (from `start`, else HEAD, or the branch if it exists)
+    if needed."""
     path = repo / WORKTREES_DIR / name
     _exclude(repo)
     if path.exists():
@@ -81,10 +82,11 @@ def ensure(repo: Path, name: str) -> Path:
             raise WorktreeError(f"{path} exists but is not a git worktree; move it away or pick another name")
         return path
     branch = BRANCH_PREFIX + name
-    if not _git(repo, "rev-parse", "--verify", "--quiet", "HEAD", check=False).strip():
+    if not _git(repo, "rev-parse", "--verify", "--quiet", start or "HEAD", check=False).strip():
         raise WorktreeError(f"{repo} has no commit yet: a worktree starts from one (commit something first)")
     exists = bool(_git(repo, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}", check=False).strip())
-    _git(repo, "worktree", "add", "--quiet", *((str(path), branch) if exists else ("-b", branch, str(path))))
+    made = (str(path), branch) if exists else ("-b", branch, str(path), *((start,) if start else ()))
+    _git(repo, "worktree", "add", "--quiet", *made)
     return path
 
 
@@ -103,7 +105,12 @@ def listed(repo: Path) -> list[Worktree]:
         if path.parent != folder:
             continue
         branch = fields.get("branch", "").removeprefix("refs/heads/") or None
-        changes = _changes(path) if path.is_dir() else ()
+        try:
+            changes = _changes(path) if path.is_dir() else ()
+        except WorktreeError:
+            if path.is_dir():
+                raise
+            continue  # removed while we looked (another process: a fleet worker finishing a run)
         found.append(Worktree(name=path.name, path=path, branch=branch, changes=changes))
     return sorted(found, key=lambda worktree: worktree.name)
 

@@ -138,6 +138,7 @@ def test_two_workers_run_each_queued_run_once_on_its_branch_a_cancelled_one_neve
         "queue": "code-puppy-fleet",
         "name": "spender",
         "repository": str(repository),
+        "ref": None,
         "prompt": "spend",
         "model": "gpt",
         "agent": None,

@@ -27,6 +27,8 @@ def queue() -> None:
     metavar="DIR",
     help="The git repository the run works in (default: the current one).",
 )
+@click.option("--repo", "repo_url", metavar="URL", help="A git url each worker clones into its cache, instead of DIR.")
+@click.option("--ref", metavar="REF", help="With --repo: the branch, tag or commit to start from (default: its HEAD).")
 @click.option("-m", "--model", type=NAME, metavar="MODEL", help="The model (default: the worker's config's).")
 @click.option("--agent", type=NAME, metavar="NAME", help="The file-defined agent in charge.")
 @click.option("--max-budget-usd", type=POSITIVE, metavar="USD", help="Stop once this many US dollars are spent.")
@@ -43,6 +45,8 @@ def add(
     prompt: str | None,
     prompt_file: Path | None,
     project: Path | None,
+    repo_url: str | None,
+    ref: str | None,
     model: str | None,
     agent: str | None,
     max_budget_usd: float | None,
@@ -58,9 +62,15 @@ def add(
     def run() -> int:
         from code_puppy.fleet.queue import DEFAULT_QUEUE, QueuedRun, enqueue
 
+        if repo_url is not None and project is not None:
+            fail("give --project DIR or --repo URL, not both")
+        if ref is not None and repo_url is None:
+            fail("--ref needs --repo URL (a --project run starts from the project's HEAD)")
         queued = QueuedRun(
             prompt=_prompt(prompt, prompt_file),
             project=(project or Path.cwd()).absolute(),
+            repo_url=repo_url,
+            ref=ref,
             model=model,
             agent=agent,
             max_budget_usd=max_budget_usd,
@@ -104,7 +114,7 @@ def _prompt(prompt: str | None, prompt_file: Path | None) -> str:
 
 
 def _shown(inputs: dict[str, object], priority: int | None) -> dict[str, object]:
-    keys = ("name", "repository", "prompt", "model", "agent", "max_budget_usd", "timeout", "max_requests")
+    keys = ("name", "repository", "ref", "prompt", "model", "agent", "max_budget_usd", "timeout", "max_requests")
     return {**{key: inputs.get(key) for key in keys}, "priority": priority}
 
 

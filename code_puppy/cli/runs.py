@@ -66,12 +66,22 @@ def list_runs(*, as_json: bool, output_format: str) -> None:
 @runs.command("show")
 @click.argument("run_id", type=NAME, metavar="ID")
 @_json_options
-def show(*, run_id: str, as_json: bool, output_format: str) -> None:
+@click.option(
+    "--follow",
+    is_flag=True,
+    help="Stream the run's events (text, tool calls, results) as JSON lines, as -p --output-format stream-json "
+    "does, until it ends; exit with its exit code.",
+)
+def show(*, run_id: str, as_json: bool, output_format: str, follow: bool) -> None:
     """One durable run: its status, output, cost, session, finished steps and error."""
 
     def run() -> int:
         from code_puppy.durable.runs import find_run
 
+        if follow:
+            from code_puppy.durable.follow import follow as follow_run
+
+            return follow_run(run_id, sys.stdout)
         found = find_run(run_id)
         shown = {
             "id": found.id,
@@ -84,6 +94,7 @@ def show(*, run_id: str, as_json: bool, output_format: str) -> None:
             "exit_code": found.result.get("exit_code"),
             "branch": found.result.get("branch"),
             "diff_stat": found.result.get("diff_stat"),
+            "clone": found.result.get("clone"),
             "worker": found.result.get("worker") or (found.executor.worker if found.executor is not None else None),
         }
         if as_json or output_format == "json":

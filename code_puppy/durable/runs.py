@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from collections.abc import Generator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
@@ -20,6 +21,8 @@ from typing import Any, Literal, cast
 from code_puppy.durable.system import (
     RESUME_QUEUE,
     SYSTEM_SCHEMA,
+    WORKER_STALE_SECONDS,
+    WORKERS_TABLE,
     WORKFLOW_NAME,
     Executor,
     resumer,
@@ -57,6 +60,11 @@ class DurableRun:
     result: dict[str, Any] = field(default_factory=lambda: {})
     """What its workflow returned (a queued run's also has `branch`, `diff_stat`, `worker`, `worktree`)."""
 
+    @property
+    def branch(self) -> str | None:
+        """A queued run's branch (`code-puppy/RUN-ID`), from its queueing on; None for a durable `-p` run."""
+        return f"code-puppy/{self.id}" if self.inputs.get("kind") == "fleet" else None
+
     def listed(self, cost_usd: float | None) -> dict[str, Any]:
         """Its `runs list` entry."""
         executor = self.executor
@@ -67,6 +75,7 @@ class DurableRun:
             "host": executor.hostname if executor is not None else None,
             "pid": executor.pid if executor is not None else None,
             "worker": executor.worker if executor is not None else None,
+            "branch": self.branch,
             "steps": self.steps,
             "cost_usd": cost_usd,
         }
@@ -144,6 +153,7 @@ def _read(db: _Tables, run_id: str | None, session_id: str | None) -> list[Durab
         query += " AND w.workflow_uuid LIKE ? ESCAPE '\\'"
         arguments.append(run_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%")
     runs: list[DurableRun] = []
+    beats = _Beats(db)
     for wid, status, executor_id, queue, inputs, output, error, created, steps in db.execute(
         query + " ORDER BY w.created_at DESC", arguments
     ):
@@ -157,7 +167,7 @@ def _read(db: _Tables, run_id: str | None, session_id: str | None) -> list[Durab
             DurableRun(
                 id=wid,
                 session_id=recorded.get("session_id") or result.get("session_id"),
-                status=_status(status, executor, queue, result),
+                status=_status(status, executor, queue, result, beats if recorded.get("kind") == "fleet" else None),
                 executor=executor,
                 steps=steps,
                 inputs=recorded,
@@ -170,7 +180,35 @@ def _read(db: _Tables, run_id: str | None, session_id: str | None) -> list[Durab
     return runs
 
 
-def _status(status: str, executor: Executor | None, queue: str | None, result: dict[str, Any]) -> RunStatus:
+class _Beats:
+    """The fleet workers' last beats (`fleet/heartbeat.py`), read once when a fleet run needs them: a fleet run belongs
+    to a live worker only while its worker beats, on whatever host (its pid means nothing on another one)."""
+
+    def __init__(self, db: _Tables) -> None:
+        self._db = db
+        self._beats: dict[str, int] | None = None
+
+    def beating(self, executor: Executor) -> bool:
+        if self._beats is None:
+            self._beats = self._read()
+        beat = self._beats.get(executor.id)
+        return beat is not None and time.time() * 1000 - beat <= WORKER_STALE_SECONDS * 1000
+
+    def _read(self) -> dict[str, int]:
+        if self._db.prefix:  # PostgreSQL: the table is in `public`, beside the store's
+            (found,) = self._db.execute("SELECT to_regclass(?)", (WORKERS_TABLE,)).fetchone() or (None,)
+        else:
+            found = self._db.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name = ?", (WORKERS_TABLE,)
+            ).fetchone()
+        if found is None:
+            return {}
+        return dict(self._db.execute(f"SELECT executor_id, beat_ms FROM {WORKERS_TABLE}").fetchall())
+
+
+def _status(
+    status: str, executor: Executor | None, queue: str | None, result: dict[str, Any], beats: _Beats | None = None
+) -> RunStatus:
     if status == "SUCCESS":
         return RESULT_STATUS.get(str(result.get("status")), "failed")
     if status == "CANCELLED":
@@ -180,7 +218,11 @@ def _status(status: str, executor: Executor | None, queue: str | None, result: d
             if resumer(queue) is None and not queue.startswith(RESUME_QUEUE):
                 return "queued"  # on a fleet's queue, for a worker (`code-puppy queue add`)
             executor = resumer(queue) or executor  # handed to a `runs resume` that has not picked it up yet
-        return "running" if executor is not None and executor.alive else "interrupted"
+        if executor is None or not executor.alive:
+            return "interrupted"
+        if beats is not None and status == "PENDING" and not beats.beating(executor):
+            return "interrupted"  # a fleet run whose worker stopped beating: another worker takes it over
+        return "running"
     return "failed"
 
 

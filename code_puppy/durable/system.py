@@ -36,6 +36,10 @@ SYSTEM_DB = "durable.sqlite"
 SYSTEM_SCHEMA = "dbos"
 """DBOS's schema in the PostgreSQL database of `[storage] url` (DBOS 3.4's default, set explicitly: `runs list` reads
 its tables there); the store's own tables stay in `public`."""
+WORKERS_TABLE = "code_puppy_workers"
+"""The fleet's heartbeat table (`fleet/heartbeat.py`), beside DBOS's tables (in `public` on PostgreSQL)."""
+WORKER_STALE_SECONDS = 10.0
+"""A fleet worker whose last beat is older is taken for dead, on any host: its runs are `interrupted`."""
 POOL_SIZE = 4
 """DBOS's connection pool on PostgreSQL (its default is 20 per process): one durable run records one step at a time,
 and a few for its queue, recovery and status threads; every concurrent run of a fleet counts against the server's

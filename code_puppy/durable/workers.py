@@ -9,11 +9,9 @@ import time
 from dataclasses import dataclass
 
 from code_puppy.durable.runs import system_tables
+from code_puppy.durable.system import WORKER_STALE_SECONDS as STALE_SECONDS
+from code_puppy.durable.system import WORKERS_TABLE as TABLE
 from code_puppy.errors import ConfigError
-
-STALE_SECONDS = 10.0
-"""A worker whose last beat is older is taken for dead."""
-TABLE = "code_puppy_workers"
 
 
 def now_ms() -> int:

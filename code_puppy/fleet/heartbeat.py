@@ -29,6 +29,7 @@ class Heartbeats:
 
         self._sa = sqlalchemy
         self.engine = sqlalchemy.create_engine(url)
+        self._made = False
 
     def close(self) -> None:
         self.engine.dispose()
@@ -50,10 +51,26 @@ class Heartbeats:
             return []  # no worker ever started here
         return [WorkerBeat(*row) for row in rows]
 
+    def _make(self) -> None:
+        """The table, once: two workers starting at once on PostgreSQL can both miss it and one `CREATE ... IF NOT
+        EXISTS` then fails on the catalog's unique index; the table is there after it, made by the other."""
+        from sqlalchemy.exc import DBAPIError
+
+        for attempt in range(2):
+            try:
+                with self.engine.begin() as connection:
+                    connection.execute(self._sa.text(_CREATE))
+                break
+            except DBAPIError:
+                if attempt:
+                    raise
+        self._made = True
+
     def beat(self, beat: WorkerBeat) -> None:
         sa = self._sa
+        if not self._made:
+            self._make()
         with self.engine.begin() as connection:
-            connection.execute(sa.text(_CREATE))
             connection.execute(
                 sa.text(
                     f"INSERT INTO {TABLE} (executor_id, worker, host, pid, queue, concurrency, in_hand, mode,"

@@ -23,6 +23,9 @@ class QueuedRun:
 
     prompt: str
     project: Path
+    repo_url: str | None = None
+    """`--repo URL`: each worker clones it into its cache and works there (`fleet/clone.py`), instead of `project`."""
+    ref: str | None = None
     model: str | None = None
     agent: str | None = None
     max_budget_usd: float | None = None
@@ -41,9 +44,15 @@ def check(run: QueuedRun) -> Path:
     from code_puppy.models import choose_model_name, resolve_model
     from code_puppy.worktrees import repository
 
-    if not run.project.is_dir():
-        raise ConfigError(f"--project: no folder {run.project}")
-    repo = repository(run.project)
+    if run.repo_url is not None:
+        from code_puppy.fleet.clone import check_remote
+
+        check_remote(run.repo_url, run.ref)
+        repo = run.project  # the model and agent as they resolve here
+    else:
+        if not run.project.is_dir():
+            raise ConfigError(f"--project: no folder {run.project}")
+        repo = repository(run.project)
     settings = load_settings(repo)
     resolve_model(settings, choose_model_name(settings, run.model))
     if run.agent is not None:
@@ -61,11 +70,13 @@ def inputs_of(run: QueuedRun, repo: Path) -> dict[str, Any]:
     worktree, the session and the permission mode."""
     return {
         "kind": KIND,
-        "repository": str(repo),
+        "repository": run.repo_url or str(repo),
+        "repo_url": run.repo_url,
+        "ref": run.ref,
         "name": run.name,
         "session_id": None,
         "base_messages": None,
-        "project_root": str(repo),
+        "project_root": str(repo),  # the worker's worktree, when it runs
         "prompt": run.prompt,
         "model": run.model,
         "permission_mode": None,

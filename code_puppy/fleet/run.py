@@ -17,7 +17,7 @@ from code_puppy.errors import ConfigError, one_line
 from code_puppy.headless.durable import KINDS, options_of, replay_through
 from code_puppy.options import PermissionMode
 
-WORKFLOW_STEPS = ("code_puppy.fleet.worktree", "code_puppy.fleet.finish")
+WORKFLOW_STEPS = ("code_puppy.fleet.worktree", "code_puppy.fleet.finish", "code_puppy.fleet.clone")
 """The fleet's own steps' names (compatibility data, as the workflow's: never rename)."""
 
 
@@ -42,6 +42,19 @@ async def prepare_worktree(repository: str, run_id: str) -> dict[str, str]:
     def made() -> dict[str, str]:
         path = ensure(Path(repository), run_id)
         return {"path": str(path), "base": head(path)}
+
+    return await asyncio.to_thread(made)
+
+
+@DBOS.step(name=WORKFLOW_STEPS[2])
+async def prepare_clone(url: str, ref: str | None, run_id: str) -> dict[str, str]:
+    """A `--repo` run's worktree, in the worker's clone of `url` (`fleet/clone.py`), from `ref`."""
+    from code_puppy.fleet.clone import worktree
+    from code_puppy.worktrees import head
+
+    def made() -> dict[str, str]:
+        clone, path = worktree(url, ref, run_id)
+        return {"path": str(path), "base": head(path), "repository": str(clone)}
 
     return await asyncio.to_thread(made)
 
@@ -81,12 +94,14 @@ async def run_queued(inputs: dict[str, Any]) -> dict[str, Any]:
     # A run taken over from a dead worker replays the steps it recorded: its hooks (costs, journal) must not run again.
     token = replay_check.set(replay_through(await asyncio.to_thread(last_step, run_id)))
     try:
-        worktree = await prepare_worktree(inputs["repository"], run_id)
+        if inputs.get("repo_url"):
+            worktree = await prepare_clone(inputs["repo_url"], inputs.get("ref"), run_id)
+        else:
+            worktree = await prepare_worktree(inputs["repository"], run_id)
+        repository: str = worktree.get("repository") or inputs["repository"]
         ended, session_id, failure = await _turn({**inputs, "project_root": worktree["path"]}, run_id)
         status = ended.status if ended is not None else "error"
-        finished = await finish(
-            inputs["repository"], worktree, commit_message(inputs["prompt"], run_id), status == "success"
-        )
+        finished = await finish(repository, worktree, commit_message(inputs["prompt"], run_id), status == "success")
     finally:
         replay_check.reset(token)
         STATE.in_hand -= 1
@@ -101,6 +116,7 @@ async def run_queued(inputs: dict[str, Any]) -> dict[str, Any]:
         "diff_stat": finished["diff_stat"],
         "worktree": finished["worktree"],
         "worker": STATE.worker,
+        "clone": worktree.get("repository"),
     }
 
 

@@ -1,0 +1,74 @@
+"""`code-puppy queue add --repo URL [--ref REF]`, end to end through the installed console script: a local `file://`
+bare repository, a worker that clones it into its cache and leaves the run's branch in that clone."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.conftest import run_cli, wait_for
+from tests.fake_llm import FakeLLMServer
+from tests.test_fleet import Workers, fleet_server, git, repository, runs, shown, workers  # noqa: F401  (fixtures)
+
+
+def test_a_repo_run_is_cloned_into_the_workers_cache_from_its_ref_and_its_branch_is_fetched_from_there(
+    fleet_server: FakeLLMServer,  # noqa: F811
+    repository: Path,  # noqa: F811
+    workers: Workers,  # noqa: F811
+    tmp_path: Path,
+    code_puppy_home: Path,
+) -> None:
+    origin = tmp_path / "origin.git"
+    git(tmp_path, "init", "-q", "--bare", str(origin))
+    git(repository, "switch", "-q", "-c", "feature")
+    (repository / "feature.txt").write_text("feature\n")
+    git(repository, "add", "-A")
+    git(repository, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", "feature")
+    git(repository, "push", "-q", str(origin), "main", "feature")
+    git(repository, "switch", "-q", "main")
+    url = f"file://{origin}"
+
+    for args, error in [
+        (("--ref", "nope"), f"--ref: {url} has no branch or tag nope"),
+        (("--project", str(repository)), "give --project DIR or --repo URL, not both"),
+    ]:
+        refused = run_cli("queue", "add", "-p", "x", "--repo", url, *args, cwd=tmp_path)
+        assert (refused.returncode, refused.stdout, refused.stderr) == (2, "", f"code-puppy: error: {error}\n")
+    refused = run_cli("queue", "add", "-p", "x", "--ref", "feature", cwd=repository)
+    assert (refused.returncode, refused.stderr) == (
+        2,
+        "code-puppy: error: --ref needs --repo URL (a --project run starts from the project's HEAD)\n",
+    )
+    missing = run_cli("queue", "add", "-p", "x", "--repo", f"file://{tmp_path / 'missing.git'}", cwd=tmp_path)
+    assert (missing.returncode, missing.stdout, missing.stderr.count("\n")) == (2, "", 1)
+    assert missing.stderr.startswith("code-puppy: error: git ls-remote failed: ")
+    assert runs(tmp_path) == {}
+
+    added = run_cli("queue", "add", "-p", "on feature", "--repo", url, "--ref", "feature", cwd=tmp_path)
+    assert added.returncode == 0, added.stderr
+    run_id = added.stdout.splitlines()[-1]
+    workers.start("--permission-mode", "yolo")
+    wait_for(lambda: runs(tmp_path, pause=0.5)[run_id]["status"] == "succeeded", what="the run")
+    record = shown(run_id, tmp_path)
+    clone = Path(record["clone"])
+    assert (record["output"], record["branch"], record["diff_stat"]) == (
+        "changed",
+        f"code-puppy/{run_id}",
+        "1 file changed, 1 insertion(+)",
+    )
+    assert clone.parent == code_puppy_home / "fleet" / "repos"  # the worker's data directory
+    assert clone.name.startswith("origin-")
+    branch = f"code-puppy/{run_id}"
+    assert git(clone, "log", "--format=%an|%s", f"origin/feature..{branch}") == "code-puppy|on feature\n"
+    assert git(clone, "show", f"{branch}:feature.txt") == "feature\n"  # started from --ref
+    assert git(origin, "branch", "--list", "code-puppy/*") == ""  # nothing pushed
+    git(repository, "fetch", "-q", str(clone), f"{branch}:{branch}")  # the user fetches it from the worker's cache
+    assert git(repository, "show", f"{branch}:change.txt") == "done\n"
+    assert not (clone / ".code-puppy" / "worktrees" / run_id).exists()  # removed once the run succeeded
+    followed = run_cli("runs", "show", run_id, "--follow", cwd=tmp_path)  # an ended run, on SQLite: its events at once
+    assert (followed.returncode, followed.stderr) == (0, "")
+    lines = [json.loads(line) for line in followed.stdout.splitlines()]
+    assert [line["type"] for line in lines] == ["session", "tool_call", "tool_result", "text_delta", "result"]
+    assert (lines[-1]["status"], lines[-1]["exit_code"], lines[-1]["output"]) == ("success", 0, "changed")
+    unknown = run_cli("runs", "show", "nope", "--follow", cwd=tmp_path)
+    assert (unknown.returncode, unknown.stdout, unknown.stderr.count("\n")) == (2, "", 1)
