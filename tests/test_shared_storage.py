@@ -152,6 +152,16 @@ def test_storage_migrate_copies_the_local_store_once_and_check_reports_both(
     ]
 
 
+def test_a_password_in_the_urls_query_string_is_never_printed(
+    server: FakeLLMServer, project: Path, tmp_path: Path
+) -> None:
+    url = "postgresql://puppy@127.0.0.1:9/sessions?sslmode=disable&password=s3cretQ"  # libpq reads it there too
+    done = run_cli("storage", "check", cwd=project, env=machine(tmp_path / "home", server, url))
+    assert done.returncode == 2
+    assert "at postgresql://puppy@127.0.0.1:9/sessions?sslmode=disable:" in done.stderr
+    assert "s3cretQ" not in done.stderr
+
+
 def test_a_store_whose_schema_is_newer_refuses_in_one_line(
     server: FakeLLMServer, project: Path, tmp_path: Path, postgres_url: str
 ) -> None:

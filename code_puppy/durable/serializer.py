@@ -88,13 +88,18 @@ def _decode(stored: Any) -> Any:
         if isinstance(builtin, type) and issubclass(builtin, Exception) and builtin.__module__ == "builtins":
             return builtin(str(value["message"]))
         return StepFailed(str(value["$error"]), str(value["message"]))
+    if "$type" not in value:
+        raise TypeError("a value of the durable runs database that this serializer did not write")
     name = str(value["$type"])
     module, _, qualname = name.partition(":")
-    if not module.startswith(TRUSTED_MODULES):
+    # A `__main__` module runs when imported, and only classes are rebuilt.
+    if not module.startswith(TRUSTED_MODULES) or "__main__" in module.split(".") or "__" in qualname:
         raise TypeError(f"refusing to rebuild a {name} from the durable runs database")
     kind: Any = importlib.import_module(module)
     for part in qualname.split("."):
         kind = getattr(kind, part)
+    if not isinstance(kind, type):
+        raise TypeError(f"refusing to rebuild a {name} from the durable runs database")
     return _adapter(kind).validate_python(value["value"])
 
 

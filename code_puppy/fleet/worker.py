@@ -127,7 +127,7 @@ def _take_over(heartbeats: Heartbeats, dbos: Any, queue: str) -> None:
 
     for dead in heartbeats.claim_dead(queue):
         executor = Executor.parse(dead.executor_id)
-        if executor is not None and executor.alive:
+        if executor is not None and executor.local and executor.alive:
             continue  # a worker of this machine that is only slow to beat: its runs are its own
         pending = dbos.list_workflows(
             status="PENDING", executor_id=dead.executor_id, name=WORKFLOW_NAME, load_input=False, load_output=False

@@ -64,13 +64,24 @@ def translate(sql: str) -> str:
 
 
 def redacted(url: str) -> str:
-    """`url` without its password (`postgresql://USER@HOST:PORT/DB`), host, port and database as written."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.netloc.rsplit("@", 1)[1]
-    return urlunsplit(parts._replace(netloc=f"{user}@{host}"))
+    """`url` without its password (`postgresql://USER@HOST:PORT/DB`), host, port and database as written; a password
+    (or password file) in its query string is left out too, and a url that cannot be parsed is not shown at all."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018  # a malformed port or IPv6 host raises here, not later
+    except ValueError:
+        return "postgresql://… (a url that cannot be read)"
+    netloc = parts.netloc
+    if parts.password is not None:
+        netloc = f"{parts.username or ''}@{netloc.rsplit('@', 1)[1]}"
+    query = "&".join(
+        pair for pair in parts.query.split("&") if pair and pair.split("=", 1)[0].lower() not in SECRET_PARAMETERS
+    )
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
+SECRET_PARAMETERS = frozenset({"password", "passfile", "sslpassword"})
+"""Query parameters of a PostgreSQL url that must never be printed."""
 
 
 class _Cursor:

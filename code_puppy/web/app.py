@@ -195,6 +195,19 @@ class Dashboard:
 
         return _events(stream())
 
+    def _full_id(self, reference: str) -> str:
+        """The id of the session `reference` names (its id, name or a unique prefix, as `find_session` takes them), so
+        that every check on a running turn sees the one id; `reference` itself when it names none (a run started here
+        and not saved yet, or an unknown one, which the action then refuses)."""
+        from code_puppy.sessions.session import find_session
+
+        if reference in self.runs.conversations:
+            return reference
+        try:
+            return find_session(self.store, reference).id
+        except ConfigError:
+            return reference
+
     async def start_run(self, request: Request) -> Response:
         body = await _json(request)
         session_id = request.path_params.get("session_id")
@@ -205,6 +218,8 @@ class Dashboard:
             raise Failure(400, "model: expected a model name")
         if mode is not None and mode not in PERMISSION_MODES:
             raise Failure(400, f"mode: one of {', '.join(PERMISSION_MODES)}")
+        if session_id is not None:
+            session_id = self._full_id(session_id)
         if session_id is not None and session_id not in self.runs.conversations:
             elsewhere = self.live().get(session_id)
             if elsewhere is not None:
@@ -286,7 +301,8 @@ class Dashboard:
         turns, force = body.get("turns", 1), body.get("force", False)
         if not isinstance(turns, int) or isinstance(turns, bool) or turns < 1 or not isinstance(force, bool):
             raise Failure(400, "expected {'turns': N (1 or more), 'force': true|false}")
-        if session_id in self.live():
+        session_id = self._full_id(session_id)
+        if session_id in self.live() or session_id in self.runs.conversations:
             raise Failure(409, "the session is running a turn; rewind it when the turn ends")
         try:
             info = find_session(self.store, session_id)

@@ -9,6 +9,7 @@ import secrets
 import socket
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from code_puppy.errors import ConfigError
 from code_puppy.options import RunOptions
@@ -74,6 +75,7 @@ def serve(options: WebOptions) -> int:
     from code_puppy.web.live import LiveRuns
 
     token = options.token or secrets.token_urlsafe(24)
+    opener: Path | None = None
     settings = load_settings(options.run.project_root)
     store = open_store()
     try:
@@ -100,9 +102,7 @@ def serve(options: WebOptions) -> int:
         url = f"http://{shown}:{sock.getsockname()[1]}/?token={token}"
         print(f"code-puppy web: {url}", flush=True)
         if options.open_browser and _has_a_desktop():
-            import webbrowser
-
-            webbrowser.open(url)
+            opener = _open_privately(url)
         # uvicorn stops on SIGINT and SIGTERM (a running turn is cancelled and saved first), then raises the signal
         # again: SIGTERM ends the process as it would have, SIGINT arrives here.
         asyncio.run(server.serve(sockets=[sock]))
@@ -110,7 +110,26 @@ def serve(options: WebOptions) -> int:
         return 130
     finally:
         store.close()
+        if opener is not None:
+            opener.unlink(missing_ok=True)
     return 0
+
+
+def _open_privately(url: str) -> Path:
+    """Open `url` in the browser through a page only this user can read, which sends the browser on to it: the token
+    never appears in the browser's command line, which every local user can list (`ps`). The page is removed when the
+    server stops."""
+    import html
+    import tempfile
+    import webbrowser
+
+    descriptor, name = tempfile.mkstemp(prefix="code-puppy-web-", suffix=".html")  # 0600
+    with os.fdopen(descriptor, "w", encoding="utf-8") as page:
+        target = html.escape(url, quote=True)
+        page.write(f'<!doctype html><meta http-equiv="refresh" content="0;url={target}"><a href="{target}">open</a>\n')
+    path = Path(name)
+    webbrowser.open(path.as_uri())
+    return path
 
 
 def _has_a_desktop() -> bool:

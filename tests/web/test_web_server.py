@@ -5,6 +5,7 @@ one cancelled; through the installed console script."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -16,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from tests.conftest import run_cli, wait_for
+from tests.conftest import CODE_PUPPY, run_cli, wait_for
 from tests.fake_llm import FakeLLMServer, call, hang, text, tool_calls
 from tests.test_startup import imported_modules
 from tests.web.conftest import WebServer
@@ -344,3 +345,57 @@ def test_a_queued_run_is_listed_with_its_worker_and_cancelled_from_the_page(
     shown = run_cli("runs", "show", run_id, "--json", cwd=project)
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["status"] == "cancelled"
+
+
+def test_a_session_named_by_a_prefix_is_checked_as_running_like_its_full_id(
+    server: FakeLLMServer, project: Path, web: WebServer
+) -> None:
+    """The hostile review's bypass: a prefix of a running session's id once rewound it, or started a second turn."""
+    server.script(text("First answer."), text("Slow answer.", delay=4))
+    with api(web) as client:
+        session_id = client.post("/api/runs", json={"prompt": "start"}).json()["session_id"]
+        wait_for(lambda: "First answer." in page_text(client, session_id), timeout=30, what="the first turn")
+        assert client.post(f"/api/sessions/{session_id}/prompt", json={"prompt": "go on"}).status_code == 200
+        prefix = session_id[:8]
+        rewound = client.post(f"/api/sessions/{prefix}/rewind", json={"turns": 1}, headers={"origin": web.base})
+        assert (rewound.status_code, rewound.json()) == (
+            409,
+            {"error": "the session is running a turn; rewind it when the turn ends"},
+        )
+        second = client.post(f"/api/sessions/{prefix}/prompt", json={"prompt": "again"}, headers={"origin": web.base})
+        assert second.status_code == 409
+        wait_for(lambda: "Slow answer." in page_text(client, session_id), timeout=30, what="the second turn")
+    assert [user_messages(request.body)[-1] for request in server.requests] == ["start", "go on"]
+
+
+def test_the_browser_is_opened_on_a_private_page_never_with_the_token_in_its_command_line(
+    project: Path, code_puppy_home: Path, tmp_path: Path
+) -> None:
+    """Every local user can list a process's command line (`ps`): the browser gets a page only this user can read."""
+    seen = tmp_path / "browser-argv"
+    browser = tmp_path / "browser"
+    browser.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {seen}\n')
+    browser.chmod(0o755)
+    process = subprocess.Popen(
+        [str(CODE_PUPPY), "web", "--port", "0"],
+        cwd=project,
+        env={**os.environ, "DISPLAY": ":0", "BROWSER": str(browser)},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        url = process.stdout.readline().removeprefix("code-puppy web: ").strip()
+        wait_for(lambda: seen.exists() and seen.read_text(), timeout=30, what="the browser")
+        (argument,) = seen.read_text().split()
+        assert argument.startswith("file:///") and "token" not in argument
+        page = Path(argument.removeprefix("file://"))
+        assert page.stat().st_mode & 0o777 == 0o600
+        assert f'content="0;url={url}"' in page.read_text()
+    finally:
+        process.send_signal(signal.SIGINT)  # Ctrl-C: the server stops and removes the page
+        process.communicate(timeout=30)
+    assert process.returncode == 130
+    assert not page.exists()
