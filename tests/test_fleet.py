@@ -12,6 +12,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -335,3 +336,37 @@ def test_a_first_ctrl_c_drains_and_a_second_stops_the_worker_leaving_its_run_int
         ],
     )
     assert runs(tmp_path)[run_id]["status"] == "interrupted"
+
+
+def test_a_dead_worker_of_another_host_has_its_runs_taken_over(tmp_path: Path) -> None:
+    """The hostile review's case: a pid of another host cannot be probed, so only its stale beat may decide."""
+    from code_puppy.durable.system import Executor
+    from code_puppy.fleet.heartbeat import Heartbeats, WorkerBeat
+    from code_puppy.fleet.worker import _take_over
+
+    here = Executor.this()
+    there = Executor(here.host + "-elsewhere", here.pid, here.started, "other-box")  # this very pid, alive here
+    heartbeats = Heartbeats(f"sqlite:///{tmp_path / 'durable.sqlite'}")
+    stale = int(time.time() * 1000) - 60_000
+    heartbeats.beat(WorkerBeat(there.id, "w-2", "other-box", here.pid, "q-x", 2, 1, "auto", stale, stale))
+
+    class Resumed:
+        """DBOS as `_take_over` uses it: the dead worker's pending runs listed, each resumed."""
+
+        def __init__(self) -> None:
+            self.listed: list[str] = []
+            self.resumed: list[str] = []
+
+        def list_workflows(self, **query: Any) -> list[Any]:
+            self.listed.append(query["executor_id"])
+            return [SimpleNamespace(workflow_id="run-1", queue_name="q-x")]
+
+        def resume_workflow(self, workflow_id: str, **_: Any) -> None:
+            self.resumed.append(workflow_id)
+
+    dbos = Resumed()
+    try:
+        _take_over(heartbeats, dbos, "q-x")
+    finally:
+        heartbeats.close()
+    assert (dbos.listed, dbos.resumed) == ([there.id], ["run-1"])
