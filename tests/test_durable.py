@@ -322,3 +322,32 @@ def test_a_run_of_another_host_on_the_shared_store_shows_running_and_only_its_ho
         )
     assert [entry["status"] for entry in listed(project)] == ["running"]
     assert server.requests == []
+
+
+def test_a_durable_run_is_steered_and_stopped_by_its_timeout_as_a_plain_run_is(
+    server: FakeLLMServer, project: Path
+) -> None:
+    server.script(text("A first draft.", delay=1.5), text("Revised with the tests in mind."))
+    process = start_durable("-p", "write it", "--output-format", "stream-json", cwd=project)
+    try:
+        wait_for(lambda: len(server.requests) == 1, timeout=30, what="the first request")
+        steered = run_cli("steer", "focus on the tests", cwd=project)
+        stdout, stderr = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert steered.returncode == 0, steered.stderr
+    assert process.returncode == 0, stderr
+    events = [json.loads(line) for line in stdout.splitlines()]
+    assert [event["text"] for event in events if event["type"] == "steer"] == ["focus on the tests"]
+    assert events[-1]["output"] == "Revised with the tests in mind."
+    users = [m["content"] for m in server.requests[1].body["messages"] if m["role"] == "user"]
+    assert users == ["write it", "focus on the tests"]
+    (run,) = listed(project)
+    assert run["status"] == "succeeded"
+
+    server.script(text("too late", delay=10))
+    timed = run_cli("-p", "hi", "--durable", "--timeout", "1", "--output-format", "json", cwd=project, timeout=60)
+    assert timed.returncode == 3, timed.stderr
+    result = json.loads(timed.stdout)
+    assert (result["status"], result["error"]) == ("limit", "stopped by a limit: timeout (1 s)")
+    assert [run["status"] for run in listed(project)] == ["failed", "succeeded"]
