@@ -302,7 +302,7 @@ class Dashboard:
         if not isinstance(turns, int) or isinstance(turns, bool) or turns < 1 or not isinstance(force, bool):
             raise Failure(400, "expected {'turns': N (1 or more), 'force': true|false}")
         session_id = self._full_id(session_id)
-        if session_id in self.live() or session_id in self.runs.conversations:
+        if session_id in self.live():
             raise Failure(409, "the session is running a turn; rewind it when the turn ends")
         try:
             info = find_session(self.store, session_id)
