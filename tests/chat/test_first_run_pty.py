@@ -286,16 +286,17 @@ def test_thirty_local_models_fit_an_80x24_terminal_and_scroll_with_the_cursor(
             *rows[1:shown],
             *hint_lines,
         ]
-        assert screen.splitlines()[-24:] == top
+        # The whole screen, not its first changed line: a redraw can be read half done on a loaded machine.
+        chat.wait_for(lambda text: text.splitlines()[-24:] == top)
         chat.type("\x1b[B" * shown)  # down past the last row shown
-        screen = chat.wait_for(f"(2-{shown + 1} of 30; PgUp/PgDn)")
-        assert screen.splitlines()[-24:] == [
+        scrolled = [
             top[0],
             f"Choose a model  (2-{shown + 1} of 30; PgUp/PgDn)",
             *rows[1:shown],
             "›" + rows[shown][1:],
             *hint_lines,
         ]
+        chat.wait_for(lambda text: text.splitlines()[-24:] == scrolled)
         chat.type("\x1b[6~")  # PgDn: to the last row
         chat.wait_for(lambda screen: f"({31 - shown}-30 of 30; PgUp/PgDn)" in screen and "› 30  model-30" in screen)
         chat.type("\x1b[A\r")  # up one, to model-29, and Enter
