@@ -160,8 +160,9 @@ def round_of(workers: int, concurrency: int, runs: int, delay: float) -> tuple[f
         return runs / elapsed * 60, once
 
 
-def idle_latency(delay: float) -> float:
-    """Seconds from enqueueing one run to its first model request, one idle worker waiting."""
+def idle_latency(delay: float, rounds: int = 3) -> tuple[float, float]:
+    """Seconds from `code-puppy queue add` starting, and from its enqueue committed, to the run's first model request,
+    one idle worker waiting (the medians of `rounds` runs, each after the last one ended)."""
     from code_puppy.fleet.queue import QueuedRun, enqueue
 
     fresh_store()
@@ -171,17 +172,34 @@ def idle_latency(delay: float) -> float:
         home, repository = home_and_repository(Path(base), server)
         os.environ["CODE_PUPPY_HOME"] = str(home)
         started = start_workers(1, 2, Path(base))
+        from_command: list[float] = []
+        from_enqueue: list[float] = []
         try:
             time.sleep(1)
-            began = time.monotonic()
-            run_id = enqueue(QueuedRun(prompt="hello", project=repository))
-            while not server.requests:
-                time.sleep(0.01)
-            latency = time.monotonic() - began
-            wait_settled({run_id})
+            for n in range(rounds):
+                began = time.monotonic()
+                added = subprocess.run(
+                    [CODE_PUPPY, "queue", "add", "-p", f"command {n}", "--project", str(repository)],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
+                from_command.append(first_request_after(server, f"command {n}") - began)
+                wait_settled({added.stdout.split()[-1]})
+                run_id = enqueue(QueuedRun(prompt=f"enqueue {n}", project=repository))
+                enqueued = time.monotonic()
+                from_enqueue.append(first_request_after(server, f"enqueue {n}") - enqueued)
+                wait_settled({run_id})
         finally:
             stop(started)
-        return latency
+        return sorted(from_command)[rounds // 2], sorted(from_enqueue)[rounds // 2]
+
+
+def first_request_after(server: FakeLLMServer, prompt: str) -> float:
+    """When the server got the first request of `prompt` (time.monotonic), waiting for it."""
+    while prompt not in first_prompts(server):
+        time.sleep(0.005)
+    return time.monotonic()
 
 
 def main() -> None:
@@ -215,7 +233,11 @@ def report(args: argparse.Namespace) -> None:
             f"{count} worker(s): {rate:6.1f} runs/min  ({rate / base:.2f}x)  "
             f"{'each run once' if once else 'LOST OR DUPLICATED RUNS'}"
         )
-    print(f"queue latency at idle (enqueue to first request): {idle_latency(args.delay):.2f} s")
+    command, enqueued = idle_latency(args.delay)
+    print(
+        f"queue latency at idle, to the run's first request: {command:.2f} s from `code-puppy queue add` starting, "
+        f"{enqueued:.2f} s from the enqueue committed"
+    )
 
 
 if __name__ == "__main__":

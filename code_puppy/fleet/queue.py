@@ -38,10 +38,10 @@ class QueuedRun:
 
 def check(run: QueuedRun) -> Path:
     """The main checkout of the run's project, once the project is a git repository with a commit and the model and
-    agent resolve here; else a `ConfigError` (exit 2), nothing enqueued."""
+    agent are known here (the model's credentials are the worker's); else a `ConfigError` (exit 2), nothing enqueued."""
     from code_puppy.config import load_settings
     from code_puppy.definitions.files import load_agents
-    from code_puppy.models import choose_model_name, resolve_model
+    from code_puppy.models import choose_model_name, model_name_problem
     from code_puppy.worktrees import repository
 
     if run.repo_url is not None:
@@ -54,7 +54,10 @@ def check(run: QueuedRun) -> Path:
             raise ConfigError(f"--project: no folder {run.project}")
         repo = repository(run.project)
     settings = load_settings(repo)
-    resolve_model(settings, choose_model_name(settings, run.model))
+    # Named, checked offline: the credentials are the worker's (building the model here would cost ~1.8 s of imports).
+    if problem := model_name_problem(settings, choose_model_name(settings, run.model)):
+        known = ", ".join(sorted(settings.models)) or "none configured"
+        raise ConfigError(f"{problem}: use PROVIDER:MODEL (e.g. openai:gpt-5.1) or a name from [models] ({known})")
     if run.agent is not None:
         known = sorted(definition.name for definition in load_agents(repo).items)
         if run.agent not in known:
