@@ -1,7 +1,7 @@
 """The fleet's throughput (issue 29): runs per minute for 1, 2 and 4 workers (concurrency 2 each) over queued runs,
 and the queue latency at idle (enqueue to the run's first model request).
 
-    python benchmarks/fleet.py [--runs 16] [--delay 0.5] [--workers 1,2,4] [--concurrency 2] [--postgres]
+    python benchmarks/fleet.py [--runs 40] [--delays 0.5,2] [--workers 1,2,4] [--concurrency 2] [--postgres]
 
 `--postgres`: on a PostgreSQL of its own (tests/postgres.py's, a fresh database a round), each worker with a
 `CODE_PUPPY_HOME` of its own (the workers as on several machines).
@@ -9,7 +9,8 @@ and the queue latency at idle (enqueue to the run's first model request).
 Each round starts its workers in a fresh `CODE_PUPPY_HOME` (the SQLite default: workers on one machine share it), waits
 for their heartbeats, then enqueues `--runs` runs on a fresh git repository (in this process, through `DBOSClient` as
 `queue add` does) and times them until every one succeeded. Every run is two model requests against the in-repo fake
-OpenAI-compatible server, each after a fixed `--delay`: a shell call writing a file, then the answer. Checked: every
+OpenAI-compatible server, each after a fixed delay (a round per value of `--delays`: 0.5 s is a fast local model, 2 s
+nearer a hosted one): a shell call writing a file, then the answer. Checked: every
 run succeeded and sent its first request once (none lost, none run twice). Goal: throughput grows with the workers up
 to the machine's limit (the fake server is not one: it answers every request in its own thread).
 """
@@ -204,8 +205,8 @@ def first_request_after(server: FakeLLMServer, prompt: str) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=16)
-    parser.add_argument("--delay", type=float, default=0.5)
+    parser.add_argument("--runs", type=int, default=40)
+    parser.add_argument("--delays", default="0.5,2", help="Seconds before each reply, comma-separated.")
     parser.add_argument("--workers", default="1,2,4")
     parser.add_argument("--concurrency", type=int, default=2)
     parser.add_argument("--postgres", action="store_true", help="On a PostgreSQL store, a home per worker.")
@@ -224,16 +225,18 @@ def main() -> None:
 
 
 def report(args: argparse.Namespace) -> None:
-    print(f"{args.runs} runs of 2 requests ({args.delay} s a reply), concurrency {args.concurrency} per worker")
-    base: float | None = None
-    for count in (int(word) for word in args.workers.split(",")):
-        rate, once = round_of(count, args.concurrency, args.runs, args.delay)
-        base = base or rate
-        print(
-            f"{count} worker(s): {rate:6.1f} runs/min  ({rate / base:.2f}x)  "
-            f"{'each run once' if once else 'LOST OR DUPLICATED RUNS'}"
-        )
-    command, enqueued = idle_latency(args.delay)
+    delays = [float(word) for word in args.delays.split(",")]
+    for delay in delays:
+        print(f"{args.runs} runs of 2 requests ({delay} s a reply), concurrency {args.concurrency} per worker")
+        base: float | None = None
+        for count in (int(word) for word in args.workers.split(",")):
+            rate, once = round_of(count, args.concurrency, args.runs, delay)
+            base = base or rate
+            print(
+                f"{count} worker(s): {rate:6.1f} runs/min  ({rate / base:.2f}x)  "
+                f"{'each run once' if once else 'LOST OR DUPLICATED RUNS'}"
+            )
+    command, enqueued = idle_latency(delays[0])
     print(
         f"queue latency at idle, to the run's first request: {command:.2f} s from `code-puppy queue add` starting, "
         f"{enqueued:.2f} s from the enqueue committed"

@@ -90,8 +90,9 @@ def ensure(repo: Path, name: str, start: str | None = None) -> Path:
     return path
 
 
-def listed(repo: Path) -> list[Worktree]:
-    """The worktrees of `repo` under `.code-puppy/worktrees/`, by name."""
+def listed(repo: Path, *, only: str | None = None) -> list[Worktree]:
+    """The worktrees of `repo` under `.code-puppy/worktrees/`, by name (`only`: that one, if it is there: the others'
+    `git status` is not run)."""
     folder = (repo / WORKTREES_DIR).resolve()
     found: list[Worktree] = []
     for block in _git(repo, "worktree", "list", "--porcelain", "-z").split("\0\0"):
@@ -102,7 +103,7 @@ def listed(repo: Path) -> list[Worktree]:
         if "worktree" not in fields:
             continue
         path = Path(fields["worktree"]).resolve()
-        if path.parent != folder:
+        if path.parent != folder or only not in (None, path.name):
             continue
         branch = fields.get("branch", "").removeprefix("refs/heads/") or None
         try:
@@ -117,9 +118,8 @@ def listed(repo: Path) -> list[Worktree]:
 
 def find(repo: Path, name: str) -> Worktree:
     """The worktree NAME of `repo`; a `WorktreeError` when there is none."""
-    for worktree in listed(repo):
-        if worktree.name == name:
-            return worktree
+    for worktree in listed(repo, only=name):
+        return worktree
     raise WorktreeError(f"no worktree named {name!r} in {repo} (`code-puppy worktrees list` shows them)")
 
 
@@ -202,7 +202,10 @@ def _nested_repositories(path: Path) -> list[str]:
 
 
 def _changes(path: Path) -> tuple[str, ...]:
-    status = _git(path, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames")
+    # Without the optional index lock `git status` takes to refresh the index: it would make a `git add` that a fleet
+    # run (or the user) runs in that worktree at that moment fail ("index.lock: File exists").
+    args = ("status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames")
+    status = _git(path, *args, env={"GIT_OPTIONAL_LOCKS": "0"})
     return tuple(record[3:] for record in status.split("\0") if record)
 
 

@@ -4,10 +4,13 @@ bare repository, a worker that clones it into its cache and leaves the run's bra
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import signal
 from pathlib import Path
 
 from tests.conftest import run_cli, wait_for
-from tests.fake_llm import FakeLLMServer
+from tests.fake_llm import FakeLLMServer, call, text, tool_calls
 from tests.test_fleet import Workers, fleet_server, git, repository, runs, shown, workers  # noqa: F401  (fixtures)
 
 
@@ -72,3 +75,47 @@ def test_a_repo_run_is_cloned_into_the_workers_cache_from_its_ref_and_its_branch
     assert (lines[-1]["status"], lines[-1]["exit_code"], lines[-1]["output"]) == ("success", 0, "changed")
     unknown = run_cli("runs", "show", "nope", "--follow", cwd=tmp_path)
     assert (unknown.returncode, unknown.stdout, unknown.stderr.count("\n")) == (2, "", 1)
+
+
+def test_a_repo_run_taken_over_without_its_worktree_fails_in_one_line_instead_of_starting_again(
+    server: FakeLLMServer,
+    workers: Workers,  # noqa: F811
+    tmp_path: Path,
+    code_puppy_home: Path,
+) -> None:
+    """A worker killed mid-run on a machine that went with it: the run's worktree (in that worker's clone) is gone, so
+    the worker taking it over cannot continue its finished steps there: it fails, its first request not sent again."""
+    from code_puppy.fleet.run import lost_worktree
+
+    origin = tmp_path / "origin.git"
+    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(origin))
+    seed = tmp_path / "seed"
+    git(tmp_path, "clone", "-q", str(origin), str(seed))
+    (seed / "README.md").write_text("# demo\n")
+    git(seed, "add", "-A")
+    git(seed, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", "start")
+    git(seed, "push", "-q", "origin", "main")
+    started = tmp_path / "started"
+    server.per_conversation = True
+    server.script(tool_calls(call("shell", {"command": f"touch {started}; sleep 60"})), text("changed"))
+    added = run_cli("queue", "add", "-p", "lost", "--repo", f"file://{origin}", cwd=tmp_path)
+    assert added.returncode == 0, added.stderr
+    run_id = added.stdout.splitlines()[-1]
+    doomed = workers.start("--permission-mode", "yolo")
+    wait_for(started.exists, what="the tool call")
+    [worktree] = code_puppy_home.glob(f"**/.code-puppy/worktrees/{run_id}") or [None]
+    assert worktree is not None and worktree.is_dir()
+    os.killpg(doomed.pid, signal.SIGKILL)  # the worker, its run and (below) its disk, as a machine that goes down
+    doomed.communicate(timeout=10)
+    shutil.rmtree(worktree)
+    heir = workers.start("--permission-mode", "yolo")
+    wait_for(lambda: runs(tmp_path, pause=0.5)[run_id]["status"] == "failed", what="the run taken over, failed")
+    record = shown(run_id, tmp_path)
+    assert (record["status"], record["error"], record["exit_code"], record["diff_stat"], record["worker"]) == (
+        "failed",
+        lost_worktree(str(worktree)),
+        1,
+        "",
+        f"{os.uname().nodename}:{heir.pid}",
+    )
+    assert len(server.requests) == 1  # the finished first request was not sent again: the run did not start afresh

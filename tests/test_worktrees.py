@@ -291,3 +291,27 @@ def test_remove_force_refuses_a_nested_folder_with_a_git_file(committed: Path, t
     assert (worktree / "linked" / "unsaved.txt").read_text() == "work of the other repository, not committed\n"
     assert git(worktree, "status", "--porcelain") == "?? linked/\n"  # nothing staged or committed on its behalf
     assert git(worktree, "log", "--format=%s") == "start\n"
+
+
+def test_listing_worktrees_never_writes_another_worktrees_index(committed: Path) -> None:
+    """`worktrees list` (and a fleet worker finding the worktree it finishes) runs `git status` in each worktree: that
+    must not take the index lock a `git add` in that worktree needs at the same moment (a fleet run then failed with
+    "index.lock: File exists"). Measured on the index file: a refreshing `git status` would rewrite it."""
+    import os
+    import time
+
+    from code_puppy.worktrees import ensure, find, listed
+
+    busy = ensure(committed, "busy")
+    ensure(committed, "other")
+    index = Path(git(busy, "rev-parse", "--path-format=absolute", "--git-path", "index").strip())
+    tracked = next(path for path in busy.iterdir() if path.is_file())
+    later = time.time() + 5
+    os.utime(tracked, (later, later))  # same content, newer stat: a plain `git status` refreshes and rewrites the index
+    before = index.stat()
+    assert [worktree.name for worktree in listed(committed)] == ["busy", "other"]
+    assert find(committed, "other").changes == ()
+    after = index.stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    subprocess.run(["git", "status", "--porcelain"], cwd=busy, check=True, capture_output=True)
+    assert index.stat().st_ino != before.st_ino  # the check can fail: git's own refresh does rewrite it

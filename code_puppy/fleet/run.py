@@ -66,14 +66,23 @@ async def finish(repository: str, worktree: dict[str, str], message: str, succee
 
     def done() -> dict[str, Any]:
         path = Path(worktree["path"])
-        if not succeeded:
-            return {"diff_stat": "", "worktree": str(path)}
+        if not succeeded:  # kept for the user to look at, when it is here
+            return {"diff_stat": "", "worktree": str(path) if path.is_dir() else None}
         commit_all(path, message)
         stat = diff_stat(path, worktree["base"])
         remove(Path(repository), find(Path(repository), path.name), force=True)
         return {"diff_stat": stat, "worktree": None}
 
     return await asyncio.to_thread(done)
+
+
+def lost_worktree(path: str) -> str:
+    """Why a run taken over cannot go on: the worktree its finished steps changed is not on this machine."""
+    return (
+        f"its worktree {path} is not on this machine (it was on the stopped worker's, a --repo run's clone is in that "
+        "worker's cache): the changes of its finished steps went with it, so it is not continued here; queue the "
+        "prompt again to start afresh"
+    )
 
 
 def commit_message(prompt: str, run_id: str) -> str:
@@ -99,9 +108,15 @@ async def run_queued(inputs: dict[str, Any]) -> dict[str, Any]:
         else:
             worktree = await prepare_worktree(inputs["repository"], run_id)
         repository: str = worktree.get("repository") or inputs["repository"]
-        ended, session_id, failure = await _turn({**inputs, "project_root": worktree["path"]}, run_id)
-        status = ended.status if ended is not None else "error"
-        finished = await finish(repository, worktree, commit_message(inputs["prompt"], run_id), status == "success")
+        if await asyncio.to_thread(Path(worktree["path"]).is_dir):
+            ended, session_id, failure = await _turn({**inputs, "project_root": worktree["path"]}, run_id)
+            status = ended.status if ended is not None else "error"
+            message = commit_message(inputs["prompt"], run_id)
+            finished = await finish(repository, worktree, message, status == "success")
+        else:  # taken over from a worker whose machine held the worktree: its finished steps' changes went with it
+            # (no step from here: the next recorded one is the turn's, which cannot be replayed without them)
+            ended, session_id, failure, status = None, None, lost_worktree(worktree["path"]), "error"
+            finished = {"diff_stat": "", "worktree": None}
     finally:
         replay_check.reset(token)
         STATE.in_hand -= 1
