@@ -67,7 +67,12 @@ def test_a_repo_run_is_cloned_into_the_workers_cache_from_its_ref_and_its_branch
     assert git(origin, "branch", "--list", "code-puppy/*") == ""  # nothing pushed
     git(repository, "fetch", "-q", str(clone), f"{branch}:{branch}")  # the user fetches it from the worker's cache
     assert git(repository, "show", f"{branch}:change.txt") == "done\n"
-    assert not (clone / ".code-puppy" / "worktrees" / run_id).exists()  # removed once the run succeeded
+    worktree = clone / ".code-puppy" / "worktrees" / run_id
+    assert not worktree.exists()  # removed once the run succeeded
+    from code_puppy.checkpoints.shadow import shadow_directory
+
+    # and its checkpoints' copy of the project with it: a worker's data directory does not grow by a project a run
+    assert (code_puppy_home / "checkpoints").is_dir() and not shadow_directory(worktree, code_puppy_home).exists()
     followed = run_cli("runs", "show", run_id, "--follow", cwd=tmp_path)  # an ended run, on SQLite: its events at once
     assert (followed.returncode, followed.stderr) == (0, "")
     lines = [json.loads(line) for line in followed.stdout.splitlines()]

@@ -66,6 +66,11 @@ class CheckpointError(Exception):
     """The shadow repository cannot be used (git failed, another process holds it too long); one line."""
 
 
+def shadow_directory(root: Path, data: Path) -> Path:
+    """Where the shadow repository of project `root` is kept, under data directory `data`."""
+    return data / "checkpoints" / hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:16]
+
+
 class ShadowRepo:
     """The shadow repository of the project at `root`; see the module docstring."""
 
@@ -115,8 +120,7 @@ class ShadowRepo:
         if git is None:
             raise CheckpointError("git is not installed")
         root = root.resolve()
-        name = hashlib.sha256(str(root).encode()).hexdigest()[:16]
-        repo = cls(root, data / "checkpoints" / name, git=git, max_file_bytes=int(max_file_mb * 1024 * 1024))
+        repo = cls(root, shadow_directory(root, data), git=git, max_file_bytes=int(max_file_mb * 1024 * 1024))
         if not repo._ready():
             # Another process may be creating it right now: look again under the lock it holds while it does.
             repo.directory.parent.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -5,6 +5,7 @@ committed on its branch and its worktree removed when it succeeded (a step)."""
 from __future__ import annotations
 
 import asyncio
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +63,8 @@ async def prepare_clone(url: str, ref: str | None, run_id: str) -> dict[str, str
 @DBOS.step(name=WORKFLOW_STEPS[1])
 async def finish(repository: str, worktree: dict[str, str], message: str, succeeded: bool) -> dict[str, Any]:
     """Commit the run's changes on its branch (when it succeeded) and remove its worktree; else keep it as it is."""
+    from code_puppy.checkpoints.shadow import shadow_directory
+    from code_puppy.paths import data_dir
     from code_puppy.worktrees import commit_all, diff_stat, find, remove
 
     def done() -> dict[str, Any]:
@@ -70,7 +73,10 @@ async def finish(repository: str, worktree: dict[str, str], message: str, succee
             return {"diff_stat": "", "worktree": str(path) if path.is_dir() else None}
         commit_all(path, message)
         stat = diff_stat(path, worktree["base"])
+        shadow = shadow_directory(path, data_dir())
         remove(Path(repository), find(Path(repository), path.name), force=True)
+        # Its checkpoints' shadow repository (a copy of the project's files) goes too: the folder is never made again.
+        shutil.rmtree(shadow, ignore_errors=True)
         return {"diff_stat": stat, "worktree": None}
 
     return await asyncio.to_thread(done)
