@@ -66,6 +66,7 @@ class PostgresServer:
 
     port: int
     directory: Path
+    crash_safe: bool = False
     _names = itertools.count(1)
 
     def url(self, database: str, *, user: str = "postgres") -> str:
@@ -77,11 +78,39 @@ class PostgresServer:
         with psycopg.connect(self.url("postgres"), autocommit=True) as connection:
             connection.execute(sql)  # type: ignore[arg-type]  # a test's own literal statement
 
+    def stop(self) -> None:
+        """Stop the server at once (`-m immediate`: its clients' connections drop, as in a crash)."""
+        done = _pg_ctl(self.directory, "-m", "immediate", "stop")
+        assert done.returncode == 0, done.stderr
+
+    def start(self) -> None:
+        """Start it again, on its port."""
+        log = str(self.directory / "log")
+        options = _options(self.port, self.directory, crash_safe=self.crash_safe)
+        done = _pg_ctl(self.directory, "-o", options, "-l", log, "-w", "start")
+        assert done.returncode == 0, done.stderr
+
     def create_database(self) -> str:
         """A new empty database (no schema yet: code-puppy migrates it when it opens it); its url."""
         name = f"test_{os.getpid()}_{next(self._names)}"
         self.admin(f"CREATE DATABASE {name} TEMPLATE template0")
         return self.url(name)
+
+
+def _options(port: int, directory: Path, *, crash_safe: bool = False) -> str:
+    """The server's options: fast (no flush at commit) unless `crash_safe` (a commit survives its process crashing)."""
+    fast = "" if crash_safe else "-c synchronous_commit=off "
+    return (
+        f"-p {port} -k {directory} -c listen_addresses=127.0.0.1 -c fsync=off {fast}-c full_page_writes=off "
+        "-c max_connections=200"
+    )
+
+
+def _pg_ctl(directory: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    from tests.unprivileged import unprivileged
+
+    command = [*unprivileged().prefix, str(server_binaries() / "pg_ctl"), "-D", str(directory / "data"), *args]
+    return subprocess.run(command, capture_output=True, text=True, cwd=directory, timeout=120)
 
 
 def _free_port() -> int:
@@ -90,8 +119,8 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-def start_server() -> tuple[PostgresServer, list[str]]:
-    """Start a server in a new temp dir; the server and the command that stops it."""
+def start_server(*, crash_safe: bool = False) -> tuple[PostgresServer, list[str]]:
+    """Start a server in a new temp dir (`crash_safe`: see `_options`); the server and the command that stops it."""
     from tests.unprivileged import unprivileged
 
     binaries = server_binaries()
@@ -108,16 +137,13 @@ def start_server() -> tuple[PostgresServer, list[str]]:
         pytest.fail(f"initdb failed: {done.stderr.strip()[-500:]}")
     for _attempt in range(5):  # another process may take the free port between the probe and the start
         port = _free_port()
-        options = (
-            f"-p {port} -k {directory} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off "
-            "-c full_page_writes=off -c max_connections=200"
-        )
+        options = _options(port, directory, crash_safe=crash_safe)
         started = run(
             str(binaries / "pg_ctl"), "-D", str(data), "-o", options, "-l", str(directory / "log"), "-w", "start"
         )
         if started.returncode == 0:
             stop = [*runner.prefix, str(binaries / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"]
-            return PostgresServer(port, directory), stop
+            return PostgresServer(port, directory, crash_safe), stop
     log = (directory / "log").read_text() if (directory / "log").exists() else ""
     pytest.fail(f"PostgreSQL did not start: {started.stderr.strip()[-300:]} {log[-500:]}")
 

@@ -11,6 +11,11 @@ advisory lock taken first (`pg_advisory_xact_lock`): a check made inside holds u
 are raised as the DB-API classes of `sqlite3` (`OperationalError`, `IntegrityError`), so every caller handles one
 family of store errors whichever backend is configured. psycopg is imported only here, and this module only when a
 url is configured.
+
+A connection the server dropped (a restart, a failover, the network) is made again, waiting up to `RECONNECT_SECONDS`
+for the server: before a `BEGIN` or a `SELECT` outside a transaction, which did nothing on the dead connection and
+are safe to send again. A transaction the connection broke in fails, as it would on SQLite's disk error; the next one
+reconnects. So a run (a fleet worker's, a chat's) outlives a store that is away for a while.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ __all__ = ("WRITE_LOCK", "PostgresConnection", "connect", "redacted")
 
 WRITE_LOCK = 0x636F6465_7075
 """The advisory lock every write transaction takes first (an arbitrary constant: "code-pu")."""
+RECONNECT_SECONDS = 60.0
+"""How long a statement waits for a store that dropped its connection to answer again, before it fails."""
 INDEX_LOCK = WRITE_LOCK + 1
 """The session-level advisory lock of the one process catching the search index up (search.py)."""
 
@@ -110,14 +117,45 @@ class PostgresConnection:
 
     dialect = "postgresql"
 
-    def __init__(self, connection: psycopg.Connection[Any]) -> None:
+    def __init__(self, connection: psycopg.Connection[Any], url: str) -> None:
         self._connection = connection
+        self._url = url
+        self._in_transaction = False
 
     def execute(self, sql: str, parameters: Parameters = ()) -> _Cursor:
+        if not self._in_transaction and sql.lstrip()[:6].upper() in ("BEGIN", "SELECT"):
+            try:
+                return self._execute(sql, parameters)
+            except sqlite3.OperationalError:
+                if not (self._connection.broken or self._connection.closed):
+                    raise
+                self._reconnect()
+        return self._execute(sql, parameters)
+
+    def _execute(self, sql: str, parameters: Parameters) -> _Cursor:
         cursor = ClientCursor(self._connection)
         with _as_sqlite_errors():
             cursor.execute(translate(sql), parameters or None)  # type: ignore[arg-type]  # our own statements
         return _Cursor(cursor)
+
+    def _reconnect(self) -> None:
+        """A new connection in place of the dropped one, once the server answers (`RECONNECT_SECONDS` at most)."""
+        import time
+
+        deadline = time.monotonic() + RECONNECT_SECONDS
+        pause = 0.2
+        while True:
+            try:
+                self._connection = _connect(self._url, timeout=max(1, int(deadline - time.monotonic())))
+                return
+            except psycopg.Error as exc:
+                if time.monotonic() + pause > deadline:
+                    reason = one_line(exc, limit=200)
+                    raise sqlite3.OperationalError(
+                        f"the store at {redacted(self._url)} did not answer for {RECONNECT_SECONDS:.0f} s: {reason}"
+                    ) from None
+            time.sleep(pause)
+            pause = min(pause * 2, 5.0)
 
     def executemany(self, sql: str, rows: Iterable[Parameters]) -> _Cursor:
         cursor = ClientCursor(self._connection)
@@ -132,14 +170,18 @@ class PostgresConnection:
         """A write transaction holding `WRITE_LOCK`, committed on exit and rolled back on an exception; `durable=False`
         commits without waiting for the log to reach the disk (`synchronous_commit = off`)."""
         self.execute("BEGIN")
+        self._in_transaction = True
         try:
             self.execute("SELECT pg_advisory_xact_lock(?)", (WRITE_LOCK,))
             if not durable:
                 self.execute("SET LOCAL synchronous_commit = off")
             yield self
         except BaseException:
-            self.execute("ROLLBACK")
+            if not self._connection.broken:  # a dropped connection took the transaction with it
+                self.execute("ROLLBACK")
             raise
+        finally:
+            self._in_transaction = False
         self.execute("COMMIT")
 
     @contextmanager
@@ -201,13 +243,18 @@ def connect(url: str) -> PostgresConnection:
         StoreError: It cannot be reached or refuses the connection; the message names the url without its password.
     """
     try:
-        connection = psycopg.connect(url, autocommit=True, connect_timeout=10, options=f"-c TimeZone={_local_zone()}")
+        connection = _connect(url, timeout=10)
     except psycopg.Error as exc:
         reason = one_line(exc, limit=200)
         raise StoreError(f"cannot reach the sessions store at {redacted(url)}: {reason}") from None
     except Exception as exc:  # a url psycopg cannot parse
         raise StoreError(f"{redacted(url)} is not a PostgreSQL url psycopg understands ({exc})") from None
-    return PostgresConnection(cast(psycopg.Connection[Any], connection))
+    return PostgresConnection(connection, url)
+
+
+def _connect(url: str, *, timeout: int) -> psycopg.Connection[Any]:
+    connection = psycopg.connect(url, autocommit=True, connect_timeout=timeout, options=f"-c TimeZone={_local_zone()}")
+    return cast(psycopg.Connection[Any], connection)
 
 
 def _local_zone() -> str:
