@@ -100,6 +100,13 @@ def test_two_machines_on_postgresql_run_each_queued_run_once_and_one_takes_over_
 
     gate.unlink()
     survivor = queue("-p", "survive", "--project", str(repository), cwd=tmp_path)
+    follower = subprocess.Popen(
+        [str(CODE_PUPPY), "runs", "show", survivor, "--follow"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # watches the run through its takeover: the heir journals the replayed first response again
     wait_for(lambda: started.exists(), what="the tool call")
     holder = runs(tmp_path)[survivor]
     assert holder["status"] == "running"
@@ -119,6 +126,19 @@ def test_two_machines_on_postgresql_run_each_queued_run_once_and_one_takes_over_
     assert first_prompts(server)["survive"] == 1  # the finished first request replayed, not sent again
     assert len(server.requests) == 8
     assert git(repository, "show", f"code-puppy/{survivor}:change.txt") == "done\n"
+    stdout, stderr = follower.communicate(timeout=60)
+    assert (follower.returncode, stderr) == (0, "")
+    events = [json.loads(line) for line in stdout.splitlines()]
+    assert [event["type"] for event in events] == [
+        "session",
+        "request",
+        "tool_call",
+        "tool_result",
+        "text_delta",
+        "request",
+        "result",
+    ]  # each once
+    assert (events[-1]["session_id"], events[-1]["usage"]["requests"]) == (record["session_id"], 2)
 
 
 def test_runs_show_follow_streams_a_queued_runs_events_from_another_machine_until_it_ends(

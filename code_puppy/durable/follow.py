@@ -173,7 +173,7 @@ class _Printer:
 
     def _response(self, response: ModelResponse, run: int, requests: list[tuple[int, RequestCost]]) -> None:
         # Keyed whole: a journal holds whole messages, and a run taken over journals the same ones again.
-        key = ("response", response.run_id, response.timestamp.isoformat())
+        key = _key(response)
         if key in self._seen:
             return
         self._seen.add(key)
@@ -219,7 +219,14 @@ class _Printer:
             status = "interrupted" if found.status in ("cancelled", "interrupted") else "error"
         code = recorded.get("exit_code")
         code = code if isinstance(code, int) else (130 if status == "interrupted" else 1)
-        responses = [m for m in stored.messages if isinstance(m, ModelResponse)]
+        # Once each: a run taken over before it saved a session has journaled its messages twice.
+        responses = list({_key(m): m for m in stored.messages if isinstance(m, ModelResponse)}.values())
+        results = {
+            part.tool_call_id: part
+            for message in stored.messages
+            for part in message.parts
+            if isinstance(part, BaseToolReturnPart)
+        }
         spent = sum((CostTotals.of(cost) for _, cost in stored.requests), CostTotals())
         outcome = RunOutcome(
             session_id=found.session_id,
@@ -236,12 +243,11 @@ class _Printer:
             error=found.error,
             cost_usd=spent.cost_usd,
             cost_complete=spent.complete,
-            denied=sum(
-                1
-                for message in stored.messages
-                for part in message.parts
-                if isinstance(part, BaseToolReturnPart) and part.outcome == "denied"
-            ),
+            denied=sum(1 for part in results.values() if part.outcome == "denied"),
         )
         self._emit(("result",), result_event(outcome))
         return code
+
+
+def _key(response: ModelResponse) -> tuple[str, ...]:
+    return ("response", response.run_id or "", response.timestamp.isoformat())
