@@ -45,6 +45,8 @@ class Text:
     chunk_delay: float = 0.0
     stop: str | None = None
     """Why the reply ended, when not naturally: `length`, `none`, or a reason passed as it is (`content_filter`)."""
+    thinking: str | None = None
+    """Reasoning streamed before the answer (Chat Completions' `reasoning_content`, as DeepSeek's), if any."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,8 @@ class ToolCalls:
     chunk_delay: float = 0.0
     stop: str | None = None
     """Why the reply ended, when not because of the tool calls: `length` (the output limit) or `none` (no reason)."""
+    thinking: str | None = None
+    """Reasoning streamed before the calls (Chat Completions' `reasoning_content`), if any."""
 
 
 @dataclass(frozen=True)
@@ -86,16 +90,20 @@ class Error:
 Step = Text | ToolCalls | Error
 
 
-def text(content: str, *, delay: float = 0.0, chunk_delay: float = 0.0, stop: str | None = None) -> Text:
-    return Text(content, delay, chunk_delay, stop)
+def text(
+    content: str, *, delay: float = 0.0, chunk_delay: float = 0.0, stop: str | None = None, thinking: str | None = None
+) -> Text:
+    return Text(content, delay, chunk_delay, stop, thinking)
 
 
 def call(name: str, args: dict[str, Any], id: str | None = None) -> ToolCall:
     return ToolCall(name, args, id)
 
 
-def tool_calls(*calls: ToolCall, delay: float = 0.0, chunk_delay: float = 0.0, stop: str | None = None) -> ToolCalls:
-    return ToolCalls(calls, delay, chunk_delay, stop)
+def tool_calls(
+    *calls: ToolCall, delay: float = 0.0, chunk_delay: float = 0.0, stop: str | None = None, thinking: str | None = None
+) -> ToolCalls:
+    return ToolCalls(calls, delay, chunk_delay, stop, thinking)
 
 
 def cut_call(name: str, args: dict[str, Any], at: int, id: str | None = None) -> ToolCall:
@@ -148,13 +156,14 @@ class _Turn:
     text: str | None
     calls: list[ToolCall]
     stop: str | None = None
+    thinking: str | None = None
 
     @classmethod
     def of(cls, index: int, request: RecordedRequest, step: Text | ToolCalls) -> _Turn:
         if isinstance(step, Text):
-            return cls(index, request, step.content, [], step.stop)
+            return cls(index, request, step.content, [], step.stop, step.thinking)
         calls = [replace(c, id=c.id or f"call_{index}_{i}") for i, c in enumerate(step.calls)]
-        return cls(index, request, None, calls, step.stop)
+        return cls(index, request, None, calls, step.stop, step.thinking)
 
     def finish_reason(self, natural: str, length: str) -> str | None:
         """The protocol's stop reason: `natural` unless the script says the reply was cut off or gave none."""
@@ -222,6 +231,8 @@ def _chat_events(turn: _Turn) -> Iterator[bytes]:
         return _sse(base | {"choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}]})
 
     yield chunk({"role": "assistant", "content": ""})
+    for piece in _pieces(turn.thinking or ""):
+        yield chunk({"reasoning_content": piece})
     for piece in _pieces(turn.text or ""):
         yield chunk({"content": piece})
     for i, c in enumerate(turn.calls):

@@ -351,3 +351,77 @@ def test_a_durable_run_is_steered_and_stopped_by_its_timeout_as_a_plain_run_is(
     result = json.loads(timed.stdout)
     assert (result["status"], result["error"]) == ("limit", "stopped by a limit: timeout (1 s)")
     assert [run["status"] for run in listed(project)] == ["failed", "succeeded"]
+
+
+def merged(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`events` with each run of `text_delta`s (or `thinking_delta`s) in a row joined into one, as `runs show --follow`
+    prints a response's text: the stream's token-level splitting is the one thing no store keeps."""
+    joined: list[dict[str, Any]] = []
+    for event in events:
+        last = joined[-1] if joined else None
+        if last is not None and event["type"] in ("text_delta", "thinking_delta") and last["type"] == event["type"]:
+            joined[-1] = {**last, "text": last["text"] + event["text"]}
+        else:
+            joined.append(event)
+    return joined
+
+
+def test_runs_show_follow_prints_the_events_its_stream_json_run_printed_in_their_shapes(
+    server: FakeLLMServer, project: Path, backend: str, code_puppy_home: Path
+) -> None:
+    config = code_puppy_home / "config.toml"  # its last table is [models.fake]: a dollar a token, to see the costs
+    config.write_text(config.read_text() + "input_price = 1000000\noutput_price = 1000000\n")
+    scripted = (
+        tool_calls(call("shell", {"command": "echo one > side.txt"}), thinking="First the file, then the answer."),
+        text("Wrote side.txt for you.", thinking="It is written, so I say so."),
+    )
+    server.script(*scripted)
+    streamed = run_cli(
+        "-p", "write it", "--durable", "--permission-mode", "yolo", "--output-format", "stream-json", cwd=project
+    )
+    assert streamed.returncode == 0, streamed.stderr
+    run_id = streamed.stderr.splitlines()[0].removeprefix("code-puppy: durable run ")
+    followed = run_cli("runs", "show", run_id, "--follow", cwd=project)
+    assert (followed.returncode, followed.stderr) == (0, "")
+    events = [json.loads(line) for line in followed.stdout.splitlines()]
+    stream = [json.loads(line) for line in streamed.stdout.splitlines()]
+
+    assert [(event["type"], sorted(event)) for event in events] == [
+        ("session", ["session_id", "type"]),
+        ("thinking_delta", ["run", "text", "type"]),
+        ("request", ["cost_usd", "kind", "model", "run", "type", "usage"]),
+        ("tool_call", ["args", "run", "tool_call_id", "tool_name", "type"]),
+        ("tool_result", ["content", "outcome", "run", "tool_call_id", "tool_name", "type"]),
+        ("thinking_delta", ["run", "text", "type"]),
+        ("text_delta", ["run", "text", "type"]),
+        ("request", ["cost_usd", "kind", "model", "run", "type", "usage"]),
+        ("result", sorted(["type", "session_id", "output", "status", "usage", "duration_ms", "error", "cost_usd",
+                           "cost_complete", "denied"])),
+    ]  # fmt: skip
+    # The same events with the same values, but for how long each side measured the run.
+    assert [{**event, "duration_ms": 0} if event["type"] == "result" else event for event in stream] == [
+        {**event, "duration_ms": 0} if event["type"] == "result" else event for event in events
+    ]
+    first, second = server.requests
+    assert [event["usage"] for event in events if event["type"] == "request"] == [
+        {"input_tokens": r.input_tokens, "output_tokens": r.output_tokens, "cache_read_tokens": 0,
+         "cache_write_tokens": 0}
+        for r in (first, second)
+    ]  # fmt: skip
+    assert events[-1]["cost_usd"] == pytest.approx(sum(r.input_tokens + r.output_tokens for r in (first, second)))
+    assert (events[-1]["usage"]["requests"], events[-1]["output"], events[-1]["status"]) == (
+        2,
+        "Wrote side.txt for you.",
+        "success",
+    )
+    assert events[1]["text"] == "First the file, then the answer."
+
+    # A plain run of the same script streams its text and thinking a word at a time: joined, the same shapes.
+    server.script(*scripted)
+    plain = run_cli("-p", "write it", "--permission-mode", "yolo", "--output-format", "stream-json", cwd=project)
+    assert plain.returncode == 0, plain.stderr
+    words = [json.loads(line) for line in plain.stdout.splitlines()]
+    assert len(merged(words)) < len(words)
+    assert [(event["type"], sorted(event)) for event in merged(words)] == [
+        (event["type"], sorted(event)) for event in events
+    ]

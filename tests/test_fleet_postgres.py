@@ -17,6 +17,7 @@ import pytest
 
 from tests.conftest import CODE_PUPPY, wait_for
 from tests.fake_llm import FakeLLMServer, call, text, tool_calls
+from tests.test_durable import merged
 from tests.test_fleet import first_prompts, git, queue, repository, runs, shown  # noqa: F401  (fixture)
 
 
@@ -99,6 +100,13 @@ def test_two_machines_on_postgresql_run_each_queued_run_once_and_one_takes_over_
 
     gate.unlink()
     survivor = queue("-p", "survive", "--project", str(repository), cwd=tmp_path)
+    follower = subprocess.Popen(
+        [str(CODE_PUPPY), "runs", "show", survivor, "--follow"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # watches the run through its takeover: the heir journals the replayed first response again
     wait_for(lambda: started.exists(), what="the tool call")
     holder = runs(tmp_path)[survivor]
     assert holder["status"] == "running"
@@ -118,6 +126,19 @@ def test_two_machines_on_postgresql_run_each_queued_run_once_and_one_takes_over_
     assert first_prompts(server)["survive"] == 1  # the finished first request replayed, not sent again
     assert len(server.requests) == 8
     assert git(repository, "show", f"code-puppy/{survivor}:change.txt") == "done\n"
+    stdout, stderr = follower.communicate(timeout=60)
+    assert (follower.returncode, stderr) == (0, "")
+    events = [json.loads(line) for line in stdout.splitlines()]
+    assert [event["type"] for event in events] == [
+        "session",
+        "request",
+        "tool_call",
+        "tool_result",
+        "text_delta",
+        "request",
+        "result",
+    ]  # each once
+    assert (events[-1]["session_id"], events[-1]["usage"]["requests"]) == (record["session_id"], 2)
 
 
 def test_runs_show_follow_streams_a_queued_runs_events_from_another_machine_until_it_ends(
@@ -141,21 +162,48 @@ def test_runs_show_follow_streams_a_queued_runs_events_from_another_machine_unti
     )  # from the test's home, a machine without a worker, before any worker took the run
     machines.worker("a")
     assert follower.stdout is not None
-    early = [follower.stdout.readline() for _ in range(3)]  # the session, the tool call, its result
+    early = [follower.stdout.readline() for _ in range(4)]  # the session, the request, the tool call, its result
     assert runs(tmp_path)[run_id]["status"] == "running"  # streamed while the run goes on (its answer takes 3 s)
     stdout, stderr = follower.communicate(timeout=60)
     assert (follower.returncode, stderr) == (0, "")
     events = [json.loads(line) for line in [*early, *stdout.splitlines()]]
-    assert '"exit_code": 0' in events[2]["content"]  # the shell's report
+    assert '"exit_code": 0' in events[3]["content"]  # the shell's report
     record = shown(run_id, tmp_path)
-    call_id = events[1]["tool_call_id"]
+    call_id = events[2]["tool_call_id"]
+    first, second = server.requests
+    usages = [
+        {"input_tokens": r.input_tokens, "output_tokens": r.output_tokens, "cache_read_tokens": 0,
+         "cache_write_tokens": 0}
+        for r in (first, second)
+    ]  # fmt: skip
     assert events == [
         {"type": "session", "session_id": record["session_id"]},
+        {"type": "request", "run": 0, "kind": "main", "model": "fake-model", "usage": usages[0], "cost_usd": None},
         {"type": "tool_call", "run": 0, "tool_name": "shell", "tool_call_id": call_id,
          "args": {"command": "echo done > change.txt"}},
         {"type": "tool_result", "run": 0, "tool_name": "shell", "tool_call_id": call_id, "outcome": "success",
-         "content": events[2]["content"]},
+         "content": events[3]["content"]},
         {"type": "text_delta", "run": 0, "text": "changed"},
-        {"type": "result", "run_id": run_id, "session_id": record["session_id"], "output": "changed",
-         "status": "success", "error": None, "cost_usd": record["cost_usd"], "exit_code": 0},
+        {"type": "request", "run": 0, "kind": "main", "model": "fake-model", "usage": usages[1], "cost_usd": None},
+        {"type": "result", "session_id": record["session_id"], "output": "changed", "status": "success",
+         "usage": {"input_tokens": first.input_tokens + second.input_tokens,
+                   "output_tokens": first.output_tokens + second.output_tokens, "requests": 2,
+                   "cache_read_tokens": 0, "cache_write_tokens": 0},
+         "duration_ms": events[-1]["duration_ms"], "error": None, "cost_usd": None, "cost_complete": False,
+         "denied": 0},
     ]  # fmt: skip
+    assert 3000 <= events[-1]["duration_ms"] < 60_000  # from a worker's taking it to its end: the answer's 3 s at least
+
+    # The same script run by `-p --output-format stream-json` here: the same events, its text a word at a time.
+    plain = subprocess.run(
+        [str(CODE_PUPPY), "-p", "watch me", "--permission-mode", "yolo", "--output-format", "stream-json"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert plain.returncode == 0, plain.stderr
+    streamed = [json.loads(line) for line in plain.stdout.splitlines()]
+    assert [(event["type"], sorted(event)) for event in merged(streamed)] == [
+        (event["type"], sorted(event)) for event in events
+    ]

@@ -76,8 +76,16 @@ def test_a_repo_run_is_cloned_into_the_workers_cache_from_its_ref_and_its_branch
     followed = run_cli("runs", "show", run_id, "--follow", cwd=tmp_path)  # an ended run, on SQLite: its events at once
     assert (followed.returncode, followed.stderr) == (0, "")
     lines = [json.loads(line) for line in followed.stdout.splitlines()]
-    assert [line["type"] for line in lines] == ["session", "tool_call", "tool_result", "text_delta", "result"]
-    assert (lines[-1]["status"], lines[-1]["exit_code"], lines[-1]["output"]) == ("success", 0, "changed")
+    assert [line["type"] for line in lines] == [
+        "session",
+        "request",
+        "tool_call",
+        "tool_result",
+        "text_delta",
+        "request",
+        "result",
+    ]
+    assert (lines[-1]["status"], lines[-1]["output"], lines[-1]["usage"]["requests"]) == ("success", "changed", 2)
     unknown = run_cli("runs", "show", "nope", "--follow", cwd=tmp_path)
     assert (unknown.returncode, unknown.stdout, unknown.stderr.count("\n")) == (2, "", 1)
 

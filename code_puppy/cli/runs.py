@@ -69,8 +69,8 @@ def list_runs(*, as_json: bool, output_format: str) -> None:
 @click.option(
     "--follow",
     is_flag=True,
-    help="Stream the run's events (text, tool calls, results) as JSON lines, as -p --output-format stream-json "
-    "does, until it ends; exit with its exit code.",
+    help="Stream the run's events as JSON lines in -p --output-format stream-json's shapes (a message at a time: "
+    "text, thinking, requests, tool calls, results, the result) until it ends; exit with its exit code.",
 )
 def show(*, run_id: str, as_json: bool, output_format: str, follow: bool) -> None:
     """One durable run: its status, output, cost, session, finished steps and error."""

@@ -1,11 +1,11 @@
-"""What the run path tells a front end: the sink protocol, how a turn ended, and one-line descriptions of both."""
+"""What the run path tells a front end: the sink protocol, how a turn ended (its result object, `RunOutcome`, is
+`run/stream_events.py`'s), and one-line descriptions of both."""
 
 from __future__ import annotations
 
 import asyncio
 import re
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic_ai.exceptions import AgentRunError, UsageLimitExceeded
 from pydantic_ai.messages import AgentStreamEvent, FunctionToolResultEvent
@@ -13,13 +13,13 @@ from pydantic_ai.messages import AgentStreamEvent, FunctionToolResultEvent
 from code_puppy.errors import one_line
 from code_puppy.history.errors import HistoryProcessingError
 from code_puppy.plugins import PromptBlocked, TurnStopped
+from code_puppy.run.stream_events import RunOutcome, Status
 from code_puppy.sessions.costs import RequestCost
 from code_puppy.terminal_text import printable
 
 if TYPE_CHECKING:
     from code_puppy.core.turn import TurnOutcome
 
-Status = Literal["success", "error", "limit", "interrupted", "terminated"]
 EXIT_CODES: dict[Status, int] = {"success": 0, "error": 1, "limit": 3, "interrupted": 130, "terminated": 143}
 
 
@@ -30,34 +30,6 @@ class RequestsSpent(UsageLimitExceeded):
         requests = "1 model request" if limit == 1 else f"{limit} model requests"
         # Past `UsageLimitExceeded`'s own constructor: it appends a pointer to pydantic-ai's docs.
         AgentRunError.__init__(self, f"stopped after {requests} (--max-requests {limit})")
-
-
-@dataclass(frozen=True)
-class Usage:
-    input_tokens: int = 0
-    output_tokens: int = 0
-    requests: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
-
-
-@dataclass(frozen=True)
-class RunOutcome:
-    """How one headless invocation ended: what `json` prints and `stream-json` ends with."""
-
-    session_id: str | None
-    """None when the invocation failed before it had a session."""
-    output: str | None
-    status: Status
-    usage: Usage
-    duration_ms: int
-    error: str | None = None
-    cost_usd: float | None = 0.0
-    """What the invocation's model requests cost in US dollars (priced ones); None when none could be priced."""
-    cost_complete: bool = True
-    """Whether every request was priced."""
-    denied: int = 0
-    """Tool calls the permission policy, a permission rule or a plugin denied (`DeniedCalls`)."""
 
 
 class EventSink(Protocol):

@@ -59,6 +59,8 @@ class DurableRun:
     created_ms: int
     result: dict[str, Any] = field(default_factory=lambda: {})
     """What its workflow returned (a queued run's also has `branch`, `diff_stat`, `worker`, `worktree`)."""
+    duration_ms: int = 0
+    """From its start (a queued run's: when a worker took it) to its status's last change: an ended run's length."""
 
     @property
     def branch(self) -> str | None:
@@ -143,6 +145,7 @@ def _read(db: _Tables, run_id: str | None, session_id: str | None) -> list[Durab
         # DBOS 3.4 keeps inputs and outputs in tables of their own (older rows: in the status row).
         "SELECT w.workflow_uuid, w.status, w.executor_id, w.queue_name, coalesce(i.inputs, w.inputs),"
         " coalesce(o.output, w.output), coalesce(o.error, w.error), w.created_at,"
+        " w.updated_at - coalesce(w.started_at_epoch_ms, w.created_at),"
         " (SELECT count(*) FROM {t}operation_outputs s WHERE s.workflow_uuid = w.workflow_uuid"
         "  AND s.completed_at_epoch_ms IS NOT NULL)"
         " FROM {t}workflow_status w LEFT JOIN {t}workflow_input i ON i.workflow_uuid = w.workflow_uuid"
@@ -154,7 +157,7 @@ def _read(db: _Tables, run_id: str | None, session_id: str | None) -> list[Durab
         arguments.append(run_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%")
     runs: list[DurableRun] = []
     beats = _Beats(db)
-    for wid, status, executor_id, queue, inputs, output, error, created, steps in db.execute(
+    for wid, status, executor_id, queue, inputs, output, error, created, duration, steps in db.execute(
         query + " ORDER BY w.created_at DESC", arguments
     ):
         recorded = _inputs(inputs)
@@ -175,6 +178,7 @@ def _read(db: _Tables, run_id: str | None, session_id: str | None) -> list[Durab
                 error=result.get("error") or (_error(error) if error else None),
                 created_ms=created,
                 result=result,
+                duration_ms=duration,
             )
         )
     return runs

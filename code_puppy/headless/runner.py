@@ -24,7 +24,7 @@ from code_puppy.config import ConfigError
 from code_puppy.core.command_lines import run_command_lines
 from code_puppy.core.conversation import Conversation
 from code_puppy.core.denials import DeniedCalls
-from code_puppy.core.events import EXIT_CODES, EventSink, RunOutcome, Status, Usage, ending
+from code_puppy.core.events import EXIT_CODES, EventSink, ending
 from code_puppy.core.project import Project
 from code_puppy.core.turn import TurnOutcome, unrun_follow_up_note
 from code_puppy.cost.spending import Spending
@@ -37,6 +37,7 @@ from code_puppy.options import RunOptions
 from code_puppy.paths import write_atomically
 from code_puppy.run.replay import replaying
 from code_puppy.run.steering import SteeringInbox
+from code_puppy.run.stream_events import RunOutcome, Status, Usage
 from code_puppy.sessions.costs import CostTotals, RequestCost
 
 if TYPE_CHECKING:

@@ -20,9 +20,21 @@ from pydantic_ai.messages import (
     ThinkingPartDelta,
 )
 
-from code_puppy.core.events import RunOutcome, short_result, tool_call_line
+from code_puppy.core.events import short_result, tool_call_line
 from code_puppy.core.plan import PlanView
 from code_puppy.run.steering import steered_text
+from code_puppy.run.stream_events import (
+    RunOutcome,
+    plan_event,
+    request_event,
+    result_event,
+    session_event,
+    steer_event,
+    text_delta,
+    thinking_delta,
+    tool_call_event,
+    tool_result_event,
+)
 from code_puppy.sessions.costs import RequestCost
 
 
@@ -106,11 +118,11 @@ class StreamJsonSink:
         self._plan = PlanView()
         """The model's task list, sent whole as a `plan` event after each tool call that changed it."""
 
-    def _emit(self, **fields: Any) -> None:
-        print(json.dumps(fields, default=str), file=self._out, flush=True)
+    def _emit(self, event: dict[str, Any]) -> None:
+        print(json.dumps(event, default=str), file=self._out, flush=True)
 
     def start(self, session_id: str) -> None:
-        self._emit(type="session", session_id=session_id)
+        self._emit(session_event(session_id))
 
     def run_started(self, index: int) -> None:
         self._run = index
@@ -120,58 +132,33 @@ class StreamJsonSink:
             return
         self._event(event)
         if self._plan.settled(event):
-            self._emit(type="plan", run=self._run, items=self._plan.as_json())
+            self._emit(plan_event(self._run, self._plan.as_json()))
 
     def _event(self, event: AgentStreamEvent) -> None:
         if isinstance(event, PartStartEvent) and isinstance(event.part, TextPart) and event.part.content:
-            self._emit(type="text_delta", run=self._run, text=event.part.content)
+            self._emit(text_delta(self._run, event.part.content))
         elif isinstance(event, PartDeltaEvent) and isinstance(event.delta, TextPartDelta):
-            self._emit(type="text_delta", run=self._run, text=event.delta.content_delta)
+            self._emit(text_delta(self._run, event.delta.content_delta))
         elif isinstance(event, PartStartEvent) and isinstance(event.part, ThinkingPart) and event.part.content:
-            self._emit(type="thinking_delta", run=self._run, text=event.part.content)
+            self._emit(thinking_delta(self._run, event.part.content))
         elif isinstance(event, PartDeltaEvent) and isinstance(event.delta, ThinkingPartDelta):
             if event.delta.content_delta:
-                self._emit(type="thinking_delta", run=self._run, text=event.delta.content_delta)
+                self._emit(thinking_delta(self._run, event.delta.content_delta))
         elif isinstance(event, FunctionToolCallEvent):
-            self._emit(
-                type="tool_call",
-                run=self._run,
-                tool_name=event.part.tool_name,
-                tool_call_id=event.part.tool_call_id,
-                args=event.part.args_as_dict(),
-            )
+            self._emit(tool_call_event(self._run, event.part))
         elif isinstance(event, FunctionToolResultEvent):
-            self._emit(
-                type="tool_result",
-                run=self._run,
-                tool_name=event.part.tool_name,
-                tool_call_id=event.part.tool_call_id,
-                outcome=getattr(event.part, "outcome", "success"),
-                content=event.part.model_response_str(),
-            )
+            self._emit(tool_result_event(self._run, event.part))
         elif isinstance(event, EnqueuedMessagesEvent):
-            self._emit(type="steer", run=self._run, enqueue_id=event.enqueue_id, text=steered_text(event))
+            self._emit(steer_event(self._run, event.enqueue_id, steered_text(event)))
 
     def request(self, cost: RequestCost) -> None:
-        self._emit(
-            type="request",
-            run=cost.run,
-            kind=cost.kind,
-            model=cost.model,
-            usage={
-                "input_tokens": cost.input_tokens,
-                "output_tokens": cost.output_tokens,
-                "cache_read_tokens": cost.cache_read_tokens,
-                "cache_write_tokens": cost.cache_write_tokens,
-            },
-            cost_usd=cost.cost_usd,
-        )
+        self._emit(request_event(cost))
 
     def warning(self, text: str) -> None:
         print(f"code-puppy: note: {text}", file=sys.stderr, flush=True)
 
     def finish(self, outcome: RunOutcome) -> None:
-        self._emit(type="result", **asdict(outcome))
+        self._emit(result_event(outcome))
 
 
 SINKS = {"text": TextSink, "json": JsonSink, "stream-json": StreamJsonSink}

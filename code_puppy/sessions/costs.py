@@ -198,6 +198,19 @@ class CostBook:
         )
         return [(row[0], row[1], _totals(row[2:])) for row in rows]
 
+    def of_durable_run(self, run_id: str) -> list[tuple[int, RequestCost]]:
+        """A durable run's requests as recorded (their `run_id`s are its id, a colon, a step), oldest first, each with
+        its row id."""
+        rows = self._read(
+            """
+            SELECT id, session_id, kind, model, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens,
+                cost_usd, run, run_id, project_dir
+            FROM requests WHERE substr(run_id, 1, ?) = ? ORDER BY id
+            """,
+            [len(run_id) + 1, run_id + ":"],
+        )
+        return [(row[0], RequestCost(*row[1:9], run=row[9], run_id=row[10], project_dir=row[11])) for row in rows]
+
     def since(self, moment: datetime, *, after: int = 0) -> tuple[int, CostTotals]:
         """What every session of every project spent from `moment` on, counting only the rows after row `after`
         (the daily budget adds each read to the last); with the last row's id, to pass as `after` next time."""
