@@ -111,11 +111,8 @@ class ShadowRepo:
 
     @classmethod
     def open(cls, root: Path, data: Path, *, max_file_mb: float) -> ShadowRepo:
-        """The shadow repository of `root` under `data`, created on first use.
-
-        Raises:
-            CheckpointError: git is missing, or the repository cannot be created.
-        """
+        """The shadow repository of `root` under `data` (`shadow_directory`), created on first use; a
+        `CheckpointError` when git is missing or the repository cannot be created."""
         git = shutil.which("git")
         if git is None:
             raise CheckpointError("git is not installed")
@@ -151,11 +148,8 @@ class ShadowRepo:
 
     @contextlib.contextmanager
     def lock(self) -> Generator[None]:
-        """Hold the repository for a snapshot or a rewind: against other threads, and (flock) other processes.
-
-        Raises:
-            CheckpointError: Another process held it for `LOCK_WAIT` seconds.
-        """
+        """Hold the repository for a snapshot or a rewind: against other threads, and (flock) other processes; a
+        `CheckpointError` when another process held it for `LOCK_WAIT` seconds."""
         with self._thread_lock:
             self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
             descriptor = os.open(self.directory / "lock", os.O_RDWR | os.O_CREAT, 0o600)
