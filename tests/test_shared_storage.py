@@ -4,6 +4,7 @@ the installed console script, a real PostgreSQL and the fake model server."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +84,9 @@ def test_a_session_made_on_one_machine_is_listed_searched_and_continued_on_anoth
         ("runs", "show", "0123abcd"),
         ("runs", "resume", "0123abcd"),
         ("runs", "cancel", "0123abcd"),
+        ("queue", "add", "-p", "hello"),
+        ("worker", "--permission-mode", "yolo"),
+        ("workers", "list"),
     ],
 )
 def test_an_unreachable_store_is_one_line_exit_2_and_nothing_written(
@@ -90,6 +94,10 @@ def test_an_unreachable_store_is_one_line_exit_2_and_nothing_written(
 ) -> None:
     url = "postgresql://puppy:s3cret@127.0.0.1:9/sessions"  # the discard port: refused
     env = machine(tmp_path / "home", server, url)
+    if command[0] == "queue":  # a project a run can be queued from, but for the store
+        git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
+        for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "start"]):
+            subprocess.run([*git, *args], cwd=project, check=True, capture_output=True)
     before = listing(tmp_path / "home", project)
 
     done = run_cli(*command, cwd=project, env=env)

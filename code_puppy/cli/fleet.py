@@ -163,16 +163,9 @@ def list_workers(*, as_json: bool) -> None:
     def run() -> int:
         from dataclasses import asdict
 
-        from code_puppy.durable.system import system_database_path, system_database_url
-        from code_puppy.fleet.heartbeat import Heartbeats
+        from code_puppy.durable.workers import list_workers
 
-        beats = []
-        if system_database_path().exists():
-            heartbeats = Heartbeats(system_database_url())
-            try:
-                beats = heartbeats.listed()
-            finally:
-                heartbeats.close()
+        beats = list_workers()  # the dashboard's reader: an unreachable store is one line (exit 2)
         if as_json:
             import json
 
