@@ -10,8 +10,11 @@ project.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
+from collections.abc import Generator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,7 +89,8 @@ def ensure(repo: Path, name: str, start: str | None = None) -> Path:
         raise WorktreeError(f"{repo} has no commit yet: a worktree starts from one (commit something first)")
     exists = bool(_git(repo, "rev-parse", "--verify", "--quiet", f"refs/heads/{branch}", check=False).strip())
     made = (str(path), branch) if exists else ("-b", branch, str(path), *((start,) if start else ()))
-    _git(repo, "worktree", "add", "--quiet", *made)
+    with _bookkeeping(repo):
+        _git(repo, "worktree", "add", "--quiet", *made)
     return path
 
 
@@ -95,7 +99,9 @@ def listed(repo: Path, *, only: str | None = None) -> list[Worktree]:
     `git status` is not run)."""
     folder = (repo / WORKTREES_DIR).resolve()
     found: list[Worktree] = []
-    for block in _git(repo, "worktree", "list", "--porcelain", "-z").split("\0\0"):
+    with _bookkeeping(repo):
+        blocks = _git(repo, "worktree", "list", "--porcelain", "-z").split("\0\0")
+    for block in blocks:
         fields: dict[str, str] = {}
         for line in filter(None, block.split("\0")):
             key, _, value = line.partition(" ")
@@ -163,7 +169,8 @@ def remove(repo: Path, worktree: Worktree, *, force: bool) -> str | None:
         _git(worktree.path, "commit", "--quiet", "--no-verify", "-m", message, env=env)
         commit = _git(worktree.path, "rev-parse", "HEAD").strip()
     # Clean now, but for ignored files (build output), which go with the folder.
-    _git(repo, "worktree", "remove", "--force", str(worktree.path))
+    with _bookkeeping(repo):
+        _git(repo, "worktree", "remove", "--force", str(worktree.path))
     return commit
 
 
@@ -215,6 +222,17 @@ def _exclude(repo: Path) -> None:
     if EXCLUDE_LINE not in current.splitlines():
         exclude.parent.mkdir(parents=True, exist_ok=True)
         exclude.write_text(current + ("" if not current or current.endswith("\n") else "\n") + EXCLUDE_LINE + "\n")
+
+
+@contextmanager
+def _bookkeeping(repo: Path) -> Generator[None]:
+    """git's record of `repo`'s worktrees (`.git/worktrees/`) changed or read by one code-puppy process at a time:
+    `git worktree add` and `list` read every worktree's record and fail on one that another process is making or
+    removing at that moment ("failed to read .git/worktrees/NAME/commondir"), as fleet runs finishing and starting in
+    one repository do."""
+    with (repo / ".git" / "code-puppy-worktrees.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def _git(cwd: Path, *args: str, check: bool = True, env: dict[str, str] | None = None) -> str:
