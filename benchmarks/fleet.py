@@ -234,7 +234,7 @@ def report(args: argparse.Namespace) -> None:
             base = base or rate
             print(
                 f"{count} worker(s): {rate:6.1f} runs/min  ({rate / base:.2f}x)  "
-                f"{'each run once' if once else 'LOST OR DUPLICATED RUNS'}"
+                f"{'each run once' if once else 'NOT EVERY RUN SUCCEEDED ONCE'}"
             )
     command, enqueued = idle_latency(delays[0])
     print(
