@@ -90,8 +90,9 @@ def ensure(repo: Path, name: str, start: str | None = None) -> Path:
     return path
 
 
-def listed(repo: Path) -> list[Worktree]:
-    """The worktrees of `repo` under `.code-puppy/worktrees/`, by name."""
+def listed(repo: Path, name: str | None = None) -> list[Worktree]:
+    """The worktrees of `repo` under `.code-puppy/worktrees/`, by name (only the one named `name`, if given: the
+    others' `git status` is not run, which fails while another process is making one: a fleet worker starting a run)."""
     folder = (repo / WORKTREES_DIR).resolve()
     found: list[Worktree] = []
     for block in _git(repo, "worktree", "list", "--porcelain", "-z").split("\0\0"):
@@ -102,7 +103,7 @@ def listed(repo: Path) -> list[Worktree]:
         if "worktree" not in fields:
             continue
         path = Path(fields["worktree"]).resolve()
-        if path.parent != folder:
+        if path.parent != folder or name not in (None, path.name):
             continue
         branch = fields.get("branch", "").removeprefix("refs/heads/") or None
         try:
@@ -117,9 +118,8 @@ def listed(repo: Path) -> list[Worktree]:
 
 def find(repo: Path, name: str) -> Worktree:
     """The worktree NAME of `repo`; a `WorktreeError` when there is none."""
-    for worktree in listed(repo):
-        if worktree.name == name:
-            return worktree
+    for worktree in listed(repo, name):
+        return worktree
     raise WorktreeError(f"no worktree named {name!r} in {repo} (`code-puppy worktrees list` shows them)")
 
 
