@@ -9,6 +9,7 @@ import subprocess
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -33,6 +34,14 @@ YOLO = ("--permission-mode", "yolo")
 def prompt_of(request: RecordedRequest) -> str:
     """The prompt of the conversation a request belongs to (its first user message)."""
     return next(m["content"] for m in request.body["messages"] if m["role"] == "user")
+
+
+def ended(listed: dict[str, dict[str, Any]]) -> bool:
+    """Whether every run listed ended; a run that failed says why in the test's failure."""
+    if all(entry["status"] in ("succeeded", "failed", "cancelled") for entry in listed.values()):
+        assert [shown(run_id, Path.cwd())["error"] for run_id in listed] == [None] * len(listed)
+        return True
+    return False
 
 
 def gated(gate: Path, marks: Path, then: str) -> str:
@@ -71,7 +80,7 @@ def test_ten_queued_runs_on_two_machines_of_two_slots_each_run_once_each_on_its_
     }
     gate.touch()
 
-    wait_for(lambda: all(entry["status"] == "succeeded" for entry in runs(tmp_path, pause=0.5).values()))
+    wait_for(lambda: ended(runs(tmp_path, pause=0.5)), what="every run to end")
     listed = runs(tmp_path)  # from the test's home: a third machine
     assert {run_id: (entry["status"], entry["branch"]) for run_id, entry in listed.items()} == {
         run_id: ("succeeded", f"code-puppy/{run_id}") for run_id in prompts
@@ -138,7 +147,7 @@ def test_a_dead_workers_run_is_taken_over_on_the_other_machine_ahead_of_the_runs
         **dict.fromkeys(behind, "queued"),
     }
     gate.touch()
-    wait_for(lambda: all(entry["status"] == "succeeded" for entry in runs(tmp_path, pause=0.5).values()))
+    wait_for(lambda: ended(runs(tmp_path, pause=0.5)), what="every run to end")
 
     record = shown(survivor, tmp_path)
     assert (record["output"], record["worker"], record["diff_stat"]) == (
