@@ -8,6 +8,7 @@ import json
 import subprocess
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +71,9 @@ def test_ten_queued_runs_on_two_machines_of_two_slots_each_run_once_each_on_its_
     names = {worker_name(first), worker_name(second)}
     for process in (first, second):  # each launched DBOS and beat once: it takes runs from now on
         assert workers.ready(process).startswith(f"code-puppy: worker {worker_name(process)} on queue ")
-    prompts = {queue("-p", f"task {n}", "--project", str(repository), cwd=tmp_path): f"task {n}" for n in range(10)}
+    with ThreadPoolExecutor(4) as pool:  # `queue add`s side by side, as from several terminals
+        added = pool.map(lambda n: queue("-p", f"task {n}", "--project", str(repository), cwd=tmp_path), range(10))
+        prompts = {run_id: f"task {n}" for n, run_id in enumerate(added)}
 
     wait_for(lambda: len(list(marks.iterdir())) == 4, what="four runs in their shell calls")
     listed = runs(tmp_path)  # each worker holds its two slots (the runs wait for the gate): the others wait for one
@@ -86,8 +89,10 @@ def test_ten_queued_runs_on_two_machines_of_two_slots_each_run_once_each_on_its_
         run_id: ("succeeded", f"code-puppy/{run_id}") for run_id in prompts
     }
     assert {entry["worker"] for entry in listed.values()} == names
+    with ThreadPoolExecutor(4) as pool:
+        records = dict(zip(prompts, pool.map(lambda run_id: shown(run_id, tmp_path), prompts), strict=True))
     for run_id, prompt in prompts.items():
-        record = shown(run_id, tmp_path)
+        record = records[run_id]
         assert (record["status"], record["output"], record["branch"], record["diff_stat"]) == (
             "succeeded",
             "changed",
