@@ -7,119 +7,34 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from tests.conftest import CODE_PUPPY, run_cli, wait_for
+from tests.conftest import run_cli, wait_for
 from tests.fake_llm import FakeLLMServer, call, hang, text, tool_calls
-
-
-def git(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
-
-
-@pytest.fixture
-def repository(tmp_path: Path) -> Path:
-    """A git repository with one commit."""
-    root = tmp_path / "repository"
-    root.mkdir()
-    (root / "README.md").write_text("# demo\n")
-    git(root, "init", "-q", "-b", "main")
-    git(root, "add", "-A")
-    git(root, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", "start")
-    return root
-
-
-@pytest.fixture
-def fleet_server(server: FakeLLMServer, code_puppy_home: Path) -> FakeLLMServer:
-    """Every conversation: one shell call writing `change.txt`, then a text answer. A priced model `gpt` beside."""
-    server.per_conversation = True
-    server.script(tool_calls(call("shell", {"command": "echo done > change.txt"})), text("changed"))
-    with (code_puppy_home / "config.toml").open("a") as config:
-        config.write(f'[models.gpt]\nname = "gpt-4o"\nbase_url = "{server.base_url}"\n')
-    return server
-
-
-class Workers:
-    """Worker processes, each in a process group of its own; stopped with SIGTERM (drained) at the end."""
-
-    def __init__(self, cwd: Path) -> None:
-        self.cwd = cwd
-        self.processes: list[subprocess.Popen[str]] = []
-
-    def start(self, *args: str) -> subprocess.Popen[str]:
-        process = subprocess.Popen(
-            [str(CODE_PUPPY), "worker", *args],
-            cwd=self.cwd,
-            env=dict(os.environ),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
-        self.processes.append(process)
-        return process
-
-    def drain(self, process: subprocess.Popen[str]) -> tuple[int, str]:
-        process.send_signal(signal.SIGTERM)
-        _, stderr = process.communicate(timeout=30)
-        return process.returncode, stderr
-
-    def close(self) -> None:
-        for process in self.processes:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.communicate(timeout=10)
-
-
-@pytest.fixture
-def workers(tmp_path: Path) -> Iterator[Workers]:
-    started = Workers(tmp_path)
-    yield started
-    started.close()
-
-
-def queue(*args: str, cwd: Path, input: str | None = None) -> str:
-    """`queue add`: the run id it printed last."""
-    added = run_cli("queue", "add", *args, cwd=cwd, input=input)
-    assert added.returncode == 0, added.stderr
-    return added.stdout.splitlines()[-1]
-
-
-def runs(cwd: Path, *, pause: float = 0.0) -> dict[str, dict[str, Any]]:
-    """`runs list --json` by run id; `pause` first (a poll: each is a process, which the workers' 2 cores also run)."""
-    time.sleep(pause)
-    listed = run_cli("runs", "list", "--json", cwd=cwd)
-    assert listed.returncode == 0, listed.stderr
-    return {entry["id"]: entry for entry in json.loads(listed.stdout)}
-
-
-def shown(run_id: str, cwd: Path) -> dict[str, Any]:
-    found = run_cli("runs", "show", run_id, "--json", cwd=cwd)
-    assert found.returncode == 0, found.stderr
-    return json.loads(found.stdout)
-
-
-def first_prompts(server: FakeLLMServer) -> Counter[str]:
-    """The prompt of every first request of a conversation (nothing answered yet), counted."""
-    counted: Counter[str] = Counter()
-    for request in server.requests:
-        messages = request.body["messages"]
-        if not any(message["role"] == "assistant" for message in messages):
-            counted[next(m["content"] for m in messages if m["role"] == "user")] += 1
-    return counted
+from tests.fleet_support import (
+    Workers,
+    first_prompts,
+    fleet_server,  # noqa: F401  (a fixture)
+    git,
+    queue,
+    repository,  # noqa: F401  (a fixture)
+    runs,
+    shown,
+    workers,  # noqa: F401  (a fixture)
+)
 
 
 def test_two_workers_run_each_queued_run_once_on_its_branch_a_cancelled_one_never_one_over_budget_fails(
-    fleet_server: FakeLLMServer, repository: Path, workers: Workers, tmp_path: Path
+    fleet_server: FakeLLMServer,  # noqa: F811
+    repository: Path,  # noqa: F811
+    workers: Workers,  # noqa: F811
+    tmp_path: Path,
 ) -> None:
     prompts = [f"task {n}" for n in range(4)]
     ids = {queue("-p", prompt, "--project", str(repository), cwd=tmp_path): prompt for prompt in prompts[:2]}
@@ -223,7 +138,11 @@ def test_two_workers_run_each_queued_run_once_on_its_branch_a_cancelled_one_neve
     ],
 )
 def test_a_bad_queue_add_is_one_line_exit_2_and_nothing_is_queued(
-    fleet_server: FakeLLMServer, repository: Path, tmp_path: Path, args: tuple[str, ...], error: str
+    fleet_server: FakeLLMServer,  # noqa: F811
+    repository: Path,  # noqa: F811
+    tmp_path: Path,
+    args: tuple[str, ...],
+    error: str,
 ) -> None:
     plain, missing = tmp_path / "plain", tmp_path / "missing"
     plain.mkdir()
@@ -238,7 +157,9 @@ def test_a_bad_queue_add_is_one_line_exit_2_and_nothing_is_queued(
 
 
 def test_a_worker_refuses_a_mode_it_cannot_run_unattended_in_one_line(
-    fleet_server: FakeLLMServer, code_puppy_home: Path, tmp_path: Path
+    fleet_server: FakeLLMServer,  # noqa: F811
+    code_puppy_home: Path,
+    tmp_path: Path,
 ) -> None:
     with (code_puppy_home / "config.toml").open("a") as config:
         config.write('[permissions]\nmode = "ask"\n')
@@ -251,7 +172,10 @@ def test_a_worker_refuses_a_mode_it_cannot_run_unattended_in_one_line(
 
 
 def test_a_killed_workers_run_is_taken_over_by_another_at_its_last_finished_step_of_the_same_concurrency(
-    server: FakeLLMServer, repository: Path, workers: Workers, tmp_path: Path
+    server: FakeLLMServer,
+    repository: Path,  # noqa: F811
+    workers: Workers,  # noqa: F811
+    tmp_path: Path,
 ) -> None:
     gate = tmp_path / "go"
     command = f"if [ -f {gate} ]; then echo done > change.txt; else touch {tmp_path / 'started'}; sleep 30; fi"
@@ -289,7 +213,10 @@ def test_a_killed_workers_run_is_taken_over_by_another_at_its_last_finished_step
 
 
 def test_cancel_of_a_running_queued_run_in_auto_mode_stops_it_at_its_next_step_and_keeps_its_worktree(
-    server: FakeLLMServer, repository: Path, workers: Workers, tmp_path: Path
+    server: FakeLLMServer,
+    repository: Path,  # noqa: F811
+    workers: Workers,  # noqa: F811
+    tmp_path: Path,
 ) -> None:
     server.per_conversation = True
     server.script(tool_calls(call("shell", {"command": "echo done > change.txt"})), text("changed", delay=3))
@@ -317,7 +244,10 @@ def test_cancel_of_a_running_queued_run_in_auto_mode_stops_it_at_its_next_step_a
 
 
 def test_a_first_ctrl_c_drains_and_a_second_stops_the_worker_leaving_its_run_interrupted(
-    server: FakeLLMServer, repository: Path, workers: Workers, tmp_path: Path
+    server: FakeLLMServer,
+    repository: Path,  # noqa: F811
+    workers: Workers,  # noqa: F811
+    tmp_path: Path,
 ) -> None:
     server.script(hang())
     run_id = queue("-p", "wait", cwd=repository)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tests.conftest import run_cli, wait_for
 from tests.fake_llm import FakeLLMServer, call, text, tool_calls
-from tests.test_fleet import Workers, fleet_server, git, repository, runs, shown, workers  # noqa: F401  (fixtures)
+from tests.fleet_support import Workers, fleet_server, git, repository, runs, shown, workers  # noqa: F401  (fixtures)
 
 
 def test_a_repo_run_is_cloned_into_the_workers_cache_from_its_ref_and_its_branch_is_fetched_from_there(

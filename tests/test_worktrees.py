@@ -109,6 +109,18 @@ def test_remove_takes_a_clean_worktree_and_keeps_its_branch(committed: Path) -> 
     assert git(committed, "branch", "--list", "code-puppy/clean").strip() == "code-puppy/clean"
 
 
+def test_remove_is_not_stopped_by_another_worktree_git_is_still_making(committed: Path) -> None:
+    """A fleet worker finishing a run removes its worktree while another worker makes one in the same repository."""
+    git(committed, "worktree", "add", "-q", "-b", "code-puppy/clean", ".code-puppy/worktrees/clean")
+    git(committed, "worktree", "add", "-q", "-b", "code-puppy/young", ".code-puppy/worktrees/young")
+    (committed / ".git" / "worktrees" / "young" / "HEAD").write_text("0" * 40 + "\n")  # as `git worktree add` starts
+
+    done = run_cli("worktrees", "remove", "clean", cwd=committed)
+
+    assert (done.returncode, done.stdout, done.stderr) == (0, "removed worktree clean\n", "")
+    assert not (committed / ".code-puppy" / "worktrees" / "clean").exists()
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
