@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import time
 from collections import Counter
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import run_cli, wait_for
+from tests.conftest import CODE_PUPPY, run_cli, wait_for
 from tests.fake_llm import FakeLLMServer, call, hang, text, tool_calls
 from tests.fleet_support import (
     Workers,
@@ -26,6 +27,7 @@ from tests.fleet_support import (
     repository,  # noqa: F401  (a fixture)
     runs,
     shown,
+    worker_name,
     workers,  # noqa: F401  (a fixture)
 )
 
@@ -300,3 +302,42 @@ def test_a_dead_worker_of_another_host_has_its_runs_taken_over(tmp_path: Path) -
     finally:
         heartbeats.close()
     assert (dbos.listed, dbos.resumed) == ([there.id], ["run-1"])
+
+
+def test_steer_cancel_of_a_fleet_run_ends_that_run_alone_and_the_worker_takes_the_next(
+    server: FakeLLMServer,
+    repository: Path,  # noqa: F811
+    workers: Workers,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """`steer --session ID --cancel` ends a headless run as a SIGINT does; a fleet run shares its worker's process, so
+    the cancel must end that run's turn alone (a SIGINT to the worker would have drained it, the run going on)."""
+    started = tmp_path / "started"
+    server.per_conversation = True
+    command = f"if [ -f {started} ]; then echo again; else touch {started}; sleep 30; fi"  # the first run alone waits
+    server.script(tool_calls(call("shell", {"command": command})), text("done"))
+    run_id = queue("-p", "cancel me", cwd=repository)
+    worker = workers.start("--permission-mode", "yolo")
+    wait_for(started.exists, what="the run's tool call")
+    follower = subprocess.Popen(
+        [str(CODE_PUPPY), "runs", "show", run_id, "--follow"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    assert follower.stdout is not None
+    session_id = json.loads(follower.stdout.readline())["session_id"]  # a running fleet run's session: its first event
+    cancelled = run_cli("steer", "--session", session_id, "--cancel", cwd=tmp_path)
+    assert cancelled.returncode == 0, cancelled.stderr
+    follower.communicate(timeout=60)
+    record = shown(run_id, tmp_path)
+    assert (record["status"], record["exit_code"], record["output"]) == ("cancelled", 130, None)
+    assert len(server.requests) == 1  # the tool call cut off: no second request
+
+    next_id = queue("-p", "the next one", cwd=repository)
+    wait_for(lambda: runs(tmp_path, pause=0.5)[next_id]["status"] == "succeeded", what="the next run")
+    assert shown(next_id, tmp_path)["worker"] == worker_name(worker)  # the same worker, which did not drain
+    code, stderr = workers.drain(worker)
+    assert code == 0
+    assert "draining: 0 run(s) in hand" in stderr and stderr.count("draining") == 1  # only at the end

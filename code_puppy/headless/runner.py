@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import importlib
 import json
 import os
@@ -12,7 +13,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -245,8 +246,12 @@ async def _turn(
     start and stop in it too, so a signal while they do still ends in a report. `timeout` counts from `started`, the
     process's start: loading the config, the plugins and the store, and starting the MCP servers are part of it."""
     project = conversation.project
-    # A cancel from outside (`code-puppy steer --cancel`, the dashboard) is a SIGINT: the same ending, output and exit.
-    async with conversation.steerable(cancel=lambda: signal.raise_signal(signal.SIGINT)):
+    # A cancel from outside (`code-puppy steer --cancel`, the dashboard) ends the turn as a SIGINT does: the same
+    # ending, output and exit. Off the main thread (a fleet worker's run, a resumed durable run, on DBOS's loop) a real
+    # SIGINT would reach the whole process (a worker would drain): the turn's task is stopped as its handler would.
+    on_main = threading.current_thread() is threading.main_thread()
+    cancel = (lambda: signal.raise_signal(signal.SIGINT)) if on_main else _INTERRUPT.get()
+    async with conversation.steerable(cancel=cancel):
         starting = asyncio.timeout(None if timeout is None else started + timeout - time.monotonic())
         try:
             async with starting:
@@ -277,9 +282,16 @@ async def _turn(
 
 async def _with_signals(turn: Coroutine[Any, Any, TurnOutcome]) -> tuple[TurnOutcome, Status | None]:
     """Run the turn as a task that SIGINT and SIGTERM cancel; its outcome and the first signal that came."""
-    task = asyncio.create_task(turn)
     stopped_by: list[Status] = []
     loop = asyncio.get_running_loop()
+    made: list[asyncio.Task[TurnOutcome]] = []
+    # What a cancel from outside calls when no signal may be sent (`_turn`): set in the context the task copies.
+    token = _INTERRUPT.set(lambda: loop.call_soon_threadsafe(_stop, made[0], stopped_by, "interrupted"))
+    try:
+        task = asyncio.create_task(turn)
+    finally:
+        _INTERRUPT.reset(token)
+    made.append(task)
     stops: tuple[tuple[int, Status], ...] = ((signal.SIGINT, "interrupted"), (signal.SIGTERM, "terminated"))
     if threading.current_thread() is not threading.main_thread():
         stops = ()  # a resumed durable run, on DBOS's loop: the main thread hears the signals
@@ -335,6 +347,10 @@ def _register_workflow() -> None:
 def _steer_or_report(inbox: SteeringInbox, text: str) -> None:
     if inbox.steer(text) == "closed":
         print(f"code-puppy: the run is over; not delivered: {text[:60]}", file=sys.stderr, flush=True)
+
+
+_INTERRUPT: contextvars.ContextVar[Callable[[], object] | None] = contextvars.ContextVar("interrupt", default=None)
+"""Within a turn's task: what ends it as an interrupt (`_with_signals`)."""
 
 
 def _stop(task: asyncio.Task[TurnOutcome], stopped_by: list[Status], status: Status) -> None:
