@@ -302,7 +302,12 @@ def test_a_run_on_one_machine_is_steered_from_another_by_the_session_id_its_even
     worker = workers.start(*YOLO, home="a")
     run_id = queue("-p", "write it", "--project", str(repository), cwd=tmp_path)
     wait_for(lambda: (marks / f"code-puppy_{run_id}").exists(), what="the run in its tool call")
-    assert shown(run_id, tmp_path)["session_id"] is None  # `runs show` names a fleet run's session once it ended
+    running = shown(run_id, tmp_path)  # from the test's home, a third machine: the session the worker journals in
+    assert (running["status"], running["branch"], running["worker"]) == (
+        "running",
+        f"code-puppy/{run_id}",
+        worker_name(worker),
+    )
     follower = subprocess.Popen(
         [str(CODE_PUPPY), "runs", "show", run_id, "--follow"],
         cwd=tmp_path,
@@ -311,9 +316,9 @@ def test_a_run_on_one_machine_is_steered_from_another_by_the_session_id_its_even
         text=True,
     )  # from the test's home, a third machine: its events name its session at once
     assert follower.stdout is not None
-    session = json.loads(follower.stdout.readline())
-    session_id = session["session_id"]
-    assert session == {"type": "session", "session_id": session_id}
+    session_id = running["session_id"]
+    assert json.loads(follower.stdout.readline()) == {"type": "session", "session_id": session_id}
+    assert session_id is not None
 
     steered = run_cli("steer", "--session", session_id, "add tests too", cwd=tmp_path)
     assert (steered.returncode, steered.stdout, steered.stderr) == (

@@ -88,11 +88,11 @@ def show(*, run_id: str, as_json: bool, output_format: str, follow: bool) -> Non
             "status": found.status,
             "output": found.output,
             "cost_usd": _cost(found.id) if found.result.get("cost_usd") is None else found.result["cost_usd"],
-            "session_id": found.session_id,
+            "session_id": found.session_id or _journaling_session(found),
             "steps": found.steps,
             "error": found.error,
             "exit_code": found.result.get("exit_code"),
-            "branch": found.result.get("branch"),
+            "branch": found.result.get("branch") or found.branch,
             "diff_stat": found.result.get("diff_stat"),
             "clone": found.result.get("clone"),
             "worker": found.result.get("worker") or (found.executor.worker if found.executor is not None else None),
@@ -110,6 +110,16 @@ def show(*, run_id: str, as_json: bool, output_format: str, follow: bool) -> Non
         return 0
 
     sys.exit(guarded(run))
+
+
+def _journaling_session(found: DurableRun) -> str | None:
+    """The session a run that has not ended journals its turn in (a fleet run's is made by its worker: `steer
+    --session` it)."""
+    if found.status in ("succeeded", "failed", "cancelled"):
+        return None
+    from code_puppy.durable.follow import journaling_session
+
+    return journaling_session(found.id)
 
 
 @runs.command()

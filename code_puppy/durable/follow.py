@@ -118,17 +118,38 @@ def _saved(database: Any, session_id: str) -> list[ModelMessage]:
     return [message_adapter.validate_json(message) for (message,) in rows]
 
 
-def _journaled(database: Any, run_id: str) -> tuple[str | None, list[ModelMessage]]:
-    from code_puppy.sessions.journal import Journal
+def journaling_session(run_id: str) -> str | None:
+    """The session durable run `run_id` journals its turn in while it runs (None before its first step, or once the
+    save deleted the journal)."""
+    from code_puppy.paths import store_exists, store_location
 
+    if not store_exists():
+        return None
+    from code_puppy.sessions.schema import Database
+
+    database = Database(store_location(), readonly=True)
+    try:
+        sessions = _journal_sessions(database, run_id)
+    finally:
+        database.close()
+    return sessions[-1] if sessions else None
+
+
+def _journal_sessions(database: Any, run_id: str) -> list[str]:
     pattern = run_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
     with database.read() as db:
-        sessions = [
+        return [
             session_id
             for (session_id,) in db.execute(
                 "SELECT DISTINCT session_id FROM journals WHERE run_id LIKE ? ESCAPE '\\'", (pattern,)
             ).fetchall()
         ]
+
+
+def _journaled(database: Any, run_id: str) -> tuple[str | None, list[ModelMessage]]:
+    from code_puppy.sessions.journal import Journal
+
+    sessions = _journal_sessions(database, run_id)
     journal = Journal(database)
     messages: list[ModelMessage] = []
     for session_id in sessions:
