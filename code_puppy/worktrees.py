@@ -79,6 +79,12 @@ def ensure(repo: Path, name: str, start: str | None = None) -> Path:
     """The worktree NAME of `repo`, created on `code-puppy/NAME` (from `start`, else HEAD, or the branch if it exists)
     if needed."""
     path = repo / WORKTREES_DIR / name
+    folder = repo.resolve() / WORKTREES_DIR
+    if (repo / WORKTREES_DIR).resolve() != folder or path.is_symlink():
+        # A repository's own files (a queued --repo one's) could otherwise put the worktree anywhere on the machine.
+        raise WorktreeError(
+            f"{folder} is a symbolic link (or under one): worktrees are made only in the repository's own folder"
+        )
     _exclude(repo)
     if path.exists():
         if not (path / ".git").is_file():
