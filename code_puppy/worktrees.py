@@ -236,7 +236,14 @@ def _bookkeeping(repo: Path) -> Generator[None]:
     `git worktree add` and `list` read every worktree's record and fail on one that another process is making or
     removing at that moment ("failed to read .git/worktrees/NAME/commondir"), as fleet runs finishing and starting in
     one repository do."""
-    with (repo / ".git" / "code-puppy-worktrees.lock").open("a") as lock:
+    try:
+        lock = (repo / ".git" / "code-puppy-worktrees.lock").open("a")
+    except OSError:  # a .git this user cannot write (a shared, read-only one): git says so itself if it must write
+        lock = None
+    if lock is None:
+        yield
+        return
+    with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
 

@@ -376,3 +376,17 @@ def test_a_worktrees_folder_that_is_a_symbolic_link_is_refused(
         "worktrees are made only in the repository's own folder\n"
     )
     assert list(outside.iterdir()) == []
+
+
+def test_a_lock_file_that_cannot_be_opened_does_not_stop_worktrees(committed: Path, server: FakeLLMServer) -> None:
+    # A .git this user cannot write (a shared, read-only repository) is the real case; the tests run as root, so a
+    # folder in the lock file's place stands in for it. The listing used to work there; nothing here may traceback.
+    (committed / ".git" / "code-puppy-worktrees.lock").mkdir()
+    server.script(text("Done."))
+
+    made = run_cli("-w", "x", "-p", "hi", cwd=committed)
+    listed = run_cli("worktrees", "list", "--output-format", "json", cwd=committed)
+
+    assert (made.returncode, made.stdout, made.stderr) == (0, "Done.\n", "")
+    assert listed.returncode == 0, listed.stderr
+    assert [worktree["name"] for worktree in json.loads(listed.stdout)] == ["x"]
