@@ -79,6 +79,12 @@ def ensure(repo: Path, name: str, start: str | None = None) -> Path:
     """The worktree NAME of `repo`, created on `code-puppy/NAME` (from `start`, else HEAD, or the branch if it exists)
     if needed."""
     path = repo / WORKTREES_DIR / name
+    folder = repo.resolve() / WORKTREES_DIR
+    if (repo / WORKTREES_DIR).resolve() != folder or path.is_symlink():
+        # A repository's own files (a queued --repo one's) could otherwise put the worktree anywhere on the machine.
+        raise WorktreeError(
+            f"{folder} is a symbolic link (or under one): worktrees are made only in the repository's own folder"
+        )
     _exclude(repo)
     if path.exists():
         if not (path / ".git").is_file():
@@ -230,7 +236,14 @@ def _bookkeeping(repo: Path) -> Generator[None]:
     `git worktree add` and `list` read every worktree's record and fail on one that another process is making or
     removing at that moment ("failed to read .git/worktrees/NAME/commondir"), as fleet runs finishing and starting in
     one repository do."""
-    with (repo / ".git" / "code-puppy-worktrees.lock").open("a") as lock:
+    try:
+        lock = (repo / ".git" / "code-puppy-worktrees.lock").open("a")
+    except OSError:  # a .git this user cannot write (a shared, read-only one): git says so itself if it must write
+        lock = None
+    if lock is None:
+        yield
+        return
+    with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
 

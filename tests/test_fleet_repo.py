@@ -132,3 +132,35 @@ def test_a_repo_run_taken_over_without_its_worktree_fails_in_one_line_instead_of
         f"{os.uname().nodename}:{heir.pid}",
     )
     assert len(server.requests) == 1  # the finished first request was not sent again: the run did not start afresh
+
+
+def test_a_queued_repository_linking_its_worktrees_folder_elsewhere_gets_no_worktree_there(
+    fleet_server: FakeLLMServer,  # noqa: F811
+    repository: Path,  # noqa: F811
+    workers: Workers,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    # The repository is the queuer's (or anyone's, by url): its files must not choose where the worker writes.
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (repository / ".code-puppy").mkdir(exist_ok=True)
+    (repository / ".code-puppy" / "worktrees").symlink_to(outside)
+    git(repository, "add", "-A")
+    git(repository, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", "link")
+    origin = tmp_path / "origin.git"
+    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(origin))  # its HEAD: the clone checks main out
+    git(repository, "push", "-q", str(origin), "main")
+
+    added = run_cli("queue", "add", "-p", "x", "--repo", f"file://{origin}", cwd=tmp_path)
+    assert added.returncode == 0, added.stderr
+    run_id = added.stdout.splitlines()[-1]
+    workers.start("--permission-mode", "yolo")
+    wait_for(lambda: runs(tmp_path, pause=0.5)[run_id]["status"] not in ("queued", "running"), what="the run")
+
+    assert runs(tmp_path)[run_id]["status"] == "failed"
+    assert (
+        "is a symbolic link (or under one): worktrees are made only in the repository's own folder"
+        in (shown(run_id, tmp_path)["error"])
+    )
+    assert list(outside.iterdir()) == []
+    assert fleet_server.requests == []

@@ -354,3 +354,39 @@ def test_processes_making_and_removing_worktrees_of_one_repository_at_once_never
         errors = [error for found in pool.map(_churn, [str(committed)] * 4, range(4)) for error in found]
     assert errors == []
     assert git(committed, "worktree", "list", "--porcelain").count("worktree ") == 1  # the main checkout alone
+
+
+def test_a_worktrees_folder_that_is_a_symbolic_link_is_refused(
+    repo: Path, tmp_path: Path, server: FakeLLMServer
+) -> None:
+    # A repository (a queued --repo one, say) may commit .code-puppy/worktrees as a link to anywhere on the machine:
+    # git would make the worktree there, outside the project.
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (repo / ".code-puppy").mkdir(exist_ok=True)
+    (repo / ".code-puppy" / "worktrees").symlink_to(outside)
+    git(repo, "add", "-A")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qm", "start")
+
+    done = run_cli("-w", "x", "-p", "hi", cwd=repo)
+
+    assert done.returncode == 1
+    assert done.stderr == (
+        f"code-puppy: error: -w: {repo.resolve() / '.code-puppy' / 'worktrees'} is a symbolic link (or under one): "
+        "worktrees are made only in the repository's own folder\n"
+    )
+    assert list(outside.iterdir()) == []
+
+
+def test_a_lock_file_that_cannot_be_opened_does_not_stop_worktrees(committed: Path, server: FakeLLMServer) -> None:
+    # A .git this user cannot write (a shared, read-only repository) is the real case; the tests run as root, so a
+    # folder in the lock file's place stands in for it. The listing used to work there; nothing here may traceback.
+    (committed / ".git" / "code-puppy-worktrees.lock").mkdir()
+    server.script(text("Done."))
+
+    made = run_cli("-w", "x", "-p", "hi", cwd=committed)
+    listed = run_cli("worktrees", "list", "--output-format", "json", cwd=committed)
+
+    assert (made.returncode, made.stdout, made.stderr) == (0, "Done.\n", "")
+    assert listed.returncode == 0, listed.stderr
+    assert [worktree["name"] for worktree in json.loads(listed.stdout)] == ["x"]
